@@ -1,0 +1,331 @@
+"""
+A looped GPT: one shared stack of decoder blocks applied K times, read out after every loop.
+
+    python -c "from model import LoopedGPT, LoopedGPTConfig; LoopedGPT(LoopedGPTConfig())"
+
+H_k is the residual stream after loop k. It is read out (decoded to a next-token
+distribution) and carried into loop k+1. The blind spot lives in `LoopedGPT.readout`:
+an RMSNorm there makes every loop's cross-entropy blind to ||H_k||, while the residual
+recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough").
+
+Everything the scripts need from the model is here, in one copy: the model and its loss
+variants, the per-loop diagnostics (norms, radial gradient fraction, angular change), the
+checkpoint loader and the FLOPs estimate. This file imports nothing from the scripts.
+"""
+
+import math
+import os
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+READOUTS = ('norm', 'raw', 'final_norm')
+LOSSES = ('perloop', 'terminal')
+
+
+@dataclass
+class LoopedGPTConfig:
+    block_size: int = 256         # context length (tokens)
+    vocab_size: int = 50257       # GPT-2 BPE; 256 for the byte-level tokenizer
+    n_layer: int = 8              # blocks in the shared stack (applied n_loops times)
+    n_head: int = 8
+    n_embd: int = 512             # d, the width of the residual stream
+    dropout: float = 0.1
+    n_loops: int = 4              # K, loops used in training (any K can be asked for at call time)
+    readout: str = 'norm'         # 'norm' | 'raw' | 'final_norm', see LoopedGPT.readout
+    loss: str = 'perloop'         # 'perloop': mean CE over loops | 'terminal': last loop's CE
+    norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off), see LoopedGPT.forward
+    interloop_norm: bool = False  # RMSNorm on the state carried between loops
+    init_std: float = 0.0         # 0: PyTorch's default init, as the paper's released code; >0: N(0, init_std)
+
+    def __post_init__(self):
+        if self.readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {self.readout!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        if self.n_loops < 1:
+            raise ValueError(f"n_loops must be >= 1, got {self.n_loops}")
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)  # q, k, v at once
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class SwiGLU(nn.Module):
+    # hidden width 4d with three matrices: this is the shape whose parameter count gives the
+    # paper's "44M" (d=512, 8 layers) and "129M" (d=768, 12 layers) with its 20k vocabulary.
+
+    def __init__(self, config):
+        super().__init__()
+        hidden = 4 * config.n_embd
+        self.w_gate = nn.Linear(config.n_embd, hidden, bias=False)
+        self.w_up = nn.Linear(config.n_embd, hidden, bias=False)
+        self.w_down = nn.Linear(hidden, config.n_embd, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.w_down(F.silu(self.w_gate(x)) * self.w_up(x)))
+
+
+class Block(nn.Module):
+    # pre-norm: the residual stream itself is never normalized inside the stack, so whatever
+    # scale it has is carried from loop to loop (the paper's activity lemma).
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.RMSNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.RMSNorm(config.n_embd)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class LoopedGPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),  # the one shared stack
+        ))
+        # the readout's RMSNorm exists for every readout so that checkpoints share one layout;
+        # 'raw' never calls it (its gain then gets no gradient and stays at 1).
+        self.readout_norm = nn.RMSNorm(config.n_embd)
+        self.interloop_norm = nn.RMSNorm(config.n_embd) if config.interloop_norm else None
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied: the head is the token embedding
+
+        # Initialisation. Default: PyTorch's own (embeddings N(0,1), tied to the head; nn.Linear's
+        # uniform init), as in the paper's released code. The absolute norms the paper reports
+        # (tens at init for d=512, tens of thousands after drift) depend on it. It also means
+        # the loss at init is far above ln(vocab): the N(0,1) tied embedding makes the model
+        # predict its own input token with logits of order d. init_std > 0 gives nanoGPT-style
+        # N(0, init_std) weights instead, with the loss at init close to ln(vocab).
+        if config.init_std > 0:
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    torch.nn.init.normal_(p, mean=0.0, std=config.init_std)
+
+    # ---------------------------------------------------------------------------------
+    # the loop
+
+    def hidden_states(self, idx, n_loops=None, clamp=False):
+        """Runs the shared stack K times. Returns [H_0, H_1, ..., H_K], each (B, T, C);
+        H_0 is the embedding that enters loop 1."""
+        K = n_loops or self.config.n_loops
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        states = [h]
+        for k in range(1, K + 1):
+            x = states[-1]
+            if k > 1 and self.interloop_norm is not None:
+                # scale-removing recurrence: the next loop starts from a state of fixed RMS
+                # (the gain), so no scale can be carried and accumulate. Applied after H_{k-1}
+                # was read out; the readout and the penalty see the un-normalized H_{k-1}.
+                x = self.interloop_norm(x)
+            for block in self.transformer.h:
+                x = block(x)
+            if clamp and k > 1:
+                # eval-time recurrent scale clamp: rescale each token's state back to the norm
+                # it had after loop 1, keeping its direction. If CE barely changes, the scale
+                # the recurrence accumulated carried little predictive information.
+                x = x * (states[1].norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True))
+            states.append(x)
+        return states
+
+    def readout(self, h, last):
+        """The readout, and the blind spot. (B, T, C) -> (B, T, vocab) logits.
+
+        'norm': RMSNorm (with gain) then the head. r(a*H) = r(H) for any a > 0, so the
+        cross-entropy has no derivative along H (visibility lemma): nothing in the loss
+        sees ||H||, and the recurrence is free to grow it.
+        'raw': the head on H itself. Scaling H scales the logits, so CE sees the norm
+        and a gradient holds it in check.
+        'final_norm': raw at loops 1..K-1 (those losses see the scale), normalized at the
+        last loop of this call (`last`), where the prediction is sharpened by the gain.
+        """
+        if self.config.readout == 'norm' or (self.config.readout == 'final_norm' and last):
+            h = self.readout_norm(h)
+        return self.lm_head(h)
+
+    def readout_loss(self, h, targets, last):
+        logits = self.readout(h, last)  # (B, T, vocab)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
+
+    # ---------------------------------------------------------------------------------
+    # forward and losses
+
+    def forward(self, idx, targets=None, n_loops=None, clamp=False):
+        """idx, targets: (B, T) token ids. Without targets: the last loop's logits (B, T, vocab).
+        With targets: (None, loss, stats), where stats holds per-loop tensors (K,) that are
+        not read here, so the caller decides when to sync: 'ce' (NaN for loops the loss does
+        not read) and 'h_norm' (mean ||H_k|| over tokens, float32)."""
+        states = self.hidden_states(idx, n_loops, clamp)[1:]  # H_1 .. H_K
+        K = len(states)
+        if targets is None:
+            return self.readout(states[-1], last=True)
+
+        read = range(K) if self.config.loss == 'perloop' else [K - 1]
+        ce = [torch.full((), float('nan'), device=idx.device)] * K
+        for k in read:
+            if torch.is_grad_enabled():
+                # recompute this loop's logits in backward instead of storing them: the
+                # autograd graph would otherwise hold K (B, T, vocab) tensors at once
+                # (3.3 GB each in fp32 at B=64, T=256, GPT-2 vocab). Costs one extra head
+                # matmul per supervised loop.
+                ce[k] = checkpoint(self.readout_loss, states[k], targets, k == K - 1,
+                                   use_reentrant=False)
+            else:
+                ce[k] = self.readout_loss(states[k], targets, k == K - 1)
+        loss = torch.stack([ce[k] for k in read]).mean()
+
+        if self.config.norm_penalty > 0:
+            # norm penalty: lambda * sum_k mean over tokens of ||H_k||^2 / d, i.e. the mean square
+            # activation as in the paper's released code (the paper writes lambda * sum_k ||H_k||^2).
+            # Summed over every loop, whatever the CE reads: it is the recurrence that grows.
+            loss = loss + self.config.norm_penalty * sum(h.float().pow(2).mean() for h in states)
+
+        h_norm = torch.stack([h.detach().float().norm(dim=-1).mean() for h in states])
+        return None, loss, {'ce': torch.stack(ce).detach(), 'h_norm': h_norm}
+
+    @torch.no_grad()
+    def depth_losses(self, idx, targets, max_loops=None, clamp=False):
+        """Per-token CE of the model run with K = 1 .. max_loops loops, from one pass:
+        row K-1 is what forward(n_loops=K) would score (the readout at K is the last one).
+        Returns (max_loops, B*T) float32."""
+        states = self.hidden_states(idx, max_loops, clamp)[1:]
+        rows = []
+        for h in states:
+            logits = self.readout(h, last=True)
+            rows.append(F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
+                                        reduction='none', ignore_index=-1))
+        return torch.stack(rows)
+
+    # ---------------------------------------------------------------------------------
+    # size and cost
+
+    def get_num_params(self, non_embedding=True):
+        """Parameters of the model, counted once however many loops run. As in nanoGPT, the
+        position embeddings are subtracted by default; the token embedding is counted since
+        it is also the head (tied)."""
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n_params -= self.transformer.wpe.weight.numel()
+        return n_params
+
+    def flops_per_token(self, n_loops=None, supervised_loops=None, training=True, T=None):
+        """Matmul FLOPs per token: the shared stack K times, the readout once per supervised
+        loop, attention over T positions. Training counts forward + backward (x3), as in the
+        PaLM appendix B estimate that nanoGPT uses; the readout recompute is not counted."""
+        cfg = self.config
+        K = n_loops or cfg.n_loops
+        if supervised_loops is None:
+            supervised_loops = K if (training and cfg.loss == 'perloop') else 1
+        T = T or cfg.block_size
+        stack = sum(p.numel() for n, p in self.transformer.h.named_parameters() if p.dim() == 2)
+        attn = 2 * cfg.n_layer * T * cfg.n_embd  # q@k and att@v, one multiply-add each per (t, d)
+        head = cfg.n_embd * cfg.vocab_size
+        forward = 2 * (K * (stack + attn) + supervised_loops * head)
+        return 3 * forward if training else forward
+
+    @classmethod
+    def from_checkpoint(cls, path, device='cpu'):
+        """Rebuilds a model from a checkpoint written by train.py (a file, or a run folder
+        holding ckpt.pt). Returns (model, checkpoint dict). The one loader everything uses."""
+        if os.path.isdir(path):
+            path = os.path.join(path, 'ckpt.pt')
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no checkpoint at {path} (train.py writes <out_dir>/ckpt.pt)")
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+        known = {f.name for f in fields(LoopedGPTConfig)}
+        model = cls(LoopedGPTConfig(**{k: v for k, v in ckpt['model_args'].items() if k in known}))
+        model.load_state_dict(ckpt['model'])
+        return model.to(device), ckpt
+
+
+# -------------------------------------------------------------------------------------
+# diagnostics: shared by train.py (every eval_interval) and eval_depth.py
+
+def token_diagnostics(model, states, targets, every_loop_last=False):
+    """Per-token, per-loop diagnostics from the states of one batch ([H_0 .. H_K], as from
+    hidden_states). Returns a dict of (K, N) float32 tensors on the states' device:
+    'norm'    ||H_k|| per token
+    'radial'  |<g, H_k>| / (||g|| ||H_k||) with g = dCE_k/dH_k, the gradient of loop k's own
+              readout loss (not the loss through later loops). ~0 when the readout is
+              scale-invariant: that is the blind spot, measured.
+    'angular' 1 - cos(H_k, H_{k-1}): how far loop k turns the state (H_0 is the embedding).
+    Loop k's readout is the last one only at k = K, as in training; every_loop_last=True
+    reads every loop as the last, i.e. as the model run with K = k loops."""
+    K = len(states) - 1
+    out = {'norm': [], 'radial': [], 'angular': []}
+    # float32 and no autocast: a fraction near 1e-9 is below bf16 rounding (~4e-3).
+    with torch.autocast(device_type=states[0].device.type, enabled=False):
+        for k in range(1, K + 1):
+            h = states[k].detach().float()
+            prev = states[k - 1].detach().float()
+            out['norm'].append(h.norm(dim=-1).flatten())
+            out['angular'].append((1 - F.cosine_similarity(h, prev, dim=-1)).flatten())
+            with torch.enable_grad():
+                h = h.requires_grad_(True)
+                loss = model.readout_loss(h, targets, last=every_loop_last or k == K)
+                (g,) = torch.autograd.grad(loss, h)
+            radial = (g * h).sum(-1).abs() / (g.norm(dim=-1) * h.norm(dim=-1)).clamp_min(1e-30)
+            out['radial'].append(radial.detach().flatten())
+    return {name: torch.stack(rows) for name, rows in out.items()}
+
+
+def summarize(per_token):
+    """(K, N) per-token diagnostics -> dict of per-loop python lists: norm mean/median/p99/max,
+    mean radial fraction, mean angular change. One device sync."""
+    norm = per_token['norm'].float()
+    # quantiles on a subsample if huge: torch.quantile takes at most 2**24 elements per row
+    q = norm if norm.size(1) <= 2**24 else norm[:, torch.linspace(0, norm.size(1) - 1, 2**24).long()]
+    stats = torch.stack([norm.mean(1), q.median(1).values, torch.quantile(q, 0.99, dim=1), norm.amax(1),
+                         per_token['radial'].float().mean(1), per_token['angular'].float().mean(1)])
+    names = ['norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular']
+    return dict(zip(names, stats.cpu().tolist()))
+
+
+def diagnostics(model, idx, targets, n_loops=None, clamp=False):
+    """The per-loop diagnostics of one batch, as train.py logs them."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        states = model.hidden_states(idx, n_loops, clamp)
+    per_token = token_diagnostics(model, states, targets)
+    model.train(was_training)
+    return summarize(per_token)

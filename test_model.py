@@ -1,0 +1,301 @@
+"""
+The blind spot's mechanism as executable checks, on a tiny model, on the CPU.
+
+    python -m pytest -q test_model.py
+"""
+
+import math
+from dataclasses import asdict
+
+import pytest
+import torch
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from model import LoopedGPT, LoopedGPTConfig, diagnostics, token_diagnostics
+
+V, T, D = 64, 16, 32
+
+
+def tiny(**kw):
+    args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=3, dropout=0.0)
+    args.update(kw)
+    torch.manual_seed(0)
+    return LoopedGPT(LoopedGPTConfig(**args))
+
+
+def batch(B=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, V, (B, T), generator=g)
+    y = torch.randint(0, V, (B, T), generator=g)
+    return x, y
+
+
+def manual_logits(model, h, normalized):
+    # the readouts written out independently of model.readout
+    if normalized:
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + torch.finfo(h.dtype).eps)
+        h = h * model.readout_norm.weight
+    return h @ model.transformer.wte.weight.T
+
+
+def ce(logits, y):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+
+# ---------------------------------------------------------------------------------------
+# the visibility lemma
+
+def test_norm_readout_is_scale_invariant_and_raw_is_not():
+    x, _ = batch()
+    for readout, invariant in [('norm', True), ('raw', False)]:
+        model = tiny(readout=readout).eval()
+        with torch.no_grad():
+            h = model.hidden_states(x)[-1]
+            a = model.readout(h, last=True)
+            for alpha in (0.1, 3.0, 1000.0):
+                b = model.readout(alpha * h, last=True)
+                assert torch.allclose(a, b, rtol=1e-4, atol=1e-4) == invariant, (readout, alpha)
+                if not invariant:
+                    assert torch.allclose(alpha * a, b, rtol=1e-4, atol=1e-3)  # raw: logits scale with H
+
+
+def test_radial_gradient_fraction_near_zero_only_for_normalized_readout():
+    x, y = batch()
+    norm = diagnostics(tiny(readout='norm'), x, y)['radial']
+    raw = diagnostics(tiny(readout='raw'), x, y)['radial']
+    assert len(norm) == len(raw) == 3
+    assert max(norm) < 1e-5, norm
+    assert min(raw) > 1e-3, raw
+
+
+def test_radial_fraction_matches_a_finite_difference_along_h():
+    # |dCE(a*H)/da at a=1| = |<g, H>|: checks what token_diagnostics measures, token by token
+    model = tiny(readout='raw').eval()
+    x, y = batch(B=1)
+    with torch.no_grad():
+        states = model.hidden_states(x)
+    frac = token_diagnostics(model, states, y)['radial'][-1]
+    h = states[-1][0]
+    eps = 1e-3
+    for t in (0, 7):
+        def tok_ce(a):
+            return F.cross_entropy(model.readout(a * h[t], last=True).double(), y[0, t])
+        radial_deriv = (tok_ce(1 + eps) - tok_ce(1 - eps)) / (2 * eps)
+        hh = h[t].detach().clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(F.cross_entropy(model.readout(hh, last=True), y[0, t]), hh)
+        expect = abs(radial_deriv.item()) / (g.norm() * hh.norm()).item()
+        assert frac[t].item() == pytest.approx(expect, rel=1e-2)
+
+
+# ---------------------------------------------------------------------------------------
+# size, cost, initialisation
+
+def test_param_count_does_not_depend_on_k_and_matches_the_formula():
+    counts = {K: tiny(n_loops=K).get_num_params() for K in (1, 4, 9)}
+    assert len(set(counts.values())) == 1
+    per_block = 4 * D * D + 3 * 4 * D * D + 2 * D  # attention, SwiGLU, two RMSNorm gains
+    assert counts[1] == V * D + 2 * per_block + D  # tied embedding/head + stack + readout norm gain
+
+
+def test_flops_estimate_matches_a_counted_forward():
+    for loss, sup in [('perloop', 3), ('terminal', 1)]:
+        model = tiny(loss=loss).eval()
+        x, y = batch()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x, y)
+        per_token = counter.get_total_flops() / x.numel()
+        # the counter sees every matmul but not F.scaled_dot_product_attention on the CPU, so
+        # add attention as the estimate counts it: q@k and att@v over all T positions, 2*T*d
+        # FLOPs each per token, per layer, per loop
+        attention = 3 * 2 * (2 * T * D * 2)
+        assert per_token + attention == model.flops_per_token(training=False, supervised_loops=sup, T=T)
+    model = tiny()
+    assert model.flops_per_token(n_loops=6) > model.flops_per_token(n_loops=3)
+
+
+def test_loss_at_init_is_ln_vocab_with_small_init():
+    x, y = batch()
+    for readout in ('norm', 'raw'):
+        _, loss, _ = tiny(readout=readout, init_std=0.02)(x, y)
+        assert abs(loss.item() - math.log(V)) < 0.1, (readout, loss.item())
+
+
+def test_default_init_predicts_its_input_token():
+    # documents the paper's default init (see LoopedGPT.__init__): far above ln V at init
+    x, _ = batch()
+    _, loss, _ = tiny()(x, x)
+    _, loss_shift, _ = tiny()(x, torch.roll(x, 1, dims=1))
+    assert loss.item() < math.log(V) < loss_shift.item()
+
+
+# ---------------------------------------------------------------------------------------
+# losses, by hand
+
+@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout):
+    x, y = batch()
+    K = 3
+    for loss_kind in ('perloop', 'terminal'):
+        for lam in (0.0, 0.01):
+            model = tiny(readout=readout, loss=loss_kind, norm_penalty=lam)
+            model.eval()  # same numbers as train mode here (dropout 0); no_grad path for the stats
+            with torch.no_grad():
+                states = model.hidden_states(x)[1:]
+            normalized = [readout == 'norm' or (readout == 'final_norm' and k == K - 1) for k in range(K)]
+            per_loop = [ce(manual_logits(model, states[k], normalized[k]), y) for k in range(K)]
+            expect = sum(per_loop) / K if loss_kind == 'perloop' else per_loop[-1]
+            expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states)
+            model.train()
+            _, loss, stats = model(x, y)  # train mode: the checkpointed readout path
+            assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
+            got_ce = stats['ce']
+            if loss_kind == 'perloop':
+                assert torch.allclose(got_ce, torch.stack(per_loop), rtol=1e-5)
+            else:
+                assert torch.isnan(got_ce[:-1]).all() and got_ce[-1].item() == pytest.approx(per_loop[-1].item(), rel=1e-5)
+            assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in states]))
+
+
+def test_final_norm_uses_raw_readout_before_the_last_loop_only():
+    x, y = batch()
+    model = tiny(readout='final_norm').eval()
+    with torch.no_grad():
+        model.readout_norm.weight.fill_(0.5)  # make normalized and raw clearly different
+        for K in (2, 3, 5):  # "last" is the last loop of the call, also for overridden K
+            states = model.hidden_states(x, n_loops=K)[1:]
+            for k, h in enumerate(states):
+                got = model.readout(h, last=(k == K - 1))
+                assert torch.allclose(got, manual_logits(model, h, normalized=(k == K - 1)), atol=1e-4)
+                assert not torch.allclose(got, manual_logits(model, h, normalized=(k != K - 1)), atol=1e-2)
+            assert torch.allclose(model(x, n_loops=K), manual_logits(model, states[-1], True), atol=1e-4)
+
+
+def test_depth_losses_equal_running_the_model_with_k_loops():
+    x, y = batch()
+    for readout in ('norm', 'final_norm'):
+        model = tiny(readout=readout, loss='terminal').eval()
+        depth = model.depth_losses(x, y, max_loops=5)
+        for K in range(1, 6):
+            with torch.no_grad():
+                _, loss, _ = model(x, y, n_loops=K)
+            assert depth[K - 1].mean().item() == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_perloop_backward_never_holds_k_logit_tensors():
+    # the readout is recomputed in backward: nothing of vocab size is saved for backward
+    model = tiny(vocab_size=4096)
+    x, y = batch()
+    big = []
+
+    def pack(t):
+        if t.numel() >= x.numel() * 4096:
+            big.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, loss, _ = model(x, y)
+    assert big == [], big
+    loss.backward()  # and the recompute gives gradients
+    assert model.transformer.wte.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------
+# scale control: inter-loop norm and the clamp
+
+def test_interloop_norm_makes_every_carried_state_rms_equal_its_gain():
+    x, _ = batch()
+    for interloop in (True, False):
+        model = tiny(interloop_norm=interloop, n_loops=4).eval()
+        entering = []
+        model.transformer.h[0].register_forward_pre_hook(lambda m, args: entering.append(args[0].detach()))
+        if interloop:
+            with torch.no_grad():
+                model.interloop_norm.weight.uniform_(0.5, 2.0)
+        with torch.no_grad():
+            states = model.hidden_states(x)
+        assert len(entering) == 4
+        assert torch.equal(entering[0], states[0])  # loop 1 starts from the embedding
+        for s in entering[1:]:
+            if interloop:
+                rms = (s / model.interloop_norm.weight).pow(2).mean(-1).sqrt()
+                assert torch.allclose(rms, torch.ones_like(rms), atol=1e-4)
+            else:
+                rms = s.pow(2).mean(-1).sqrt()
+                assert not torch.allclose(rms, torch.ones_like(rms), atol=1e-1)
+
+
+def test_clamp_restores_loop1_norms_and_keeps_directions():
+    x, _ = batch()
+    model = tiny(n_loops=4).eval()
+    with torch.no_grad():
+        free = model.hidden_states(x, n_loops=6)
+        clamped = model.hidden_states(x, n_loops=6, clamp=True)
+    assert torch.equal(free[1], clamped[1])  # K=1 untouched
+    n1 = free[1].norm(dim=-1)
+    for h in clamped[2:]:
+        assert torch.allclose(h.norm(dim=-1), n1, rtol=1e-5)
+    assert not torch.allclose(free[2].norm(dim=-1), n1, rtol=1e-2)  # there was something to clamp
+    assert torch.allclose(F.cosine_similarity(free[2], clamped[2], dim=-1), torch.ones_like(n1), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# K at call time, learning, determinism, loading
+
+def test_k_can_be_overridden_beyond_training_k():
+    model = tiny(n_loops=3).eval()
+    x, y = batch()
+    with torch.no_grad():
+        assert len(model.hidden_states(x, n_loops=8)) == 9
+        assert model(x, n_loops=8).shape == (4, T, V)
+        _, _, stats = model(x, y, n_loops=8)
+    assert stats['ce'].shape == (8,) and torch.isfinite(stats['ce']).all()
+    assert len(diagnostics(model, x, y, n_loops=7)['norm_mean']) == 7
+
+
+@pytest.mark.parametrize('readout', ['norm', 'raw'])
+def test_overfits_one_batch(readout):
+    model = tiny(readout=readout, init_std=0.02)
+    x, y = batch(B=2)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        _, loss, _ = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.2, loss.item()
+
+
+def test_same_seed_same_loss_and_different_seed_different_loss():
+    def one_step(seed):
+        torch.manual_seed(seed)
+        model = LoopedGPT(LoopedGPTConfig(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D,
+                                          n_loops=3, dropout=0.1))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x, y = batch()
+        _, loss, _ = model(x, y)
+        loss.backward()
+        opt.step()
+        _, loss, _ = model(x, y)
+        return loss.item()
+    assert one_step(0) == one_step(0)
+    assert one_step(0) != one_step(1)
+
+
+def test_from_checkpoint_rebuilds_the_model(tmp_path):
+    model = tiny(readout='final_norm', interloop_norm=True).eval()
+    torch.save({'model_args': asdict(model.config), 'model': model.state_dict()}, tmp_path / 'ckpt.pt')
+    for path in (tmp_path, tmp_path / 'ckpt.pt'):
+        loaded, ckpt = LoopedGPT.from_checkpoint(str(path))
+        x, _ = batch()
+        with torch.no_grad():
+            assert torch.equal(loaded.eval()(x), model(x))
+        assert loaded.config == model.config
+    with pytest.raises(FileNotFoundError, match='no checkpoint'):
+        LoopedGPT.from_checkpoint(str(tmp_path / 'nowhere'))
+
+
+def test_bad_config_is_refused():
+    for bad in (dict(readout='rms'), dict(loss='mean'), dict(n_loops=0), dict(n_head=3)):
+        with pytest.raises(ValueError):
+            tiny(**bad)
