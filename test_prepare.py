@@ -1,0 +1,179 @@
+"""
+prepare.py from the outside: small text files made here, the byte tokenizer, no network.
+
+    python -m pytest -q test_prepare.py
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import prepare
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEXT = {
+    'train': " = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 ) \n"
+             "The game began development in 2010 , carrying over a large portion .\r\n\n" * 50,
+    'val': " = Tower Building of the Little Rock Arsenal = \n \n The Tower Building , — a “quoted” word \n" * 20,
+    'test': " = Robert Boulter = \n \n Robert Boulter is an English film actor ½ \n" * 10,
+}
+
+
+def write_texts(folder, names=('train.txt', 'valid.txt', 'test.txt'), splits=('train', 'val', 'test')):
+    os.makedirs(folder, exist_ok=True)
+    for name, split in zip(names, splits):
+        with open(os.path.join(folder, name), 'wb') as f:
+            f.write(TEXT[split].encode('utf-8'))
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(HERE, 'prepare.py'), *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def read_split(out_dir, split):
+    with open(os.path.join(out_dir, 'meta.json')) as f:
+        meta = json.load(f)
+    return np.fromfile(os.path.join(out_dir, f'{split}.bin'), dtype=meta['dtype']), meta
+
+
+def test_bins_decode_back_to_the_text_and_meta_matches(tmp_path):
+    write_texts(tmp_path / 'mytext')
+    r = run('--text_dir', tmp_path / 'mytext', '--tokenizer', 'bytes', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / 'data' / 'mytext-bytes'  # data/<folder name>-<tokenizer>
+    for split in ('train', 'val', 'test'):
+        ids, meta = read_split(out, split)
+        assert prepare.ByteTokenizer().decode(ids) == TEXT[split]
+        assert meta['tokens'][split] == len(ids) == os.path.getsize(out / f'{split}.bin') // 2
+        assert meta['sha256'][split] == hashlib.sha256((out / f'{split}.bin').read_bytes()).hexdigest()
+    assert meta['dtype'] == 'uint16' and meta['vocab_size'] == 256 and meta['tokenizer'] == 'bytes'
+    assert sorted(os.listdir(out)) == ['meta.json', 'test.bin', 'train.bin', 'val.bin']  # no .tmp left
+
+
+def test_wikitext_file_names_and_missing_test_split(tmp_path):
+    write_texts(tmp_path / 'wt', names=('wiki.train.raw', 'wiki.valid.raw'), splits=('train', 'val'))
+    r = run('--text_dir', tmp_path / 'wt', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
+    assert r.returncode == 0, r.stderr
+    ids, meta = read_split(tmp_path / 'out', 'val')
+    assert prepare.ByteTokenizer().decode(ids) == TEXT['val']
+    assert set(meta['tokens']) == {'train', 'val'}
+
+
+def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
+    write_texts(tmp_path / 't')
+    args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
+    assert run(*args).returncode == 0
+    bin_path = tmp_path / 'out' / 'train.bin'
+    os.utime(bin_path, (0, 0))
+    r = run(*args)
+    assert r.returncode == 0 and 'already complete' in r.stdout
+    assert os.path.getmtime(bin_path) == 0
+    r = run(*args, '--force')
+    assert r.returncode == 0 and 'already complete' not in r.stdout
+    assert os.path.getmtime(bin_path) > 0
+    assert prepare.ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == TEXT['train']
+
+
+def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
+    write_texts(tmp_path / 't')
+    args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
+    assert run(*args).returncode == 0
+    with open(tmp_path / 'out' / 'val.bin', 'r+b') as f:
+        f.truncate(10)
+    r = run(*args)
+    assert 'already complete' not in r.stdout
+    assert prepare.ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
+
+
+@pytest.mark.parametrize('existing', [False, True])
+def test_an_interruption_leaves_no_complete_looking_output(tmp_path, monkeypatch, existing):
+    write_texts(tmp_path / 't')
+    args = ['--text_dir', str(tmp_path / 't'), '--tokenizer', 'bytes', '--out_dir', str(tmp_path / 'out')]
+    if existing:
+        prepare.main(args)
+        args.append('--force')
+    monkeypatch.setattr(prepare, 'LINES_PER_CHUNK', 3)
+    calls = []
+
+    def encode_then_interrupt(self, lines):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return np.frombuffer(''.join(lines).encode('utf-8'), dtype=np.uint8)
+    monkeypatch.setattr(prepare.ByteTokenizer, 'encode_lines', encode_then_interrupt)
+    with pytest.raises(SystemExit, match='interrupted'):
+        prepare.main(args)
+    left = os.listdir(tmp_path / 'out')
+    assert 'meta.json' not in left and not any(f.endswith('.tmp') for f in left)
+    assert not prepare.is_complete(tmp_path / 'out')
+    if not existing:
+        assert 'train.bin' not in left  # the split being written never appears under its name
+
+
+def test_datasets_path_with_a_local_dataset(tmp_path):
+    datasets = pytest.importorskip('datasets')
+    rows = {split: [line + '\n' for line in TEXT[split].split('\n')[:-1]] + [''] for split in TEXT}
+    dd = datasets.DatasetDict({hf: datasets.Dataset.from_dict({'text': rows[s]})
+                               for s, hf in prepare.HF_SPLITS.items()})
+    dd.save_to_disk(str(tmp_path / 'wt-local'))
+    r = run('--dataset', tmp_path / 'wt-local', '--tokenizer', 'bytes', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for split in TEXT:
+        ids, meta = read_split(tmp_path / 'data' / 'wt-local-bytes', split)
+        assert prepare.ByteTokenizer().decode(ids) == ''.join(rows[split])
+
+
+def test_tiktoken_path_tokenizes_line_by_line(tmp_path, monkeypatch):
+    # a small BPE built here (byte ranks plus a few merges) stands in for GPT-2's, which needs a download
+    tiktoken = pytest.importorskip('tiktoken')
+    ranks = {bytes([i]): i for i in range(256)}
+    for merge in (b' t', b'he', b' the', b'in', b' =', b'\n'):
+        ranks.setdefault(merge, len(ranks))
+    pat = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    enc = tiktoken.Encoding('tiny', pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+    monkeypatch.setattr(tiktoken, 'get_encoding', lambda name: enc)
+    write_texts(tmp_path / 't')
+    prepare.main(['--text_dir', str(tmp_path / 't'), '--tokenizer', 'tiny', '--out_dir', str(tmp_path / 'out')])
+    ids, meta = read_split(tmp_path / 'out', 'train')
+    expect = [i for line in TEXT['train'].splitlines(keepends=True) for i in enc.encode_ordinary(line)]
+    assert ids.tolist() == expect and enc.decode(expect) == TEXT['train']
+    assert meta['vocab_size'] == enc.n_vocab and meta['dtype'] == 'uint16'
+
+
+def test_dtype_follows_the_vocabulary():
+    assert prepare.bin_dtype(256) == np.uint16
+    assert prepare.bin_dtype(50257) == np.uint16
+    assert prepare.bin_dtype(100277) == np.uint32
+
+
+def one_line_error(r, *needles):
+    assert r.returncode != 0
+    # progress bars may come before it; the error itself is one line, with no traceback
+    assert 'Traceback' not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if 'error' in line]
+    assert len(errors) == 1 and errors[0].startswith('prepare.py: error:'), r.stderr
+    assert r.stderr.strip().splitlines()[-1] == errors[0]
+    for n in needles:
+        assert n in errors[0], errors[0]
+
+
+def test_clear_errors(tmp_path):
+    write_texts(tmp_path / 'noval', names=('train.txt',), splits=('train',))
+    one_line_error(run('--text_dir', tmp_path / 'noval', '--tokenizer', 'bytes'), 'no val split', 'valid.txt')
+    write_texts(tmp_path / 'empty')
+    (tmp_path / 'empty' / 'valid.txt').write_bytes(b'')
+    one_line_error(run('--text_dir', tmp_path / 'empty', '--tokenizer', 'bytes'), 'is empty')
+    write_texts(tmp_path / 'latin1')
+    (tmp_path / 'latin1' / 'test.txt').write_bytes('ok\ncaf\xe9\n'.encode('latin-1'))
+    r = run('--text_dir', tmp_path / 'latin1', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o')
+    one_line_error(r, 'not UTF-8', 'line 2')
+    assert not os.path.exists(tmp_path / 'o' / 'meta.json')
+    one_line_error(run('--text_dir', tmp_path / 'latin1', '--tokenizer', 'no-such-encoding'), 'unknown tokenizer')
+    one_line_error(run('--dataset', 'no-such-dataset', '--tokenizer', 'bytes'), 'unknown --dataset')
+    one_line_error(run('--train_file', tmp_path / 'latin1' / 'train.txt', '--tokenizer', 'bytes'), '--val_file')
