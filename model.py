@@ -10,13 +10,16 @@ recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough"
 
 Everything the scripts need from the model is here, in one copy: the model and its loss
 variants, the per-loop diagnostics (norms, radial gradient fraction, angular change), the
-checkpoint loader and the FLOPs estimate. This file imports nothing from the scripts.
+checkpoint loader and the FLOPs estimate, and the few device, precision and data helpers
+that train.py and eval_depth.py both use. This file imports nothing from the scripts.
 """
 
-import math
+import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
@@ -178,13 +181,14 @@ class LoopedGPT(nn.Module):
         last loop of this call (`last`), where the prediction is sharpened by the gain.
         """
         if self.config.readout == 'norm' or (self.config.readout == 'final_norm' and last):
-            h = self.readout_norm(h)
-        return self.lm_head(h)
+            h = F.rms_norm(h, (h.size(-1),), self.readout_norm.weight.to(h.dtype), self.readout_norm.eps)
+        # (weights cast to h's dtype: a no-op in training, float64 for the diagnostics)
+        return F.linear(h, self.lm_head.weight.to(h.dtype))
 
     def readout_loss(self, h, targets, last):
         logits = self.readout(h, last)  # (B, T, vocab)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
-                               ignore_index=-1)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # CE in float32 at least
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
     # ---------------------------------------------------------------------------------
     # forward and losses
@@ -292,19 +296,24 @@ def token_diagnostics(model, states, targets, every_loop_last=False):
     reads every loop as the last, i.e. as the model run with K = k loops."""
     K = len(states) - 1
     out = {'norm': [], 'radial': [], 'angular': []}
-    # float32 and no autocast: a fraction near 1e-9 is below bf16 rounding (~4e-3).
-    with torch.autocast(device_type=states[0].device.type, enabled=False):
+    device_type = states[0].device.type
+    # The radial fraction is computed in float64 without autocast: the quantity sits near 1e-9
+    # for a normalized readout, far below bf16 (~4e-3) and near float32 (~1e-7) rounding, and
+    # a saturated float32 softmax (as at the default init, CE ~ 80) underflows the gradient
+    # to noise. The readout runs in the dtype of its input (LoopedGPT.readout); MPS has no float64.
+    precise = torch.float32 if device_type == 'mps' else torch.float64
+    with torch.autocast(device_type=device_type, enabled=False):
         for k in range(1, K + 1):
-            h = states[k].detach().float()
-            prev = states[k - 1].detach().float()
-            out['norm'].append(h.norm(dim=-1).flatten())
-            out['angular'].append((1 - F.cosine_similarity(h, prev, dim=-1)).flatten())
+            h = states[k].detach().to(precise)
+            prev = states[k - 1].detach().to(precise)
+            out['norm'].append(h.norm(dim=-1).flatten().float())
+            out['angular'].append((1 - F.cosine_similarity(h, prev, dim=-1)).flatten().float())
+            h.requires_grad_(True)
             with torch.enable_grad():
-                h = h.requires_grad_(True)
                 loss = model.readout_loss(h, targets, last=every_loop_last or k == K)
                 (g,) = torch.autograd.grad(loss, h)
-            radial = (g * h).sum(-1).abs() / (g.norm(dim=-1) * h.norm(dim=-1)).clamp_min(1e-30)
-            out['radial'].append(radial.detach().flatten())
+            radial = (g * h).sum(-1).abs() / (g.norm(dim=-1) * h.norm(dim=-1)).clamp_min(1e-300)
+            out['radial'].append(radial.detach().flatten().float())
     return {name: torch.stack(rows) for name, rows in out.items()}
 
 
@@ -329,3 +338,71 @@ def diagnostics(model, idx, targets, n_loops=None, clamp=False):
     per_token = token_diagnostics(model, states, targets)
     model.train(was_training)
     return summarize(per_token)
+
+
+# -------------------------------------------------------------------------------------
+# device, precision and data: decided once, here, for train.py and eval_depth.py
+
+def resolve_device(name='auto'):
+    """'auto' -> 'cuda', then 'mps', then 'cpu'; anything else is returned as given."""
+    if name != 'auto':
+        return name
+    if torch.cuda.is_available():
+        return 'cuda'
+    if torch.backends.mps.is_available():
+        return 'mps'
+    return 'cpu'
+
+
+def resolve_dtype(name, device):
+    """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs, float32 elsewhere."""
+    if name != 'auto':
+        return name
+    if device.startswith('cuda'):
+        return 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
+    return 'float32'
+
+
+def autocast(device, dtype):
+    """The context the forward passes run in: autocast to dtype, or nothing for float32."""
+    if dtype == 'float32':
+        return nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
+
+
+def peak_flops(device):
+    """Dense bf16 peak of the GPU, for MFU; None where unknown (then MFU is not reported).
+    These are the vendors' spec-sheet numbers (dense, no sparsity)."""
+    if not device.startswith('cuda'):
+        return None
+    name = torch.cuda.get_device_name(torch.device(device))
+    for key, flops in (('H200', 989e12), ('H100', 989e12), ('A100', 312e12), ('L40S', 362e12),
+                       ('A10G', 70e12), ('4090', 165e12), ('3090', 71e12)):
+        if key in name:
+            return flops
+    return None
+
+
+def prepare_command(dataset):
+    """The prepare.py command that makes data/<dataset>."""
+    base, tok = (dataset[:-len('-bytes')], ' --tokenizer bytes') if dataset.endswith('-bytes') else (dataset, '')
+    if base == 'wikitext-103':
+        return f"python prepare.py{tok}"
+    if base == 'wikitext-2':
+        return f"python prepare.py --dataset wikitext-2{tok}"
+    return f"python prepare.py --text_dir <folder with train/valid text>{tok} --out_dir data/{dataset}"
+
+
+def load_tokens(data_dir, split):
+    """A split written by prepare.py, as a read-only memmap, with its meta.json.
+    The dtype comes from meta.json, never assumed."""
+    meta_path = os.path.join(data_dir, 'meta.json')
+    if not os.path.isfile(meta_path):
+        dataset = os.path.basename(os.path.normpath(data_dir))
+        raise FileNotFoundError(f"no prepared data in {data_dir} (meta.json missing): make it with "
+                                f"`{prepare_command(dataset)}`")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if split not in meta['tokens']:
+        raise FileNotFoundError(f"{data_dir} has no {split} split (it has {', '.join(meta['tokens'])})")
+    return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
