@@ -1,0 +1,55 @@
+"""
+Shared test fixtures: tiny byte-level data made by prepare.py, and a runner for the scripts.
+Nothing here needs the network or anything outside the repo.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# a tiny model that trains in seconds on the CPU (2 loops, so per-loop behaviour is exercised)
+TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2',
+        '--block_size=32', '--batch_size=8', '--dropout=0.0', '--eval_iters=2', '--log_interval=1',
+        '--learning_rate=3e-3', '--init_std=0.02']
+
+
+def run_script(script, *args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, os.path.join(HERE, script), *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def assert_one_line_error(r, script, *needles):
+    """The run failed with exactly one error line naming what is wrong, and no traceback."""
+    assert r.returncode != 0, r.stdout
+    assert 'Traceback' not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith(f'{script}: error:')]
+    assert len(errors) == 1 and r.stderr.strip().splitlines()[-1] == errors[0], r.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+@pytest.fixture(scope='session')
+def tiny_data(tmp_path_factory):
+    """data_dir holding 'tiny-bytes': a few hundred KB of text as byte tokens."""
+    root = tmp_path_factory.mktemp('tinydata')
+    words = ('the loop reads out every state and carries it to the next loop while the norm '
+             'grows where the readout cannot see it and the raw head keeps it in check').split()
+    lines = []
+    for i in range(3000):
+        lines.append(' '.join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ' .\n')
+    (root / 'text').mkdir()
+    (root / 'text' / 'train.txt').write_text(''.join(lines[:2600]))
+    (root / 'text' / 'valid.txt').write_text(''.join(lines[2600:2800]))
+    (root / 'text' / 'test.txt').write_text(''.join(lines[2800:]))
+    r = run_script('prepare.py', '--text_dir', root / 'text', '--tokenizer', 'bytes',
+                   '--out_dir', root / 'data' / 'tiny-bytes')
+    assert r.returncode == 0, r.stderr
+    return root / 'data'
+
+
+def train_args(data_dir, out_dir, *extra):
+    return [f'--data_dir={data_dir}', '--dataset=tiny-bytes', f'--out_dir={out_dir}', *TINY, *extra]

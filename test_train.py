@@ -1,0 +1,127 @@
+"""
+train.py from the outside (subprocesses on tiny data made by prepare.py), and configurator.py.
+
+    python -m pytest -q test_train.py
+"""
+
+import json
+import os
+
+import pytest
+
+from conftest import assert_one_line_error, run_script, train_args
+from configurator import ConfigError, configure
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, 'log.jsonl')) as f:
+        return [json.loads(line) for line in f]
+
+
+def train(tiny_data, out_dir, *extra):
+    r = run_script('train.py', *train_args(tiny_data, out_dir, *extra))
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_training_lowers_the_loss_and_logs_every_loop(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    r = train(tiny_data, out, '--max_iters=60', '--eval_interval=30', '--readout=raw', '--n_loops=3')
+    log = read_log(out)
+    trains = [e for e in log if e['kind'] == 'train']
+    evals = [e for e in log if e['kind'] == 'eval']
+    assert [e['iter'] for e in trains] == list(range(1, 61))
+    assert [e['iter'] for e in evals] == [0, 30, 60]
+    for e in trains:
+        assert len(e['ce']) == len(e['h_norm']) == 3
+        assert e['ms_per_iter'] > 0 and e['tok_per_s'] > 0 and e['lr'] == pytest.approx(3e-3)
+        assert 'mfu' in e  # None on a CPU
+    for e in evals:
+        for key in ('val_loss', 'val_ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular'):
+            assert len(e[key]) == 3, key
+    assert sum(e['loss'] for e in trains[-10:]) / 10 < 0.8 * sum(e['loss'] for e in trains[:10]) / 10
+    assert evals[-1]['val_loss'][-1] < evals[0]['val_loss'][-1] - 1.0
+    assert 'iter 60: loss' in r.stdout and 'eval 60: val loss K=1..3' in r.stdout
+    assert os.path.isfile(out / 'ckpt.pt') and not os.path.exists(out / 'ckpt.pt.tmp')
+
+
+def test_terminal_loss_logs_null_for_unsupervised_loops(tiny_data, tmp_path):
+    train(tiny_data, tmp_path / 'run', '--max_iters=3', '--eval_interval=3', '--loss=terminal')
+    trains = [e for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
+    assert all(e['ce'][0] is None and e['ce'][1] is not None for e in trains)
+
+
+def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
+    common = ('--eval_interval=6', '--dropout=0.1', '--max_iters=12')  # dropout: the torch RNG must resume too
+    train(tiny_data, tmp_path / 'full', *common)
+    train(tiny_data, tmp_path / 'split', *common[:2], '--max_iters=6')
+    train(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
+    full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
+    split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
+    assert len(full) == len(split) == 12
+    assert split == full  # bit for bit: same batches, same dropout masks, same optimizer state
+    assert len(set(full)) == 12
+
+
+def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    train(tiny_data, out, '--max_iters=4', '--eval_interval=4')
+    before = (out / 'ckpt.pt').read_bytes()
+    r = run_script('train.py', *train_args(tiny_data, out, '--max_iters=40', '--eval_interval=4',
+                                           '--init_from=resume', '--learning_rate=1e12', '--grad_clip=0.0'))
+    assert_one_line_error(r, 'train.py', 'non-finite', 'lower learning_rate')
+    assert (out / 'ckpt.pt').read_bytes() == before
+    assert not os.path.exists(out / 'ckpt.pt.tmp')
+
+
+def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
+    args = train_args(tiny_data, tmp_path / 'x', '--eval_only=True')
+    assert_one_line_error(run_script('train.py', *args, '--learning_rat=1e-3'), 'train.py', "'learning_rat'")
+    assert_one_line_error(run_script('train.py', *args, '--batch_size=big'), 'train.py', "'batch_size'", 'int')
+    assert_one_line_error(run_script('train.py', *args, '--max_iters=1.5'), 'train.py', "'max_iters'")
+    assert_one_line_error(run_script('train.py', *args, '--readout=rms'), 'train.py', "'readout'", 'raw')
+    bad = tmp_path / 'bad.py'
+    bad.write_text("n_layers = 4\n")
+    assert_one_line_error(run_script('train.py', bad, *args), 'train.py', "'n_layers'", str(bad))
+    assert_one_line_error(run_script('train.py', 'config/nope.py', *args), 'train.py', 'config/nope.py')
+    r = run_script('train.py', *args, '--learning_rate=1')  # an int where a float is expected is fine
+    assert r.returncode == 0, r.stderr
+
+
+def test_missing_data_names_the_prepare_command(tmp_path):
+    r = run_script('train.py', f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes', '--device=cpu')
+    assert_one_line_error(r, 'train.py', 'python prepare.py --dataset wikitext-2 --tokenizer bytes')
+    r = run_script('train.py', f'--data_dir={tmp_path}', '--device=cpu')
+    assert_one_line_error(r, 'train.py', '`python prepare.py`')
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    train(tiny_data, out, '--max_iters=2', '--eval_interval=2')
+    r = run_script('train.py', *train_args(tiny_data, out, '--init_from=resume', '--n_embd=64'))
+    assert_one_line_error(r, 'train.py', 'n_embd=32')
+    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'none', '--init_from=resume'))
+    assert_one_line_error(r, 'train.py', 'no checkpoint')
+
+
+def test_every_condition_config_loads_and_overlays_compose():
+    defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
+                    n_layer=8, n_head=8, n_embd=512, batch_size=64)
+    conditions = sorted(f for f in os.listdir('config') if f not in ('cpu.py', '129m.py'))
+    assert len(conditions) == 8
+    seen = set()
+    for name in conditions:
+        c = configure(defaults, [f'config/{name}', 'config/129m.py'])
+        assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
+        seen.add((c['readout'], c['loss'], c['norm_penalty'], c['interloop_norm']))
+    assert len(seen) == 8  # eight different conditions
+
+
+def test_configurator_types():
+    s = dict(lr=3e-4, n=4, flag=False, name='a')
+    assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
+    assert type(configure(s, ['--lr=1'])['lr']) is float
+    assert configure(s, ['--name=wikitext-2', '--flag=True'])['name'] == 'wikitext-2'
+    for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n']):
+        with pytest.raises(ConfigError):
+            configure(s, bad)

@@ -1,0 +1,373 @@
+"""
+Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU, or with DDP.
+
+    python train.py config/raw_perloop.py                     # the paper's 44M recipe on WikiText-103
+    python train.py config/raw_perloop.py config/129m.py      # the 129M shape
+    python train.py config/norm_perloop.py config/cpu.py      # the blind spot on a laptop CPU, in minutes
+    torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py
+
+Settings are the globals below. Config files and --key=value override them, in order
+(configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
+log lines, one JSON object per line, for plots.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from configurator import ConfigError, configure
+from model import (LoopedGPT, LoopedGPTConfig, autocast, diagnostics, load_tokens, peak_flops,
+                   resolve_device, resolve_dtype)
+
+# -----------------------------------------------------------------------------
+# settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
+# normalized readout, per-loop CE. config/<condition>.py changes only what differs.
+# I/O
+out_dir = 'out'
+eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
+log_interval = 50             # iterations between train log lines (the only host-device syncs)
+eval_iters = 40               # validation batches per eval: fixed windows, the same every time
+eval_only = False             # evaluate the checkpoint in out_dir (or the init) once, then exit
+always_save_checkpoint = True # False: save only when the validation loss improves
+init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
+# data
+data_dir = 'data'
+dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
+batch_size = 64               # sequences per micro-step (per GPU with DDP)
+block_size = 256              # tokens per sequence
+gradient_accumulation_steps = 1  # micro-steps per optimizer step (in total, split over DDP ranks)
+# model (see LoopedGPTConfig in model.py)
+n_layer = 8                   # blocks in the shared stack
+n_head = 8
+n_embd = 512
+dropout = 0.1
+n_loops = 4                   # K, the loops in training
+readout = 'norm'              # 'norm' | 'raw' | 'final_norm'
+loss = 'perloop'              # 'perloop' | 'terminal'
+norm_penalty = 0.0            # lambda; 0.01 in the paper's penalty runs
+interloop_norm = False        # RMSNorm between loops
+init_std = 0.0                # 0: PyTorch's default init, as the paper's released code
+# optimizer: AdamW with weight decay on every parameter, as the paper's released code
+learning_rate = 3e-4
+epochs = 4.0                  # training length in passes over the train tokens (when max_iters = 0)
+max_iters = 0                 # optimizer steps; 0: derived from epochs and the size of the train split
+weight_decay = 0.01
+beta1 = 0.9
+beta2 = 0.999
+grad_clip = 1.0               # max gradient norm; 0 = off
+# learning rate schedule: linear warmup, then constant (the paper) or cosine to min_lr
+warmup_iters = 0
+lr_decay = 'constant'         # 'constant' | 'cosine'
+min_lr = 3e-5                 # the end of the cosine
+# system
+device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
+dtype = 'auto'                # 'auto' (bfloat16 where supported) | 'float32' | 'bfloat16' | 'float16'
+compile = 'auto'              # torch.compile: 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
+seed = 1337
+# -----------------------------------------------------------------------------
+SETTINGS = [k for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))
+            and k not in ('SETTINGS',)]
+CHOICES = {'readout': ('norm', 'raw', 'final_norm'), 'loss': ('perloop', 'terminal'),
+           'init_from': ('scratch', 'resume'), 'lr_decay': ('constant', 'cosine'),
+           'dtype': ('auto', 'float32', 'bfloat16', 'float16'), 'compile': ('auto', 'on', 'off')}
+MODEL_ARGS = ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size', 'dropout', 'n_loops', 'readout', 'loss',
+              'norm_penalty', 'interloop_norm', 'init_std')
+
+
+class TrainError(Exception):
+    """Something the user can fix; printed as one line."""
+
+
+# -----------------------------------------------------------------------------
+# helpers (importable: nothing runs at import)
+
+def get_lr(it):
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if lr_decay == 'constant':
+        return learning_rate
+    progress = min(1.0, (it - warmup_iters) / max(1, max_iters - warmup_iters))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
+
+
+def train_batches(data, it, rank, n_micro):
+    """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
+    seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
+    run sees exactly the batches the uninterrupted run would have. One vectorised gather
+    from the memmap: (n_micro, B, T+1)."""
+    rng = np.random.default_rng([seed, rank, it])
+    starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
+    return windows(data, starts)
+
+
+def eval_batches(data):
+    """eval_iters fixed batches of windows spread evenly over the split."""
+    starts = np.linspace(0, len(data) - block_size - 1, eval_iters * batch_size).astype(np.int64)
+    return windows(data, starts.reshape(eval_iters, batch_size))
+
+
+def windows(data, starts):
+    chunk = torch.from_numpy(data[starts[..., None] + np.arange(block_size + 1)].astype(np.int64))
+    x, y = chunk[..., :-1], chunk[..., 1:]
+    if device_type == 'cuda':  # pinned, so the copies are asynchronous
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+@torch.no_grad()
+def evaluate(model, val_batches):
+    """Validation CE at every K from 1 to n_loops (one pass: the model run with K loops is
+    its readout at loop K), and the per-loop diagnostics on the first batch."""
+    model.eval()
+    total = torch.zeros(n_loops, device=device)
+    for x, y in zip(*val_batches):
+        with ctx:
+            total += model.depth_losses(x, y, max_loops=n_loops).mean(dim=1)
+    val_loss = (total / len(val_batches[0])).tolist()
+    with ctx:
+        diag = diagnostics(model, val_batches[0][0], val_batches[1][0])
+    model.train()
+    return dict(val_loss=val_loss, val_ppl=[math.exp(v) if v < 700 else float('inf') for v in val_loss], **diag)
+
+
+def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
+    ckpt = {
+        'model_args': {k: getattr(raw_model.config, k) for k in MODEL_ARGS},
+        'model': raw_model.state_dict(),      # the uncompiled model: no _orig_mod. prefixes
+        'optimizer': optimizer.state_dict(),
+        'iter_num': iter_num,
+        'data_position': iter_num,            # batches are a function of (seed, rank, iteration)
+        'best_val_loss': best_val_loss,
+        'config': config,
+        'rng': {'torch': torch.get_rng_state(),
+                'cuda': torch.cuda.get_rng_state() if device_type == 'cuda' else None},
+    }
+    path = os.path.join(out_dir, 'ckpt.pt')
+    torch.save(ckpt, path + '.tmp')
+    os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
+
+
+def json_safe(v):
+    # JSON has no NaN or inf: they are written as null (e.g. the CE of a loop a terminal loss never reads)
+    if isinstance(v, list):
+        return [json_safe(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def log(record, line):
+    print(line, flush=True)
+    record = {k: json_safe(v) for k, v in record.items()}
+    with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
+        f.write(json.dumps(record) + '\n')
+
+
+def fmt(values, spec='.3f'):
+    return ' '.join('-' if not math.isfinite(v) else format(v, spec) for v in values)
+
+
+# -----------------------------------------------------------------------------
+
+def setup(argv):
+    """Applies config files and overrides to the globals, checks them, and picks the device."""
+    global device, device_type, ptdtype, dtype, ctx
+    try:
+        config = configure({k: globals()[k] for k in SETTINGS}, argv)
+    except ConfigError as e:
+        raise TrainError(str(e))
+    for key, options in CHOICES.items():
+        if config[key] not in options:
+            raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
+    globals().update(config)
+    device = resolve_device(device)
+    device_type = torch.device(device).type
+    dtype = resolve_dtype(dtype, device)
+    ctx = autocast(device, dtype)
+    return config
+
+
+def main(argv):
+    global device, max_iters, gradient_accumulation_steps
+    config = setup(argv)
+
+    # DDP: one process per GPU under torchrun; on one device none of this runs
+    ddp = int(os.environ.get('RANK', -1)) != -1
+    rank, world_size = 0, 1
+    if ddp:
+        init_process_group(backend='nccl')
+        rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(device)
+        if gradient_accumulation_steps % world_size:
+            raise TrainError(f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
+                             f"multiple of the number of GPUs ({world_size})")
+        gradient_accumulation_steps //= world_size
+    master = rank == 0
+    torch.manual_seed(seed + rank)
+    if device_type == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    # data
+    try:
+        train_data, meta = load_tokens(os.path.join(data_dir, dataset), 'train')
+        val_data, _ = load_tokens(os.path.join(data_dir, dataset), 'val')
+    except FileNotFoundError as e:
+        raise TrainError(str(e))
+    for name, data in (('train', train_data), ('val', val_data)):
+        if len(data) <= block_size + 1:
+            raise TrainError(f"the {name} split of {dataset} has {len(data)} tokens, too few for block_size {block_size}")
+    tokens_per_iter = gradient_accumulation_steps * world_size * batch_size * block_size
+    if max_iters == 0:
+        # "epochs" of random windows: epochs * train tokens / tokens per step, as the paper's recipe
+        max_iters = math.ceil(epochs * len(train_data) / tokens_per_iter)
+
+    # model
+    model_args = {k: config[k] for k in MODEL_ARGS if k in config}
+    model_args['vocab_size'] = meta['vocab_size']
+    ckpt = None
+    iter_num, best_val_loss = 0, float('inf')
+    if init_from == 'resume':
+        path = os.path.join(out_dir, 'ckpt.pt')
+        if not os.path.isfile(path):
+            raise TrainError(f"init_from='resume' but there is no checkpoint at {path}")
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+        if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
+            raise TrainError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{dataset} has "
+                             f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
+        differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
+                  if k != 'dropout' and ckpt['model_args'].get(k) != v]
+        if differ:
+            raise TrainError(f"{path} does not match this config: {', '.join(differ)}")
+        model_args = ckpt['model_args']
+        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+    model = LoopedGPT(LoopedGPTConfig(**model_args))
+    if ckpt is not None:
+        model.load_state_dict(ckpt['model'])
+    model.to(device)
+    raw_model = model  # kept for saving and for evaluating at other K
+    if master:
+        print(f"number of parameters: {model.get_num_params() / 1e6:.2f}M (counted once; the stack runs {n_loops}x)")
+        print(f"device {device}, {dtype}, {tokens_per_iter:,} tokens per iteration, {max_iters:,} iterations")
+
+    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == 'float16'))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2),
+                                  weight_decay=weight_decay, fused=(device_type == 'cuda'))
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt['optimizer'])
+        if master:
+            torch.set_rng_state(ckpt['rng']['torch'].cpu())
+            if device_type == 'cuda' and ckpt['rng']['cuda'] is not None:
+                torch.cuda.set_rng_state(ckpt['rng']['cuda'].cpu())
+        else:
+            torch.manual_seed(seed + rank + iter_num)
+    ckpt = None  # free memory
+    start_iter = iter_num  # nothing new to save until the first step from here
+
+    if compile == 'on' or (compile == 'auto' and device_type == 'cuda'):
+        if master:
+            print("compiling the model... (takes a minute)")
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])])
+
+    flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
+    peak = peak_flops(device)
+    val_batches = eval_batches(val_data)
+    if master:
+        os.makedirs(out_dir, exist_ok=True)
+        if init_from == 'scratch' and os.path.exists(os.path.join(out_dir, 'log.jsonl')):
+            os.remove(os.path.join(out_dir, 'log.jsonl'))
+
+    # -------------------------------------------------------------------------
+    # the training loop. Per-loop numbers stay on the device as tensors and are read once
+    # per log line; `finite` is checked there too, so a NaN costs no sync per step.
+    acc_loss = torch.zeros((), device=device)
+    acc_ce = torch.zeros(n_loops, device=device)
+    acc_norm = torch.zeros(n_loops, device=device)
+    finite = torch.ones((), dtype=torch.bool, device=device)
+    acc_iters, t0 = 0, time.time()
+    while True:
+        if (iter_num % eval_interval == 0 and master) or eval_only:
+            t_eval = time.time()
+            if not finite.item():
+                raise TrainError(non_finite_message(iter_num))
+            ev = evaluate(raw_model, val_batches)
+            log(dict(kind='eval', iter=iter_num, **ev),
+                f"eval {iter_num}: val loss K=1..{n_loops} {fmt(ev['val_loss'], '.4f')} | "
+                f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
+                f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
+                f"angular {fmt(ev['angular'], '.2e')}")
+            if not all(math.isfinite(v) for v in ev['val_loss']):
+                raise TrainError(non_finite_message(iter_num))
+            if eval_only:
+                break
+            if iter_num > start_iter and (ev['val_loss'][-1] < best_val_loss or always_save_checkpoint):
+                best_val_loss = min(best_val_loss, ev['val_loss'][-1])
+                save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config)
+                print(f"saved {out_dir}/ckpt.pt")
+            t0 += time.time() - t_eval  # the eval is not training time
+        if iter_num >= max_iters:
+            break
+
+        lr = get_lr(iter_num)
+        for group in optimizer.param_groups:
+            group['lr'] = lr
+        xs, ys = train_batches(train_data, iter_num, rank, gradient_accumulation_steps)
+        for micro in range(gradient_accumulation_steps):
+            if ddp:  # all-reduce the gradients only at the last micro-step
+                model.require_backward_grad_sync = (micro == gradient_accumulation_steps - 1)
+            with ctx:
+                _, loss, stats = model(xs[micro], ys[micro])
+                loss = loss / gradient_accumulation_steps
+            scaler.scale(loss).backward()
+            acc_loss += loss.detach()
+            acc_ce += stats['ce'] / gradient_accumulation_steps
+            acc_norm += stats['h_norm'] / gradient_accumulation_steps
+            finite &= torch.isfinite(loss.detach())
+        if grad_clip > 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        iter_num += 1
+        acc_iters += 1
+
+        if iter_num % log_interval == 0 and master:
+            if not finite.item():  # the one sync per log line
+                raise TrainError(non_finite_message(iter_num))
+            dt = time.time() - t0
+            ce = (acc_ce / acc_iters).tolist()
+            h_norm = (acc_norm / acc_iters).tolist()
+            train_loss = (acc_loss / acc_iters).item()
+            tok_s = tokens_per_iter * acc_iters / dt
+            mfu = flops_per_iter * acc_iters / dt / (peak * world_size) if peak else None
+            log(dict(kind='train', iter=iter_num, loss=train_loss, ce=ce, h_norm=h_norm, lr=lr,
+                     ms_per_iter=1000 * dt / acc_iters, tok_per_s=tok_s, mfu=mfu),
+                f"iter {iter_num}: loss {train_loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
+                f"lr {lr:.1e} | {1000 * dt / acc_iters:.1f} ms/iter | {tok_s:,.0f} tok/s"
+                + (f" | mfu {100 * mfu:.1f}%" if mfu else ""))
+            acc_loss.zero_(), acc_ce.zero_(), acc_norm.zero_()
+            acc_iters, t0 = 0, time.time()
+
+    if ddp:
+        destroy_process_group()
+
+
+def non_finite_message(iter_num):
+    return (f"the loss became non-finite by iteration {iter_num}: stopping. {out_dir}/ckpt.pt (if any) "
+            f"is the last good checkpoint and was not touched; try a lower learning_rate (now {learning_rate})")
+
+
+if __name__ == '__main__':
+    try:
+        main(sys.argv[1:])
+    except TrainError as e:
+        sys.exit(f"train.py: error: {e}")
