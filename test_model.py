@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from model import LoopedGPT, LoopedGPTConfig, diagnostics, token_diagnostics
+from model import LoopedGPT, LoopedGPTConfig, diagnostics, summarize, token_diagnostics
 
 V, T, D = 64, 16, 32
 
@@ -86,6 +86,22 @@ def test_radial_fraction_matches_a_finite_difference_along_h():
         (g,) = torch.autograd.grad(F.cross_entropy(model.readout(hh, last=True), y[0, t]), hh)
         expect = abs(radial_deriv.item()) / (g.norm() * hh.norm()).item()
         assert frac[t].item() == pytest.approx(expect, rel=1e-2)
+
+
+def test_radial_fraction_leaves_out_tokens_whose_gradient_is_zero():
+    # a token predicted with probability 1 (saturated softmax) has no gradient and so no direction
+    model = tiny(readout='raw').eval()
+    x, _ = batch()
+    with torch.no_grad():
+        states = [1e4 * h for h in model.hidden_states(x)]
+        pred = model.readout(states[-1], last=True).argmax(-1)
+    y = pred.clone()
+    y[:, ::2] = (pred[:, ::2] + 1) % V  # even positions: a wrong, confident prediction (large gradient)
+    per_token = token_diagnostics(model, states, y)
+    radial = per_token['radial'][-1].view(y.shape)
+    assert torch.isnan(radial[:, 1::2]).all()
+    assert torch.isfinite(radial[:, ::2]).all() and (radial[:, ::2] <= 1 + 1e-9).all()
+    assert math.isfinite(summarize(per_token)['radial'][-1])
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,7 +191,8 @@ def test_depth_losses_equal_running_the_model_with_k_loops():
     x, y = batch()
     for readout in ('norm', 'final_norm'):
         model = tiny(readout=readout, loss='terminal').eval()
-        depth = model.depth_losses(x, y, max_loops=5)
+        with torch.no_grad():
+            depth = model.depth_losses(model.hidden_states(x, n_loops=5)[1:], y)
         for K in range(1, 6):
             with torch.no_grad():
                 _, loss, _ = model(x, y, n_loops=K)

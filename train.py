@@ -129,7 +129,7 @@ def evaluate(model, val_batches):
     total = torch.zeros(n_loops, device=device)
     for x, y in zip(*val_batches):
         with ctx:
-            total += model.depth_losses(x, y, max_loops=n_loops).mean(dim=1)
+            total += model.depth_losses(model.hidden_states(x)[1:], y).mean(dim=1)
     val_loss = (total / len(val_batches[0])).tolist()
     with ctx:
         diag = diagnostics(model, val_batches[0][0], val_batches[1][0])
@@ -313,6 +313,8 @@ def main(argv):
                 save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config)
                 print(f"saved {out_dir}/ckpt.pt")
             t0 += time.time() - t_eval  # the eval is not training time
+            if device_type == 'cuda':
+                torch.cuda.reset_peak_memory_stats(device)  # the logged peak is the training step's
         if iter_num >= max_iters:
             break
 
@@ -349,11 +351,12 @@ def main(argv):
             train_loss = (acc_loss / acc_iters).item()
             tok_s = tokens_per_iter * acc_iters / dt
             mfu = flops_per_iter * acc_iters / dt / (peak * world_size) if peak else None
+            mem = torch.cuda.max_memory_allocated(device) / 2**30 if device_type == 'cuda' else None
             log(dict(kind='train', iter=iter_num, loss=train_loss, ce=ce, h_norm=h_norm, lr=lr,
-                     ms_per_iter=1000 * dt / acc_iters, tok_per_s=tok_s, mfu=mfu),
+                     ms_per_iter=1000 * dt / acc_iters, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
                 f"iter {iter_num}: loss {train_loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
                 f"lr {lr:.1e} | {1000 * dt / acc_iters:.1f} ms/iter | {tok_s:,.0f} tok/s"
-                + (f" | mfu {100 * mfu:.1f}%" if mfu else ""))
+                + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + (f" | {mem:.1f} GiB" if mem else ""))
             acc_loss.zero_(), acc_ce.zero_(), acc_norm.zero_()
             acc_iters, t0 = 0, time.time()
 
