@@ -17,9 +17,9 @@ TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=
         '--learning_rate=3e-3', '--init_std=0.02']
 
 
-def run_script(script, *args, cwd=None, timeout=300):
+def run_script(script, *args, cwd=None, env=None, timeout=300):
     return subprocess.run([sys.executable, os.path.join(HERE, script), *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def assert_one_line_error(r, script, *needles):

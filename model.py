@@ -15,9 +15,10 @@ that train.py and eval_depth.py both use. This file imports nothing from the scr
 """
 
 import json
+import math
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -144,7 +145,9 @@ class LoopedGPT(nn.Module):
     def hidden_states(self, idx, n_loops=None, clamp=False):
         """Runs the shared stack K times. Returns [H_0, H_1, ..., H_K], each (B, T, C);
         H_0 is the embedding that enters loop 1."""
-        K = n_loops or self.config.n_loops
+        K = self.config.n_loops if n_loops is None else n_loops
+        if K < 1:
+            raise ValueError(f"n_loops must be >= 1, got {K}")
         B, T = idx.size()
         if T > self.config.block_size:
             raise ValueError(f"sequence of length {T} exceeds block_size {self.config.block_size}")
@@ -269,17 +272,19 @@ class LoopedGPT(nn.Module):
             path = os.path.join(path, 'ckpt.pt')
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no checkpoint at {path} (train.py writes <out_dir>/ckpt.pt)")
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-        known = {f.name for f in fields(LoopedGPTConfig)}
-        model = cls(LoopedGPTConfig(**{k: v for k, v in ckpt['model_args'].items() if k in known}))
-        model.load_state_dict(ckpt['model'])
+        try:
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+            model = cls(LoopedGPTConfig(**ckpt['model_args']))
+            model.load_state_dict(ckpt['model'])
+        except Exception as e:
+            raise ValueError(f"cannot load the checkpoint {path} ({type(e).__name__}: {str(e)[:200]})")
         return model.to(device), ckpt
 
 
 # -------------------------------------------------------------------------------------
 # diagnostics: shared by train.py (every eval_interval) and eval_depth.py
 
-def token_diagnostics(model, states, targets, every_loop_last=False, chunk=2048):
+def token_diagnostics(model, states, targets, every_loop_last=False, radial=True, chunk=2048):
     """Per-token, per-loop diagnostics from the states of one batch ([H_0 .. H_K], as from
     hidden_states). Returns a dict of (K, N) float32 tensors on the states' device:
     'norm'    ||H_k|| per token
@@ -288,7 +293,8 @@ def token_diagnostics(model, states, targets, every_loop_last=False, chunk=2048)
               scale-invariant: that is the blind spot, measured. NaN where g is zero.
     'angular' 1 - cos(H_k, H_{k-1}): how far loop k turns the state (H_0 is the embedding).
     Loop k's readout is the last one only at k = K, as in training; every_loop_last=True
-    reads every loop as the last, i.e. as the model run with K = k loops."""
+    reads every loop as the last, i.e. as the model run with K = k loops. radial=False skips
+    the radial fraction (NaN), the only part that runs the readout."""
     K = len(states) - 1
     out = {'norm': [], 'radial': [], 'angular': []}
     device_type = states[0].device.type
@@ -308,15 +314,18 @@ def token_diagnostics(model, states, targets, every_loop_last=False, chunk=2048)
                 h, prev = h_all[i:i + chunk].to(precise), prev_all[i:i + chunk].to(precise)
                 rows['norm'].append(h.norm(dim=-1))
                 rows['angular'].append(1 - F.cosine_similarity(h, prev, dim=-1))
+                if not radial:
+                    rows['radial'].append(torch.full_like(h[:, 0], float('nan')))
+                    continue
                 h.requires_grad_(True)
                 with torch.enable_grad():
                     loss = model.readout_loss(h, targets[i:i + chunk], last=every_loop_last or k == K)
                     (g,) = torch.autograd.grad(loss * h.size(0), h)  # each token's own dCE_t/dh_t
                 g_norm = g.norm(dim=-1)
-                radial = (g * h).sum(-1).abs() / (g_norm * h.norm(dim=-1))
+                frac = (g * h).sum(-1).abs() / (g_norm * h.norm(dim=-1))
                 # a token predicted with probability 1 to machine precision has a zero gradient and
                 # no direction: its fraction is NaN and left out of the mean (see summarize)
-                rows['radial'].append(radial.masked_fill(g_norm <= torch.finfo(precise).tiny ** 0.5, float('nan')))
+                rows['radial'].append(frac.masked_fill(g_norm <= torch.finfo(precise).tiny ** 0.5, float('nan')))
             for name, r in rows.items():
                 out[name].append(torch.cat(r).detach().float())
     return {name: torch.stack(rows) for name, rows in out.items()}
@@ -349,14 +358,16 @@ def diagnostics(model, idx, targets, n_loops=None, clamp=False):
 # device, precision and data: decided once, here, for train.py and eval_depth.py
 
 def resolve_device(name='auto'):
-    """'auto' -> 'cuda', then 'mps', then 'cpu'; anything else is returned as given."""
-    if name != 'auto':
-        return name
-    if torch.cuda.is_available():
-        return 'cuda'
-    if torch.backends.mps.is_available():
-        return 'mps'
-    return 'cpu'
+    """'auto' -> 'cuda', then 'mps', then 'cpu'. Raises ValueError for a device that is not there."""
+    if name == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps")
+    if (kind == 'cuda' and not torch.cuda.is_available()) or (kind == 'mps' and not torch.backends.mps.is_available()):
+        raise ValueError(f"device {name!r} is not available on this machine: use device='auto' or 'cpu'")
+    return name
 
 
 def resolve_dtype(name, device):
@@ -375,10 +386,15 @@ def autocast(device, dtype):
     return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
 
 
-def peak_flops(device):
-    """Dense bf16 peak of the GPU, for MFU; None where unknown (then MFU is not reported).
-    These are the vendors' spec-sheet numbers (dense, no sparsity)."""
-    if not device.startswith('cuda'):
+def use_compile(setting, device):
+    """torch.compile setting 'auto' (on for CUDA), 'on' or 'off' -> bool."""
+    return setting == 'on' or (setting == 'auto' and device.startswith('cuda'))
+
+
+def peak_flops(device, dtype):
+    """Dense 16-bit peak of the GPU, for MFU; None where unknown or not a 16-bit run (then no
+    MFU is reported). These are the vendors' spec-sheet numbers (dense, no sparsity)."""
+    if not device.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
         return None
     name = torch.cuda.get_device_name(torch.device(device))
     for key, flops in (('H200', 989e12), ('H100', 989e12), ('A100', 312e12), ('L40S', 362e12),
@@ -389,13 +405,14 @@ def peak_flops(device):
 
 
 def prepare_command(dataset):
-    """The prepare.py command that makes data/<dataset>."""
-    base, tok = (dataset[:-len('-bytes')], ' --tokenizer bytes') if dataset.endswith('-bytes') else (dataset, '')
-    if base == 'wikitext-103':
-        return f"python prepare.py{tok}"
-    if base == 'wikitext-2':
-        return f"python prepare.py --dataset wikitext-2{tok}"
-    return f"python prepare.py --text_dir <folder with train/valid text>{tok} --out_dir data/{dataset}"
+    """The prepare.py command that makes data/<dataset> (prepare.py names its output
+    <dataset> for GPT-2 tokens and <dataset>-<tokenizer> otherwise)."""
+    for base, flag in (('wikitext-103', ''), ('wikitext-2', ' --dataset wikitext-2')):
+        if dataset == base:
+            return f"python prepare.py{flag}"
+        if dataset.startswith(base + '-'):
+            return f"python prepare.py{flag} --tokenizer {dataset[len(base) + 1:]}"
+    return f"python prepare.py --text_dir <folder with train and valid text> --out_dir data/{dataset}"
 
 
 def load_tokens(data_dir, split):
@@ -411,3 +428,25 @@ def load_tokens(data_dir, split):
     if split not in meta['tokens']:
         raise FileNotFoundError(f"{data_dir} has no {split} split (it has {', '.join(meta['tokens'])})")
     return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
+
+
+def gather_windows(data, starts, length):
+    """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
+    data[s+1:s+1+length] for every s in starts (any shape), as int64 tensors (*starts.shape, length)."""
+    chunk = torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
+    return chunk[..., :-1], chunk[..., 1:]
+
+
+def perplexity(loss):
+    """exp(loss), or inf where that overflows (an untrained readout can have CE in the hundreds)."""
+    return math.exp(loss) if loss < 700 else float('inf')
+
+
+def json_safe(v):
+    """JSON has no NaN or inf: they are written as null (e.g. the CE of a loop a terminal loss
+    never reads, or a radial fraction with no defined gradient)."""
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v

@@ -8,8 +8,9 @@ import json
 import os
 
 import pytest
+import torch
 
-from conftest import assert_one_line_error, run_script, train_args
+from conftest import HERE, assert_one_line_error, run_script, train_args
 from configurator import ConfigError, configure
 
 
@@ -35,7 +36,7 @@ def test_training_lowers_the_loss_and_logs_every_loop(tiny_data, tmp_path):
     for e in trains:
         assert len(e['ce']) == len(e['h_norm']) == 3
         assert e['ms_per_iter'] > 0 and e['tok_per_s'] > 0 and e['lr'] == pytest.approx(3e-3)
-        assert 'mfu' in e  # None on a CPU
+        assert e['mfu'] is None and e['peak_mem_gib'] is None  # CUDA only
     for e in evals:
         for key in ('val_loss', 'val_ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular'):
             assert len(e[key]) == 3, key
@@ -57,10 +58,25 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     train(tiny_data, tmp_path / 'split', *common[:2], '--max_iters=6')
     train(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
     full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
-    split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
+    split_log = read_log(tmp_path / 'split')
+    split = [e['loss'] for e in split_log if e['kind'] == 'train']
     assert len(full) == len(split) == 12
     assert split == full  # bit for bit: same batches, same dropout masks, same optimizer state
     assert len(set(full)) == 12
+    assert [e['iter'] for e in split_log if e['kind'] == 'eval'] == [0, 6, 12]  # no iteration twice
+
+    # eval_only on the resumed checkpoint evaluates that model and appends to the log
+    train(tiny_data, tmp_path / 'split', *common, '--init_from=resume', '--eval_only=True')
+    after = read_log(tmp_path / 'split')
+    assert after[:-1] == split_log and after[-1]['kind'] == 'eval' and after[-1]['iter'] == 12
+    assert after[-1]['val_loss'] == split_log[-1]['val_loss']
+
+
+def test_the_last_iteration_is_evaluated_and_saved(tiny_data, tmp_path):
+    train(tiny_data, tmp_path / 'run', '--max_iters=7', '--eval_interval=5')
+    assert [e['iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'eval'] == [0, 5, 7]
+    ckpt = torch.load(tmp_path / 'run' / 'ckpt.pt', weights_only=True)
+    assert ckpt['iter_num'] == 7 and ckpt['data_position'] == 7
 
 
 def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
@@ -84,6 +100,7 @@ def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
     bad.write_text("n_layers = 4\n")
     assert_one_line_error(run_script('train.py', bad, *args), 'train.py', "'n_layers'", str(bad))
     assert_one_line_error(run_script('train.py', 'config/nope.py', *args), 'train.py', 'config/nope.py')
+    assert_one_line_error(run_script('train.py', *args, '--device=gpu'), 'train.py', "'gpu'")
     r = run_script('train.py', *args, '--learning_rate=1')  # an int where a float is expected is fine
     assert r.returncode == 0, r.stderr
 
@@ -107,11 +124,12 @@ def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
 def test_every_condition_config_loads_and_overlays_compose():
     defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
                     n_layer=8, n_head=8, n_embd=512, batch_size=64)
-    conditions = sorted(f for f in os.listdir('config') if f not in ('cpu.py', '129m.py'))
+    config = os.path.join(HERE, 'config')
+    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', '129m.py'))
     assert len(conditions) == 8
     seen = set()
     for name in conditions:
-        c = configure(defaults, [f'config/{name}', 'config/129m.py'])
+        c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
         assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
         seen.add((c['readout'], c['loss'], c['norm_penalty'], c['interloop_norm']))
     assert len(seen) == 8  # eight different conditions

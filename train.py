@@ -4,7 +4,7 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py config/raw_perloop.py                     # the paper's 44M recipe on WikiText-103
     python train.py config/raw_perloop.py config/129m.py      # the 129M shape
     python train.py config/norm_perloop.py config/cpu.py      # the blind spot on a laptop CPU, in minutes
-    torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py
+    torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py --batch_size=8 --gradient_accumulation_steps=8
 
 Settings are the globals below. Config files and --key=value override them, in order
 (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import fields
 
 import numpy as np
 import torch
@@ -23,8 +24,8 @@ from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
-from model import (LoopedGPT, LoopedGPTConfig, autocast, diagnostics, load_tokens, peak_flops,
-                   resolve_device, resolve_dtype)
+from model import (LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, autocast, diagnostics, gather_windows, json_safe,
+                   load_tokens, peak_flops, perplexity, resolve_device, resolve_dtype, use_compile)
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
@@ -34,7 +35,7 @@ out_dir = 'out'
 eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
 log_interval = 50             # iterations between train log lines (the only host-device syncs)
 eval_iters = 40               # validation batches per eval: fixed windows, the same every time
-eval_only = False             # evaluate the checkpoint in out_dir (or the init) once, then exit
+eval_only = False             # evaluate once and exit (with init_from='resume': out_dir's checkpoint)
 always_save_checkpoint = True # False: save only when the validation loss improves
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
 # data
@@ -42,7 +43,7 @@ data_dir = 'data'
 dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
 batch_size = 64               # sequences per micro-step (per GPU with DDP)
 block_size = 256              # tokens per sequence
-gradient_accumulation_steps = 1  # micro-steps per optimizer step (in total, split over DDP ranks)
+gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
 # model (see LoopedGPTConfig in model.py)
 n_layer = 8                   # blocks in the shared stack
 n_head = 8
@@ -74,11 +75,9 @@ seed = 1337
 # -----------------------------------------------------------------------------
 SETTINGS = [k for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))
             and k not in ('SETTINGS',)]
-CHOICES = {'readout': ('norm', 'raw', 'final_norm'), 'loss': ('perloop', 'terminal'),
-           'init_from': ('scratch', 'resume'), 'lr_decay': ('constant', 'cosine'),
+CHOICES = {'readout': READOUTS, 'loss': LOSSES, 'init_from': ('scratch', 'resume'), 'lr_decay': ('constant', 'cosine'),
            'dtype': ('auto', 'float32', 'bfloat16', 'float16'), 'compile': ('auto', 'on', 'off')}
-MODEL_ARGS = ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size', 'dropout', 'n_loops', 'readout', 'loss',
-              'norm_penalty', 'interloop_norm', 'init_std')
+MODEL_ARGS = [f.name for f in fields(LoopedGPTConfig)]  # vocab_size comes from the data's meta.json
 
 
 class TrainError(Exception):
@@ -114,8 +113,7 @@ def eval_batches(data):
 
 
 def windows(data, starts):
-    chunk = torch.from_numpy(data[starts[..., None] + np.arange(block_size + 1)].astype(np.int64))
-    x, y = chunk[..., :-1], chunk[..., 1:]
+    x, y = gather_windows(data, starts, block_size)
     if device_type == 'cuda':  # pinned, so the copies are asynchronous
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
@@ -134,7 +132,7 @@ def evaluate(model, val_batches):
     with ctx:
         diag = diagnostics(model, val_batches[0][0], val_batches[1][0])
     model.train()
-    return dict(val_loss=val_loss, val_ppl=[math.exp(v) if v < 700 else float('inf') for v in val_loss], **diag)
+    return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
 
 
 def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
@@ -154,18 +152,24 @@ def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
     os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
 
 
-def json_safe(v):
-    # JSON has no NaN or inf: they are written as null (e.g. the CE of a loop a terminal loss never reads)
-    if isinstance(v, list):
-        return [json_safe(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def log(record, line):
     print(line, flush=True)
-    record = {k: json_safe(v) for k, v in record.items()}
     with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
-        f.write(json.dumps(record) + '\n')
+        f.write(json.dumps(json_safe(record)) + '\n')
+
+
+def trim_log(iter_num):
+    """On resume: keep the log up to the checkpoint (train lines through iter_num, evals before
+    it), so that no iteration appears twice once the run continues."""
+    path = os.path.join(out_dir, 'log.jsonl')
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        keep = [line for line in f if (r := json.loads(line))['iter'] < iter_num
+                or (r['iter'] == iter_num and r['kind'] == 'train')]
+    with open(path + '.tmp', 'w') as f:
+        f.writelines(keep)
+    os.replace(path + '.tmp', path)
 
 
 def fmt(values, spec='.3f'):
@@ -185,7 +189,10 @@ def setup(argv):
         if config[key] not in options:
             raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
     globals().update(config)
-    device = resolve_device(device)
+    try:
+        device = resolve_device(device)
+    except ValueError as e:
+        raise TrainError(str(e))
     device_type = torch.device(device).type
     dtype = resolve_dtype(dtype, device)
     ctx = autocast(device, dtype)
@@ -229,28 +236,25 @@ def main(argv):
         max_iters = math.ceil(epochs * len(train_data) / tokens_per_iter)
 
     # model
-    model_args = {k: config[k] for k in MODEL_ARGS if k in config}
-    model_args['vocab_size'] = meta['vocab_size']
+    model_args = {k: meta['vocab_size'] if k == 'vocab_size' else config[k] for k in MODEL_ARGS}
     ckpt = None
     iter_num, best_val_loss = 0, float('inf')
     if init_from == 'resume':
         path = os.path.join(out_dir, 'ckpt.pt')
-        if not os.path.isfile(path):
-            raise TrainError(f"init_from='resume' but there is no checkpoint at {path}")
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        try:
+            model, ckpt = LoopedGPT.from_checkpoint(path, device)
+        except (FileNotFoundError, ValueError) as e:
+            raise TrainError(f"init_from='resume': {e}")
         if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
             raise TrainError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{dataset} has "
                              f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
         differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
-                  if k != 'dropout' and ckpt['model_args'].get(k) != v]
+                  if ckpt['model_args'][k] != v]
         if differ:
             raise TrainError(f"{path} does not match this config: {', '.join(differ)}")
-        model_args = ckpt['model_args']
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
-    model = LoopedGPT(LoopedGPTConfig(**model_args))
-    if ckpt is not None:
-        model.load_state_dict(ckpt['model'])
-    model.to(device)
+    else:
+        model = LoopedGPT(LoopedGPTConfig(**model_args)).to(device)
     raw_model = model  # kept for saving and for evaluating at other K
     if master:
         print(f"number of parameters: {model.get_num_params() / 1e6:.2f}M (counted once; the stack runs {n_loops}x)")
@@ -261,7 +265,7 @@ def main(argv):
                                   weight_decay=weight_decay, fused=(device_type == 'cuda'))
     if ckpt is not None:
         optimizer.load_state_dict(ckpt['optimizer'])
-        if master:
+        if master:  # (only rank 0's RNG is saved: under DDP the other ranks' dropout masks start afresh)
             torch.set_rng_state(ckpt['rng']['torch'].cpu())
             if device_type == 'cuda' and ckpt['rng']['cuda'] is not None:
                 torch.cuda.set_rng_state(ckpt['rng']['cuda'].cpu())
@@ -270,7 +274,7 @@ def main(argv):
     ckpt = None  # free memory
     start_iter = iter_num  # nothing new to save until the first step from here
 
-    if compile == 'on' or (compile == 'auto' and device_type == 'cuda'):
+    if use_compile(compile, device):
         if master:
             print("compiling the model... (takes a minute)")
         model = torch.compile(model)
@@ -278,12 +282,16 @@ def main(argv):
         model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])])
 
     flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
-    peak = peak_flops(device)
+    peak = peak_flops(device, dtype)
     val_batches = eval_batches(val_data)
-    if master:
+    if master and not eval_only:
         os.makedirs(out_dir, exist_ok=True)
-        if init_from == 'scratch' and os.path.exists(os.path.join(out_dir, 'log.jsonl')):
-            os.remove(os.path.join(out_dir, 'log.jsonl'))
+        if init_from == 'resume':
+            trim_log(iter_num)
+        elif os.path.exists(os.path.join(out_dir, 'log.jsonl')):
+            os.remove(os.path.join(out_dir, 'log.jsonl'))  # a new run, a new log
+    elif master:
+        os.makedirs(out_dir, exist_ok=True)
 
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
@@ -294,7 +302,7 @@ def main(argv):
     finite = torch.ones((), dtype=torch.bool, device=device)
     acc_iters, t0 = 0, time.time()
     while True:
-        if (iter_num % eval_interval == 0 and master) or eval_only:
+        if master and (iter_num % eval_interval == 0 or iter_num == max_iters or eval_only):
             t_eval = time.time()
             if not finite.item():
                 raise TrainError(non_finite_message(iter_num))
@@ -342,9 +350,10 @@ def main(argv):
         iter_num += 1
         acc_iters += 1
 
-        if iter_num % log_interval == 0 and master:
-            if not finite.item():  # the one sync per log line
+        if iter_num % log_interval == 0:
+            if not finite.item():  # the one sync per log line; every rank stops, none waits in an all-reduce
                 raise TrainError(non_finite_message(iter_num))
+        if iter_num % log_interval == 0 and master:
             dt = time.time() - t0
             ce = (acc_ce / acc_iters).tolist()
             h_norm = (acc_norm / acc_iters).tolist()
