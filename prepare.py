@@ -209,14 +209,14 @@ def write_bin(path, tokenizer, dtype, source, desc, num_threads):
                     bar.update(done)
             f.flush()
             os.fsync(f.fileno())
+        if n == 0:
+            raise PrepareError(f"{label} holds no text")
     except BaseException:
         bar.close()
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
     bar.close()
-    if n == 0:
-        raise PrepareError(f"{label} holds no text")
     return n, sha.hexdigest()
 
 
@@ -225,6 +225,9 @@ def prepare(sources, tokenizer, out_dir, meta_base, force, num_threads):
     if is_complete(out_dir) and not force:
         with open(meta_path) as f:
             old = json.load(f)
+        if (old['tokenizer'], old['source']) != (tokenizer.name, meta_base['source']):
+            raise PrepareError(f"{out_dir} already holds {old['tokenizer']} tokens of {old['source']}: "
+                               "use --force to replace them, or another --out_dir")
         print(f"{out_dir} is already complete ({old['tokenizer']}, "
               + ', '.join(f"{s}: {n:,} tokens" for s, n in old['tokens'].items())
               + "); nothing to do (--force rewrites it)")

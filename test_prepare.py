@@ -7,15 +7,12 @@ prepare.py from the outside: small text files made here, the byte tokenizer, no 
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import prepare
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import assert_one_line_error, run_script
 TEXT = {
     'train': " = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 ) \n"
              "The game began development in 2010 , carrying over a large portion .\r\n\n" * 50,
@@ -31,9 +28,8 @@ def write_texts(folder, names=('train.txt', 'valid.txt', 'test.txt'), splits=('t
             f.write(TEXT[split].encode('utf-8'))
 
 
-def run(*args, cwd=None):
-    return subprocess.run([sys.executable, os.path.join(HERE, 'prepare.py'), *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=120)
+def run(*args, cwd=None, env=None):
+    return run_script('prepare.py', *args, cwd=cwd, env=env)
 
 
 def read_split(out_dir, split):
@@ -153,14 +149,7 @@ def test_dtype_follows_the_vocabulary():
 
 
 def one_line_error(r, *needles):
-    assert r.returncode != 0
-    # progress bars may come before it; the error itself is one line, with no traceback
-    assert 'Traceback' not in r.stderr, r.stderr
-    errors = [line for line in r.stderr.splitlines() if 'error' in line]
-    assert len(errors) == 1 and errors[0].startswith('prepare.py: error:'), r.stderr
-    assert r.stderr.strip().splitlines()[-1] == errors[0]
-    for n in needles:
-        assert n in errors[0], errors[0]
+    assert_one_line_error(r, 'prepare.py', *needles)
 
 
 def test_clear_errors(tmp_path):
@@ -177,3 +166,18 @@ def test_clear_errors(tmp_path):
     one_line_error(run('--text_dir', tmp_path / 'latin1', '--tokenizer', 'no-such-encoding'), 'unknown tokenizer')
     one_line_error(run('--dataset', 'no-such-dataset', '--tokenizer', 'bytes'), 'unknown --dataset')
     one_line_error(run('--train_file', tmp_path / 'latin1' / 'train.txt', '--tokenizer', 'bytes'), '--val_file')
+    write_texts(tmp_path / 'other')
+    args = ('--text_dir', tmp_path / 'other', '--out_dir', tmp_path / 'o2')
+    assert run(*args, '--tokenizer', 'bytes').returncode == 0
+    (tmp_path / 'other2').mkdir()
+    write_texts(tmp_path / 'other2')
+    one_line_error(run('--text_dir', tmp_path / 'other2', '--out_dir', tmp_path / 'o2', '--tokenizer', 'bytes'),
+                   'already holds', '--force')
+
+
+def test_no_network_suggests_text_dir(tmp_path):
+    pytest.importorskip('datasets')
+    env = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', HF_HOME=str(tmp_path / 'hf'))
+    r = run('--dataset', 'wikitext-2', '--tokenizer', 'bytes', cwd=tmp_path, env=env)
+    one_line_error(r, 'wikitext-2', '--text_dir')
+    assert not (tmp_path / 'data').exists()
