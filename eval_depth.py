@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from model import (LoopedGPT, autocast, gather_windows, json_safe, load_tokens, peak_flops, perplexity,
-                   resolve_device, resolve_dtype, summarize, token_diagnostics, use_compile)
+                   resolve_dtype, setup_device, summarize, token_diagnostics, use_compile)
 
 
 class EvalError(Exception):
@@ -354,7 +354,7 @@ def main(argv=None):
             raise EvalError(f"--max_loops must be at least 1, got {args.max_loops}")
         args.exit = parse_thresholds(args.exit) if args.exit else []
         try:
-            device = resolve_device(args.device)
+            device = setup_device(args.device)
         except ValueError as e:
             raise EvalError(str(e))
         dtype = resolve_dtype(args.dtype, device)

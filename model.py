@@ -357,16 +357,24 @@ def diagnostics(model, idx, targets, n_loops=None, clamp=False):
 # -------------------------------------------------------------------------------------
 # device, precision and data: decided once, here, for train.py and eval_depth.py
 
-def resolve_device(name='auto'):
-    """'auto' -> 'cuda', then 'mps', then 'cpu'. Raises ValueError for a device that is not there."""
+def setup_device(name='auto'):
+    """'auto' -> 'cuda', then 'mps', then 'cpu'; raises ValueError for a device that is not there.
+    Also sets the process-wide math modes: TF32 matmuls on CUDA; on the CPU, denormal floats
+    flushed to zero (the default init's saturated softmax is full of them: the 44M shape ran
+    at 99 s per iteration without this and 21 s with it, with the same losses)."""
     if name == 'auto':
-        return 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
     try:
         kind = torch.device(name).type
     except RuntimeError:
         raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps")
     if (kind == 'cuda' and not torch.cuda.is_available()) or (kind == 'mps' and not torch.backends.mps.is_available()):
         raise ValueError(f"device {name!r} is not available on this machine: use device='auto' or 'cpu'")
+    if kind == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if kind == 'cpu':
+        torch.set_flush_denormal(True)
     return name
 
 

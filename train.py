@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
 from model import (LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, autocast, diagnostics, gather_windows, json_safe,
-                   load_tokens, peak_flops, perplexity, resolve_device, resolve_dtype, use_compile)
+                   load_tokens, peak_flops, perplexity, resolve_dtype, setup_device, use_compile)
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
@@ -190,7 +190,7 @@ def setup(argv):
             raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
     globals().update(config)
     try:
-        device = resolve_device(device)
+        device = setup_device(device)
     except ValueError as e:
         raise TrainError(str(e))
     device_type = torch.device(device).type
@@ -217,9 +217,6 @@ def main(argv):
         gradient_accumulation_steps //= world_size
     master = rank == 0
     torch.manual_seed(seed + rank)
-    if device_type == 'cuda':
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
 
     # data
     try:
