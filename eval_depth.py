@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -41,16 +42,13 @@ def score_windows(n_tokens, block_size, max_tokens=0):
     return [(s, min(block_size, n_targets - s)) for s in range(0, n_targets, block_size)]
 
 
-def batches(data, windows, batch_size, device, starts_only=False):
+def batches(data, windows, batch_size, device):
     """Windows of equal length stacked into (B, T) batches; the shorter tail window alone."""
     groups = {}
     for s, n in windows:
         groups.setdefault(n, []).append(s)
     for n, starts in sorted(groups.items(), reverse=True):
         for i in range(0, len(starts), batch_size):
-            if starts_only:
-                yield starts[i:i + batch_size]
-                continue
             x, y = gather_windows(data, starts[i:i + batch_size], n)
             yield x.to(device), y.to(device)
 
@@ -147,7 +145,8 @@ def plan(model, config, data, args):
     max_loops = args.max_loops or 2 * model.config.n_loops
     batch_size = args.batch_size or config.get('batch_size', 16)
     windows = score_windows(len(data), model.config.block_size, args.max_tokens)
-    n_batches = len(list(batches(None, windows, batch_size, None, starts_only=True)))
+    lengths = Counter(n for _, n in windows)  # batches() stacks windows of one length
+    n_batches = sum(math.ceil(count / batch_size) for count in lengths.values())
     return max_loops, batch_size, windows, (1 + args.clamp) * n_batches + max_loops
 
 

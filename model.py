@@ -180,7 +180,7 @@ class LoopedGPT(nn.Module):
         'raw': the head on H itself. Scaling H scales the logits, so CE sees the norm
         and a gradient holds it in check.
         'final_norm': raw at loops 1..K-1 (those losses see the scale), normalized at the
-        last loop of this call (`last`), where the prediction is sharpened by the gain.
+        last loop of this call (`last`), whose loss does not.
         """
         if self.config.readout == 'norm' or (self.config.readout == 'final_norm' and last):
             h = F.rms_norm(h, (h.size(-1),), self.readout_norm.weight.to(h.dtype), self.readout_norm.eps)

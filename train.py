@@ -281,14 +281,13 @@ def main(argv):
     flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
     peak = peak_flops(device, dtype)
     val_batches = eval_batches(val_data)
-    if master and not eval_only:
+    if master:
         os.makedirs(out_dir, exist_ok=True)
-        if init_from == 'resume':
-            trim_log(iter_num)
-        elif os.path.exists(os.path.join(out_dir, 'log.jsonl')):
-            os.remove(os.path.join(out_dir, 'log.jsonl'))  # a new run, a new log
-    elif master:
-        os.makedirs(out_dir, exist_ok=True)
+        if not eval_only:  # (eval_only appends its one line to the existing log)
+            if init_from == 'resume':
+                trim_log(iter_num)
+            elif os.path.exists(os.path.join(out_dir, 'log.jsonl')):
+                os.remove(os.path.join(out_dir, 'log.jsonl'))  # a new run, a new log
 
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
