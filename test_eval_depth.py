@@ -80,7 +80,8 @@ def test_perplexity_equals_an_independent_computation_over_every_token(evaluated
         assert run['per_K'][K - 1]['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
 
 
-@pytest.mark.parametrize('n,block,max_tokens', [(1000, 32, 0), (1001, 32, 0), (33, 32, 0), (1000, 32, 100), (50, 64, 0)])
+@pytest.mark.parametrize('n,block,max_tokens', [(1000, 32, 0), (1001, 32, 0), (33, 32, 0), (34, 32, 0),
+                                                (1000, 32, 100), (50, 64, 0)])
 def test_every_token_is_scored_exactly_once(n, block, max_tokens):
     data = np.arange(n)  # token value = its position, so the targets name themselves
     windows = eval_depth.score_windows(n, block, max_tokens)
@@ -115,17 +116,18 @@ def test_early_exit_thresholds_at_the_extremes(evaluated):
 
 
 def test_early_exit_picks_the_first_confident_loop():
-    # 3 loops, 4 tokens: confidences and per-loop CE chosen so that every choice shows
-    conf = torch.tensor([[0.9, 0.1, 0.1, 0.6],
-                         [0.2, 0.8, 0.1, 0.9],
-                         [0.3, 0.3, 0.2, 0.1]])
-    ce = torch.tensor([[1.0, 2.0, 3.0, 4.0],
-                       [10.0, 20.0, 30.0, 40.0],
-                       [100.0, 200.0, 300.0, 400.0]])
+    # 3 loops, 5 tokens: confidences and per-loop CE chosen so that every choice shows
+    conf = torch.tensor([[0.9, 0.1, 0.1, 0.6, 0.5],
+                         [0.2, 0.8, 0.1, 0.9, 0.7],
+                         [0.3, 0.3, 0.2, 0.1, 0.1]])
+    ce = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0],
+                       [10.0, 20.0, 30.0, 40.0, 50.0],
+                       [100.0, 200.0, 300.0, 400.0, 500.0]])
     out = eval_depth.early_exit({'conf_p': conf, 'conf_h': conf, 'ce_exit': ce}, [0.5])
-    # token 0 exits at loop 1, token 1 at loop 2, token 2 never confident (last loop), token 3 at loop 1
-    assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1) / 4)
-    assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0) / 4)
+    # token 0 exits at loop 1, token 1 at loop 2, token 2 never (last loop), token 3 at loop 1,
+    # token 4 at loop 2: a confidence equal to the threshold does not exceed it
+    assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1 + 2) / 5)
+    assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
 
 
 def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):

@@ -129,7 +129,7 @@ def test_tiktoken_path_tokenizes_line_by_line(tmp_path, monkeypatch):
     # a small BPE built here (byte ranks plus a few merges) stands in for GPT-2's, which needs a download
     tiktoken = pytest.importorskip('tiktoken')
     ranks = {bytes([i]): i for i in range(256)}
-    for merge in (b' t', b'he', b' the', b'in', b' =', b'\n'):
+    for merge in (b' t', b'he', b' the', b'in', b' =', b'\n\n', b'\n '):  # the last two cross line ends
         ranks.setdefault(merge, len(ranks))
     pat = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
     enc = tiktoken.Encoding('tiny', pat_str=pat, mergeable_ranks=ranks, special_tokens={})
@@ -181,3 +181,18 @@ def test_no_network_suggests_text_dir(tmp_path):
     r = run('--dataset', 'wikitext-2', '--tokenizer', 'bytes', cwd=tmp_path, env=env)
     one_line_error(r, 'wikitext-2', '--text_dir')
     assert not (tmp_path / 'data').exists()
+
+
+def test_meta_is_written_only_after_every_bin_is_in_place(tmp_path, monkeypatch):
+    write_texts(tmp_path / 't')
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(dst).endswith('val.bin'):
+            raise OSError('disk full')
+        real_replace(src, dst)
+    monkeypatch.setattr(prepare.os, 'replace', failing_replace)
+    with pytest.raises(OSError):
+        prepare.main(['--text_dir', str(tmp_path / 't'), '--tokenizer', 'bytes', '--out_dir', str(tmp_path / 'out')])
+    assert not os.path.exists(tmp_path / 'out' / 'meta.json')
+    assert not prepare.is_complete(tmp_path / 'out')

@@ -135,6 +135,18 @@ def test_every_condition_config_loads_and_overlays_compose():
     assert len(seen) == 8  # eight different conditions
 
 
+def test_batches_are_a_function_of_the_iteration(monkeypatch):
+    import numpy as np
+    import train
+    for name, value in dict(seed=1, block_size=8, batch_size=4, device_type='cpu', device='cpu').items():
+        monkeypatch.setattr(train, name, value, raising=False)
+    data = np.arange(10000, dtype=np.uint16)
+    a, b, again = (train.train_batches(data, it, 0, 2)[0] for it in (0, 1, 0))
+    assert torch.equal(a, again) and not torch.equal(a, b)
+    assert not torch.equal(a[0], a[1])  # the micro-steps of one iteration differ too
+    assert not torch.equal(train.train_batches(data, 0, 1, 2)[0], a)  # and so do ranks
+
+
 def test_configurator_types():
     s = dict(lr=3e-4, n=4, flag=False, name='a')
     assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
