@@ -187,10 +187,11 @@ class LoopedGPT(nn.Module):
         # (weights cast to h's dtype: a no-op in training, float64 for the diagnostics)
         return F.linear(h, self.lm_head.weight.to(h.dtype))
 
-    def readout_loss(self, h, targets, last):
+    def readout_loss(self, h, targets, last, reduction='mean'):
         logits = self.readout(h, last)  # (B, T, vocab)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # CE in float32 at least
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1,
+                               reduction=reduction)
 
     # ---------------------------------------------------------------------------------
     # forward and losses
@@ -234,8 +235,7 @@ class LoopedGPT(nn.Module):
         """Per-token CE of the model run with K = 1, 2, ... loops, from the states of one pass
         ([H_1 .. H_K], from hidden_states): run with K loops, the model reads H_K out as its
         last loop, so row K-1 is what forward(n_loops=K) would score. (K, B*T) float32."""
-        return torch.stack([F.cross_entropy(self.readout(h, last=True).flatten(0, 1).float(), targets.reshape(-1),
-                                            reduction='none', ignore_index=-1) for h in states])
+        return torch.stack([self.readout_loss(h, targets, last=True, reduction='none') for h in states])
 
     # ---------------------------------------------------------------------------------
     # size and cost
