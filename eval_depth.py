@@ -12,7 +12,6 @@ the first is scored exactly once (the first has no context).
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -23,8 +22,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from model import (LoopedGPT, autocast, gather_windows, json_safe, load_tokens, peak_flops, perplexity,
-                   resolve_dtype, setup_device, summarize, token_diagnostics, use_compile)
+from data import gather_windows, load_tokens
+from model import LoopedGPT, summarize, token_diagnostics
+from report import perplexity, write_json
+from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 
 
 class EvalError(Exception):
@@ -107,16 +108,13 @@ def early_exit(per_token, thresholds):
 def throughput(model, x, n_loops, iters, device):
     """Tokens per second of a depth-K forward pass (the last loop's logits for every position)
     at the eval batch size: warm-up first, then synchronised timing."""
-    def sync():
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
     for _ in range(2):
         model(x, n_loops=n_loops)
-    sync()
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(iters):
         model(x, n_loops=n_loops)
-    sync()
+    sync(device)
     return x.numel() * iters / (time.perf_counter() - t0)
 
 
@@ -379,9 +377,7 @@ def main(argv=None):
             print('| criterion | threshold | mean loops | ppl |\n|---|---|---|---|')
             for e in run['early_exit']:
                 print(f"| {e['criterion']} | {e['threshold']} | {e['mean_loops']:.2f} | {e['ppl']:.3f} |")
-    with open(os.path.join(args.out, 'results.json.tmp'), 'w') as f:
-        json.dump(json_safe(dict(command=' '.join(sys.argv), runs=runs)), f, indent=1)
-    os.replace(os.path.join(args.out, 'results.json.tmp'), os.path.join(args.out, 'results.json'))
+    write_json(os.path.join(args.out, 'results.json'), dict(command=' '.join(sys.argv), runs=runs))
     for path in plots(runs, args.out):
         print(f"wrote {path}", file=sys.stderr)
 

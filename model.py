@@ -10,17 +10,13 @@ recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough"
 
 Everything the scripts need from the model is here, in one copy: the model and its loss
 variants, the per-loop diagnostics (norms, radial gradient fraction, angular change), the
-checkpoint loader and the FLOPs estimate, and the few device, precision and data helpers
-that train.py and eval_depth.py both use. This file imports nothing from the scripts.
+checkpoint loader and the FLOPs estimate. Device, precision and data helpers live in
+runtime.py and data.py. This file imports nothing from the scripts.
 """
 
-import json
-import math
 import os
-from contextlib import nullcontext
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
@@ -352,109 +348,3 @@ def diagnostics(model, idx, targets, n_loops=None, clamp=False):
     per_token = token_diagnostics(model, states, targets)
     model.train(was_training)
     return summarize(per_token)
-
-
-# -------------------------------------------------------------------------------------
-# device, precision and data: decided once, here, for train.py and eval_depth.py
-
-def setup_device(name='auto'):
-    """'auto' -> 'cuda', then 'mps', then 'cpu'; raises ValueError for a device that is not there.
-    Also sets the process-wide math modes: TF32 matmuls on CUDA; on the CPU, denormal floats
-    flushed to zero (the default init's saturated softmax is full of them: the 44M shape ran
-    at 99 s per iteration without this and 21 s with it, with the same losses)."""
-    if name == 'auto':
-        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
-    try:
-        kind = torch.device(name).type
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps")
-    if (kind == 'cuda' and not torch.cuda.is_available()) or (kind == 'mps' and not torch.backends.mps.is_available()):
-        raise ValueError(f"device {name!r} is not available on this machine: use device='auto' or 'cpu'")
-    if kind == 'cuda':
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if kind == 'cpu':
-        torch.set_flush_denormal(True)
-    return name
-
-
-def resolve_dtype(name, device):
-    """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs, float32 elsewhere."""
-    if name != 'auto':
-        return name
-    if device.startswith('cuda'):
-        return 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
-    return 'float32'
-
-
-def autocast(device, dtype):
-    """The context the forward passes run in: autocast to dtype, or nothing for float32."""
-    if dtype == 'float32':
-        return nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
-
-
-def use_compile(setting, device):
-    """torch.compile setting 'auto' (on for CUDA), 'on' or 'off' -> bool."""
-    return setting == 'on' or (setting == 'auto' and device.startswith('cuda'))
-
-
-def peak_flops(device, dtype):
-    """Dense 16-bit peak of the GPU, for MFU; None where unknown or not a 16-bit run (then no
-    MFU is reported). These are the vendors' spec-sheet numbers (dense, no sparsity)."""
-    if not device.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
-        return None
-    name = torch.cuda.get_device_name(torch.device(device))
-    for key, flops in (('H200', 989e12), ('H100', 989e12), ('A100', 312e12), ('L40S', 362e12),
-                       ('A10G', 70e12), ('4090', 165e12), ('3090', 71e12)):
-        if key in name:
-            return flops
-    return None
-
-
-def prepare_command(dataset):
-    """The prepare.py command that makes data/<dataset> (prepare.py names its output
-    <dataset> for GPT-2 tokens and <dataset>-<tokenizer> otherwise)."""
-    for base, flag in (('wikitext-103', ''), ('wikitext-2', ' --dataset wikitext-2')):
-        if dataset == base:
-            return f"python prepare.py{flag}"
-        if dataset.startswith(base + '-'):
-            return f"python prepare.py{flag} --tokenizer {dataset[len(base) + 1:]}"
-    return f"python prepare.py --text_dir <folder with train and valid text> --out_dir data/{dataset}"
-
-
-def load_tokens(data_dir, split):
-    """A split written by prepare.py, as a read-only memmap, with its meta.json.
-    The dtype comes from meta.json, never assumed."""
-    meta_path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(meta_path):
-        dataset = os.path.basename(os.path.normpath(data_dir))
-        raise FileNotFoundError(f"no prepared data in {data_dir} (meta.json missing): make it with "
-                                f"`{prepare_command(dataset)}`")
-    with open(meta_path) as f:
-        meta = json.load(f)
-    if split not in meta['tokens']:
-        raise FileNotFoundError(f"{data_dir} has no {split} split (it has {', '.join(meta['tokens'])})")
-    return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
-
-
-def gather_windows(data, starts, length):
-    """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
-    data[s+1:s+1+length] for every s in starts (any shape), as int64 tensors (*starts.shape, length)."""
-    chunk = torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
-    return chunk[..., :-1], chunk[..., 1:]
-
-
-def perplexity(loss):
-    """exp(loss), or inf where that overflows (an untrained readout can have CE in the hundreds)."""
-    return math.exp(loss) if loss < 700 else float('inf')
-
-
-def json_safe(v):
-    """JSON has no NaN or inf: they are written as null (e.g. the CE of a loop a terminal loss
-    never reads, or a radial fraction with no defined gradient)."""
-    if isinstance(v, dict):
-        return {k: json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v

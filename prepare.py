@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from data import bin_dtype, get_tokenizer
+
 DATASETS = {  # --dataset name -> (hub dataset, config)
     'wikitext-103': ('Salesforce/wikitext', 'wikitext-103-raw-v1'),
     'wikitext-2': ('Salesforce/wikitext', 'wikitext-2-raw-v1'),
@@ -43,52 +45,6 @@ LINES_PER_CHUNK = 4096
 
 class PrepareError(Exception):
     """A problem with the input that the user can fix; printed as one line."""
-
-
-# -----------------------------------------------------------------------------
-# tokenizers
-
-class ByteTokenizer:
-    """UTF-8 bytes as tokens: 256 symbols, nothing to download."""
-    name = 'bytes'
-    n_vocab = 256
-
-    def encode_lines(self, lines):
-        return np.frombuffer(''.join(lines).encode('utf-8'), dtype=np.uint8)
-
-    def decode(self, ids):
-        return bytes(np.asarray(ids, dtype=np.uint8)).decode('utf-8')
-
-
-class TiktokenTokenizer:
-    def __init__(self, name):
-        import tiktoken
-        try:
-            self.enc = tiktoken.get_encoding(name)
-        except ValueError:
-            raise PrepareError(f"unknown tokenizer {name!r}: use 'bytes' or a tiktoken encoding "
-                               f"({', '.join(tiktoken.list_encoding_names())})")
-        except Exception as e:  # the ranks are downloaded on first use
-            raise PrepareError(f"could not load tiktoken encoding {name!r} ({type(e).__name__}; no network?): "
-                               "point TIKTOKEN_CACHE_DIR at a cache that holds it, or use --tokenizer bytes")
-        self.name, self.n_vocab = name, self.enc.n_vocab
-
-    def encode_lines(self, lines):
-        # one line at a time, the same unit in every split and for files and datasets alike
-        # (BPE merges whitespace across line ends differently if lines were joined)
-        ids = [self.enc.encode_ordinary(line) for line in lines]
-        return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32, count=sum(map(len, ids)))
-
-    def decode(self, ids):
-        return self.enc.decode(list(map(int, ids)))
-
-
-def get_tokenizer(name):
-    return ByteTokenizer() if name == 'bytes' else TiktokenTokenizer(name)
-
-
-def bin_dtype(vocab_size):
-    return np.uint16 if vocab_size <= 2**16 else np.uint32
 
 
 # -----------------------------------------------------------------------------
@@ -279,7 +235,10 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     try:
-        tokenizer = get_tokenizer(args.tokenizer)
+        try:
+            tokenizer = get_tokenizer(args.tokenizer)
+        except ValueError as e:
+            raise PrepareError(str(e))
         files = {s: getattr(args, f'{s}_file') for s in ('train', 'val', 'test')}
         if any(files.values()):
             if args.text_dir or not (files['train'] and files['val'] and args.out_dir):

@@ -7,7 +7,6 @@ raw terminal one), plus its window bookkeeping.
 
 import json
 import math
-import os
 
 import numpy as np
 import pytest

@@ -13,6 +13,8 @@ import pytest
 
 import prepare
 from conftest import assert_one_line_error, run_script
+from data import ByteTokenizer, bin_dtype
+
 TEXT = {
     'train': " = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 ) \n"
              "The game began development in 2010 , carrying over a large portion .\r\n\n" * 50,
@@ -45,7 +47,7 @@ def test_bins_decode_back_to_the_text_and_meta_matches(tmp_path):
     out = tmp_path / 'data' / 'mytext-bytes'  # data/<folder name>-<tokenizer>
     for split in ('train', 'val', 'test'):
         ids, meta = read_split(out, split)
-        assert prepare.ByteTokenizer().decode(ids) == TEXT[split]
+        assert ByteTokenizer().decode(ids) == TEXT[split]
         assert meta['tokens'][split] == len(ids) == os.path.getsize(out / f'{split}.bin') // 2
         assert meta['sha256'][split] == hashlib.sha256((out / f'{split}.bin').read_bytes()).hexdigest()
     assert meta['dtype'] == 'uint16' and meta['vocab_size'] == 256 and meta['tokenizer'] == 'bytes'
@@ -57,7 +59,7 @@ def test_wikitext_file_names_and_missing_test_split(tmp_path):
     r = run('--text_dir', tmp_path / 'wt', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
     assert r.returncode == 0, r.stderr
     ids, meta = read_split(tmp_path / 'out', 'val')
-    assert prepare.ByteTokenizer().decode(ids) == TEXT['val']
+    assert ByteTokenizer().decode(ids) == TEXT['val']
     assert set(meta['tokens']) == {'train', 'val'}
 
 
@@ -73,7 +75,7 @@ def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
     r = run(*args, '--force')
     assert r.returncode == 0 and 'already complete' not in r.stdout
     assert os.path.getmtime(bin_path) > 0
-    assert prepare.ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == TEXT['train']
+    assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == TEXT['train']
 
 
 def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
@@ -84,7 +86,7 @@ def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
         f.truncate(10)
     r = run(*args)
     assert 'already complete' not in r.stdout
-    assert prepare.ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
+    assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
 
 
 @pytest.mark.parametrize('existing', [False, True])
@@ -102,7 +104,7 @@ def test_an_interruption_leaves_no_complete_looking_output(tmp_path, monkeypatch
         if len(calls) == 5:
             raise KeyboardInterrupt
         return np.frombuffer(''.join(lines).encode('utf-8'), dtype=np.uint8)
-    monkeypatch.setattr(prepare.ByteTokenizer, 'encode_lines', encode_then_interrupt)
+    monkeypatch.setattr(ByteTokenizer, 'encode_lines', encode_then_interrupt)
     with pytest.raises(SystemExit, match='interrupted'):
         prepare.main(args)
     left = os.listdir(tmp_path / 'out')
@@ -122,7 +124,7 @@ def test_datasets_path_with_a_local_dataset(tmp_path):
     assert r.returncode == 0, r.stderr
     for split in TEXT:
         ids, meta = read_split(tmp_path / 'data' / 'wt-local-bytes', split)
-        assert prepare.ByteTokenizer().decode(ids) == ''.join(rows[split])
+        assert ByteTokenizer().decode(ids) == ''.join(rows[split])
 
 
 def test_tiktoken_path_tokenizes_line_by_line(tmp_path, monkeypatch):
@@ -143,9 +145,9 @@ def test_tiktoken_path_tokenizes_line_by_line(tmp_path, monkeypatch):
 
 
 def test_dtype_follows_the_vocabulary():
-    assert prepare.bin_dtype(256) == np.uint16
-    assert prepare.bin_dtype(50257) == np.uint16
-    assert prepare.bin_dtype(100277) == np.uint32
+    assert bin_dtype(256) == np.uint16
+    assert bin_dtype(50257) == np.uint16
+    assert bin_dtype(100277) == np.uint32
 
 
 def one_line_error(r, *needles):

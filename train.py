@@ -24,8 +24,10 @@ from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
-from model import (LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, autocast, diagnostics, gather_windows, json_safe,
-                   load_tokens, peak_flops, perplexity, resolve_dtype, setup_device, use_compile)
+from data import gather_windows, load_tokens
+from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics
+from report import json_safe, perplexity
+from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compile
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),

@@ -1,0 +1,110 @@
+"""
+Token data: the tokenizers, and reading the bins that prepare.py writes.
+
+    python -c "from data import load_tokens; print(load_tokens('data/wikitext-2-bytes', 'val')[1])"
+
+prepare.py writes with these tokenizers; train.py, eval_depth.py and sample.py read with
+the rest.
+"""
+
+import itertools
+import json
+import os
+
+import numpy as np
+import torch
+
+
+# -----------------------------------------------------------------------------
+# tokenizers: 'bytes' or any tiktoken encoding, named in meta.json
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: 256 symbols, nothing to download."""
+    name = 'bytes'
+    n_vocab = 256
+
+    def encode_lines(self, lines):
+        return np.frombuffer(''.join(lines).encode('utf-8'), dtype=np.uint8)
+
+    def encode(self, text):
+        return self.encode_lines([text]).astype(np.int64).tolist()
+
+    def decode(self, ids, errors='strict'):
+        # errors='replace' for sampled text: a model can emit a byte sequence that is not UTF-8
+        return bytes(np.asarray(ids, dtype=np.uint8)).decode('utf-8', errors=errors)
+
+
+class TiktokenTokenizer:
+    def __init__(self, name):
+        import tiktoken
+        try:
+            self.enc = tiktoken.get_encoding(name)
+        except ValueError:
+            raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or a tiktoken encoding "
+                             f"({', '.join(tiktoken.list_encoding_names())})")
+        except Exception as e:  # the ranks are downloaded on first use
+            raise ValueError(f"could not load tiktoken encoding {name!r} ({type(e).__name__}; no network?): "
+                             "point TIKTOKEN_CACHE_DIR at a cache that holds it, or use --tokenizer bytes")
+        self.name, self.n_vocab = name, self.enc.n_vocab
+
+    def encode_lines(self, lines):
+        # one line at a time, the same unit in every split and for files and datasets alike
+        # (BPE merges whitespace across line ends differently if lines were joined)
+        ids = [self.enc.encode_ordinary(line) for line in lines]
+        return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32, count=sum(map(len, ids)))
+
+    def encode(self, text):
+        return self.encode_lines(text.splitlines(keepends=True)).astype(np.int64).tolist()
+
+    def decode(self, ids, errors='replace'):  # tiktoken's own default
+        return self.enc.decode(list(map(int, ids)), errors=errors)
+
+
+def get_tokenizer(name):
+    """'bytes' or a tiktoken encoding name; ValueError with a one-line message otherwise."""
+    return ByteTokenizer() if name == 'bytes' else TiktokenTokenizer(name)
+
+
+def bin_dtype(vocab_size):
+    return np.uint16 if vocab_size <= 2**16 else np.uint32
+
+
+# -----------------------------------------------------------------------------
+# reading the bins
+
+def prepare_command(dataset):
+    """The prepare.py command that makes data/<dataset> (prepare.py names its output
+    <dataset> for GPT-2 tokens and <dataset>-<tokenizer> otherwise)."""
+    for base, flag in (('wikitext-103', ''), ('wikitext-2', ' --dataset wikitext-2')):
+        if dataset == base:
+            return f"python prepare.py{flag}"
+        if dataset.startswith(base + '-'):
+            return f"python prepare.py{flag} --tokenizer {dataset[len(base) + 1:]}"
+    return f"python prepare.py --text_dir <folder with train and valid text> --out_dir data/{dataset}"
+
+
+def load_meta(data_dir):
+    """meta.json of a folder written by prepare.py; FileNotFoundError naming the command that makes it."""
+    meta_path = os.path.join(data_dir, 'meta.json')
+    if not os.path.isfile(meta_path):
+        dataset = os.path.basename(os.path.normpath(data_dir))
+        raise FileNotFoundError(f"no prepared data in {data_dir} (meta.json missing): make it with "
+                                f"`{prepare_command(dataset)}`")
+    with open(meta_path) as f:
+        return json.load(f)
+
+
+def load_tokens(data_dir, split):
+    """A split written by prepare.py, as a read-only memmap, with its meta.json.
+    The dtype comes from meta.json, never assumed."""
+    meta = load_meta(data_dir)
+    if split not in meta['tokens']:
+        raise FileNotFoundError(f"{data_dir} has no {split} split (it has {', '.join(meta['tokens'])})")
+    return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
+
+
+def gather_windows(data, starts, length):
+    """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
+    data[s+1:s+1+length] for every s in starts (any shape), as int64 tensors (*starts.shape, length)."""
+    chunk = torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
+    return chunk[..., :-1], chunk[..., 1:]
