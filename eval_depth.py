@@ -72,8 +72,8 @@ def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, dia
             if exit_loops:
                 p_conf, h_conf, ce_exit = [], [], []
                 for k in range(1, exit_loops + 1):
-                    # an exit reads loop k out as the trained model does (last only at the trained K)
-                    logp = F.log_softmax(model.readout(states[k], last=(k == exit_loops)).float(), dim=-1)
+                    # a token that exits at loop k is read out as the model run with k loops
+                    logp = F.log_softmax(model.logits(states[k], last=True).float(), dim=-1)
                     p_conf.append(logp.max(-1).values.exp().flatten())
                     h_conf.append((1 + (logp.exp() * logp).sum(-1) / log_v).flatten())  # 1 - entropy / ln V
                     ce_exit.append(-logp.gather(-1, y[..., None]).flatten())

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
-from torch.utils.checkpoint import checkpoint
+
+from linear_ce import linear_cross_entropy
 
 READOUTS = ('norm', 'raw', 'final_norm')
 LOSSES = ('perloop', 'terminal')
@@ -60,7 +61,6 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)  # q, k, v at once
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
         self.dropout = config.dropout
-        self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
         B, T, C = x.size()
@@ -68,10 +68,12 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        # dropout once, on the attention probabilities, as in the paper's released layer (nanoGPT
+        # also drops the projected output; the released code does not, and neither do we)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return self.c_proj(y)
 
 
 class SwiGLU(nn.Module):
@@ -138,9 +140,10 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # the loop
 
-    def hidden_states(self, idx, n_loops=None, clamp=False):
-        """Runs the shared stack K times. Returns [H_0, H_1, ..., H_K], each (B, T, C);
-        H_0 is the embedding that enters loop 1."""
+    def loop_states(self, idx, n_loops=None, clamp=False):
+        """Runs the shared stack K times, yielding H_0, H_1, ..., H_K one at a time, each (B, T, C);
+        H_0 is the embedding that enters loop 1. A caller that keeps only the newest state holds
+        one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30)."""
         K = self.config.n_loops if n_loops is None else n_loops
         if K < 1:
             raise ValueError(f"n_loops must be >= 1, got {K}")
@@ -149,9 +152,9 @@ class LoopedGPT(nn.Module):
             raise ValueError(f"sequence of length {T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(T, dtype=torch.long, device=idx.device)
         h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        states = [h]
+        yield h
         for k in range(1, K + 1):
-            x = states[-1]
+            x = h
             if k > 1 and self.interloop_norm is not None:
                 # scale-removing recurrence: the next loop starts from a state of fixed RMS
                 # (the gain), so no scale can be carried and accumulate. Applied after H_{k-1}
@@ -159,35 +162,51 @@ class LoopedGPT(nn.Module):
                 x = self.interloop_norm(x)
             for block in self.transformer.h:
                 x = block(x)
-            if clamp and k > 1:
+            if clamp and k == 1:
+                norm_1 = x.norm(dim=-1, keepdim=True)
+            elif clamp:
                 # eval-time recurrent scale clamp: rescale each token's state back to the norm
                 # it had after loop 1, keeping its direction. If CE barely changes, the scale
                 # the recurrence accumulated carried little predictive information.
-                x = x * (states[1].norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True))
-            states.append(x)
-        return states
+                x = x * (norm_1 / x.norm(dim=-1, keepdim=True))
+            h = x
+            yield h
+
+    def hidden_states(self, idx, n_loops=None, clamp=False):
+        """[H_0, H_1, ..., H_K], each (B, T, C): loop_states as a list."""
+        return list(self.loop_states(idx, n_loops, clamp))
 
     def readout(self, h, last):
-        """The readout, and the blind spot. (B, T, C) -> (B, T, vocab) logits.
+        """The readout r(H_k) that the LM head decodes, and the blind spot. (..., C) -> (..., C).
 
-        'norm': RMSNorm (with gain) then the head. r(a*H) = r(H) for any a > 0, so the
-        cross-entropy has no derivative along H (visibility lemma): nothing in the loss
-        sees ||H||, and the recurrence is free to grow it.
-        'raw': the head on H itself. Scaling H scales the logits, so CE sees the norm
-        and a gradient holds it in check.
+        'norm': RMSNorm (with gain). r(a*H) = r(H) for any a > 0, so the cross-entropy has
+        no derivative along H (visibility lemma): nothing in the loss sees ||H||, and the
+        recurrence is free to grow it.
+        'raw': H itself. Scaling H scales the logits, so CE sees the norm and a gradient
+        holds it in check.
         'final_norm': raw at loops 1..K-1 (those losses see the scale), normalized at the
         last loop of this call (`last`), whose loss does not.
         """
         if self.config.readout == 'norm' or (self.config.readout == 'final_norm' and last):
-            h = F.rms_norm(h, (h.size(-1),), self.readout_norm.weight.to(h.dtype), self.readout_norm.eps)
-        # (weights cast to h's dtype: a no-op in training, float64 for the diagnostics)
-        return F.linear(h, self.lm_head.weight.to(h.dtype))
+            # (the gain is cast to h's dtype: a no-op in training, float64 for the diagnostics)
+            return F.rms_norm(h, (h.size(-1),), self.readout_norm.weight.to(h.dtype), self.readout_norm.eps)
+        return h
 
-    def readout_loss(self, h, targets, last, reduction='mean'):
-        logits = self.readout(h, last)  # (B, T, vocab)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # CE in float32 at least
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1,
-                               reduction=reduction)
+    def logits(self, h, last):
+        """(..., C) -> (..., vocab): the LM head (tied to the token embedding) on the readout."""
+        return F.linear(self.readout(h, last), self.lm_head.weight.to(h.dtype))
+
+    def readout_loss(self, states, targets, last):
+        """Cross-entropy of reading out each of `states` (each (B, T, C)) against targets (B, T);
+        `last[i]` says whether states[i] is read out as the last loop. Returns (the sum over
+        states of each one's mean CE over tokens, differentiable; per-token CE (len(states),
+        B*T) float32, detached). Through linear_ce: the logits are made a chunk of tokens at a
+        time and never held for all tokens, and the gradients are made in the same pass."""
+        r = torch.cat([self.readout(h, is_last).reshape(-1, h.size(-1)) for h, is_last in zip(states, last)])
+        y = targets.reshape(-1)
+        total, ce = linear_cross_entropy(r, self.lm_head.weight.to(r.dtype), y.repeat(len(states)))
+        n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
+        return total / n_valid, ce.view(len(states), -1).float()
 
     # ---------------------------------------------------------------------------------
     # forward and losses
@@ -200,38 +219,33 @@ class LoopedGPT(nn.Module):
         states = self.hidden_states(idx, n_loops, clamp)[1:]  # H_1 .. H_K
         K = len(states)
         if targets is None:
-            return self.readout(states[-1], last=True)
+            return self.logits(states[-1], last=True)
 
-        read = range(K) if self.config.loss == 'perloop' else [K - 1]
-        ce = [torch.full((), float('nan'), device=idx.device)] * K
-        for k in read:
-            if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-                # recompute this loop's logits in backward instead of storing them: eager autograd
-                # would otherwise hold K (B, T, vocab) tensors at once (3.3 GB each in fp32 at
-                # B=64, T=256, GPT-2 vocab). Measured on an H200, 44M shape, B=64: peak 24.2 GiB
-                # instead of 33.4, for 24% of the step time. Under torch.compile the peak was
-                # 20.2 GiB with or without it, and 12% faster without, so compiled code skips it.
-                ce[k] = checkpoint(self.readout_loss, states[k], targets, k == K - 1,
-                                   use_reentrant=False)
-            else:
-                ce[k] = self.readout_loss(states[k], targets, k == K - 1)
-        loss = torch.stack([ce[k] for k in read]).mean()
+        # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
+        read = list(range(K)) if self.config.loss == 'perloop' else [K - 1]
+        total, ce_tokens = self.readout_loss([states[k] for k in read], targets, [k == K - 1 for k in read])
+        loss = total / len(read)
 
         if self.config.norm_penalty > 0:
-            # norm penalty: lambda * sum_k mean over tokens of ||H_k||^2 / d, i.e. the mean square
-            # activation as in the paper's released code (the paper writes lambda * sum_k ||H_k||^2).
-            # Summed over every loop, whatever the CE reads: it is the recurrence that grows.
-            loss = loss + self.config.norm_penalty * sum(h.float().pow(2).mean() for h in states)
+            # norm penalty, as in the paper's released training script: lambda * the mean over the
+            # K loops of mean(H_k^2), the mean square activation (||H_k||^2 / d averaged over
+            # tokens). The paper writes lambda * sum_k ||H_k||^2; the released code averages the
+            # loops, so lambda=0.01 is as strong at any K. Every loop, whatever the CE reads: it
+            # is the recurrence that grows the scale.
+            loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states]).mean()
 
+        valid = (targets.reshape(-1) >= 0).float()
+        ce = torch.full((K,), float('nan'), device=idx.device)
+        ce[read] = (ce_tokens * valid).sum(1) / valid.sum()
         h_norm = torch.stack([h.detach().float().norm(dim=-1).mean() for h in states])
-        return None, loss, {'ce': torch.stack(ce).detach(), 'h_norm': h_norm}
+        return None, loss, {'ce': ce, 'h_norm': h_norm}
 
     @torch.no_grad()
     def depth_losses(self, states, targets):
         """Per-token CE of the model run with K = 1, 2, ... loops, from the states of one pass
         ([H_1 .. H_K], from hidden_states): run with K loops, the model reads H_K out as its
         last loop, so row K-1 is what forward(n_loops=K) would score. (K, B*T) float32."""
-        return torch.stack([self.readout_loss(h, targets, last=True, reduction='none') for h in states])
+        return self.readout_loss(states, targets, [True] * len(states))[1]
 
     # ---------------------------------------------------------------------------------
     # size and cost
@@ -268,8 +282,13 @@ class LoopedGPT(nn.Module):
             path = os.path.join(path, 'ckpt.pt')
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no checkpoint at {path} (train.py writes <out_dir>/ckpt.pt)")
-        try:
+        try:  # weights_only: a checkpoint holds tensors and plain values, never code
             ckpt = torch.load(path, map_location=device, weights_only=True)
+        except Exception as e:
+            raise ValueError(f"{path} is not a checkpoint written by train.py (torch.load: {type(e).__name__})")
+        if not isinstance(ckpt, dict) or not {'model_args', 'model'} <= ckpt.keys():
+            raise ValueError(f"{path} is not a checkpoint written by train.py (it has no model_args and model)")
+        try:
             model = cls(LoopedGPTConfig(**ckpt['model_args']))
             model.load_state_dict(ckpt['model'])
         except Exception as e:
@@ -315,7 +334,7 @@ def token_diagnostics(model, states, targets, every_loop_last=False, radial=True
                     continue
                 h.requires_grad_(True)
                 with torch.enable_grad():
-                    loss = model.readout_loss(h, targets[i:i + chunk], last=every_loop_last or k == K)
+                    loss, _ = model.readout_loss([h], targets[i:i + chunk], [every_loop_last or k == K])
                     (g,) = torch.autograd.grad(loss * h.size(0), h)  # each token's own dCE_t/dh_t
                 g_norm = g.norm(dim=-1)
                 frac = (g * h).sum(-1).abs() / (g_norm * h.norm(dim=-1))

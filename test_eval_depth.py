@@ -136,7 +136,11 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--max_loops=0'), 'eval_depth.py', '--max_loops')
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--device=gpu'), 'eval_depth.py', "'gpu'")
     (empty / 'ckpt.pt').write_bytes(b'not a checkpoint')
-    assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'cannot load')
+    r = run_script('eval_depth.py', empty)
+    assert_one_line_error(r, 'eval_depth.py', 'not a checkpoint written by train.py')
+    assert 'weights_only' not in r.stderr
+    torch.save({'weights': torch.zeros(2)}, empty / 'ckpt.pt')  # a torch file, but not train.py's
+    assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'not a checkpoint written by train.py')
     for bad in ('0', '1.5', '0.5,-1', 'high'):
         assert_one_line_error(run_script('eval_depth.py', runs[0], '--exit', bad), 'eval_depth.py', '--exit')
     # data made with another tokenizer, under the name the run was trained on

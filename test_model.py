@@ -80,10 +80,10 @@ def test_radial_fraction_matches_a_finite_difference_along_h():
     eps = 1e-3
     for t in (0, 7):
         def tok_ce(a):
-            return F.cross_entropy(model.readout(a * h[t], last=True).double(), y[0, t])
+            return F.cross_entropy(model.logits(a * h[t], last=True).double(), y[0, t])
         radial_deriv = (tok_ce(1 + eps) - tok_ce(1 - eps)) / (2 * eps)
         hh = h[t].detach().clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(F.cross_entropy(model.readout(hh, last=True), y[0, t]), hh)
+        (g,) = torch.autograd.grad(F.cross_entropy(model.logits(hh, last=True), y[0, t]), hh)
         expect = abs(radial_deriv.item()) / (g.norm() * hh.norm()).item()
         assert frac[t].item() == pytest.approx(expect, rel=1e-2)
 
@@ -94,7 +94,7 @@ def test_radial_fraction_leaves_out_tokens_whose_gradient_is_zero():
     x, _ = batch()
     with torch.no_grad():
         states = [1e4 * h for h in model.hidden_states(x)]
-        pred = model.readout(states[-1], last=True).argmax(-1)
+        pred = model.logits(states[-1], last=True).argmax(-1)
     y = pred.clone()
     y[:, ::2] = (pred[:, ::2] + 1) % V  # even positions: a wrong, confident prediction (large gradient)
     per_token = token_diagnostics(model, states, y)
@@ -159,7 +159,8 @@ def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout):
             normalized = [readout == 'norm' or (readout == 'final_norm' and k == K - 1) for k in range(K)]
             per_loop = [ce(manual_logits(model, states[k], normalized[k]), y) for k in range(K)]
             expect = sum(per_loop) / K if loss_kind == 'perloop' else per_loop[-1]
-            expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states)
+            # the penalty as released: lambda * the mean over the K loops of mean(H_k^2)
+            expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states) / K
             model.train()
             _, loss, stats = model(x, y)  # train mode: the checkpointed readout path
             assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
@@ -179,7 +180,7 @@ def test_final_norm_uses_raw_readout_before_the_last_loop_only():
         for K in (2, 3, 5):  # "last" is the last loop of the call, also for overridden K
             states = model.hidden_states(x, n_loops=K)[1:]
             for k, h in enumerate(states):
-                got = model.readout(h, last=(k == K - 1))
+                got = model.logits(h, last=(k == K - 1))
                 assert torch.allclose(got, manual_logits(model, h, normalized=(k == K - 1)), atol=1e-4)
                 assert not torch.allclose(got, manual_logits(model, h, normalized=(k != K - 1)), atol=1e-2)
             assert torch.allclose(model(x, n_loops=K), manual_logits(model, states[-1], True), atol=1e-4)
