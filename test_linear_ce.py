@@ -48,7 +48,7 @@ def test_without_gradients_it_only_scores():
 
 def test_chunks_are_sized_by_bytes_of_logits():
     assert chunk_rows(100, 256) == 100                        # few rows: one chunk
-    assert chunk_rows(10**6, 50257) == 64 * 2**20 // (4 * 50257)  # 64 MiB of float32 logits
+    assert chunk_rows(10**6, 50257) == 256 * 2**20 // (4 * 50257)  # 256 MiB of float32 logits
     assert chunk_rows(10**6, 10**7) == 256                     # never below 256 rows
 
 

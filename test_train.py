@@ -6,6 +6,8 @@ train.py from the outside (subprocesses on tiny data made by prepare.py), and co
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -72,6 +74,34 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
 
 
+def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
+    # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
+    # diverges after a resume if rank 1's dropout masks do not replay those of the full run
+    def torchrun(out, *extra):
+        r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, '--eval_interval=4',
+                            '--dropout=0.2', '--gradient_accumulation_steps=2', *extra)],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
+        assert r.returncode == 0, r.stderr[-3000:]
+    torchrun(tmp_path / 'full', '--max_iters=8')
+    torchrun(tmp_path / 'split', '--max_iters=4')
+    torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume')
+    full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
+    split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
+    assert len(full) == 8 and split == full
+
+
+def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration(monkeypatch):
+    import train
+    monkeypatch.setattr(train, 'seed', 7, raising=False)
+    draws = {}
+    for it, rank in ((3, 0), (3, 1), (4, 1), (3, 1)):
+        train.seed_step(it, rank)
+        draws.setdefault((it, rank), []).append(torch.rand(4))
+    assert torch.equal(*draws[(3, 1)])  # the same step on the same rank: the same masks, resumed or not
+    assert not torch.equal(draws[(3, 0)][0], draws[(3, 1)][0]) and not torch.equal(draws[(3, 1)][0], draws[(4, 1)][0])
+
+
 def test_the_last_iteration_is_evaluated_and_saved(tiny_data, tmp_path):
     train(tiny_data, tmp_path / 'run', '--max_iters=7', '--eval_interval=5')
     assert [e['iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'eval'] == [0, 5, 7]
@@ -103,6 +133,18 @@ def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
     assert_one_line_error(run_script('train.py', *args, '--device=gpu'), 'train.py', "'gpu'")
     r = run_script('train.py', *args, '--learning_rate=1')  # an int where a float is expected is fine
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize('bad,needle', [
+    (['--n_loops=0'], "'n_loops'"), (['--n_embd=100', '--n_head=3'], 'multiple of n_head'),
+    (['--norm_penalty=-1'], 'reward large norms'), (['--learning_rate=-3e-4'], "'learning_rate'"),
+    (['--dropout=1.0'], "'dropout'"), (['--dropout=-0.1'], "'dropout'"), (['--batch_size=0'], "'batch_size'"),
+    (['--block_size=0'], "'block_size'"), (['--eval_iters=0'], "'eval_iters'"), (['--beta2=1.5'], "'beta2'"),
+    (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'")])
+def test_settings_that_make_no_sense_are_one_clear_line(tiny_data, tmp_path, bad, needle):
+    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', *bad))
+    assert_one_line_error(r, 'train.py', needle)
+    assert not (tmp_path / 'x').exists()  # refused before anything was written
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):

@@ -20,7 +20,7 @@ from dataclasses import fields
 
 import numpy as np
 import torch
-from torch.distributed import destroy_process_group, init_process_group
+from torch.distributed import barrier, destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
@@ -98,6 +98,13 @@ def get_lr(it):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 
+def seed_step(it, rank):
+    """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed
+    run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
+    state to save or gather."""
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank, it, 1]).generate_state(1)[0]))
+
+
 def train_batches(data, it, rank, n_micro):
     """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
     seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
@@ -137,6 +144,32 @@ def evaluate(model, val_batches):
     return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
 
 
+def train_step(model, optimizer, scaler, xs, ys, it, rank, ddp=False):
+    """One optimizer step on the micro-batches xs, ys (n_micro, B, T) of iteration `it`: forward,
+    backward, clip, AdamW. Returns device tensors, not read here (no sync): the loss, and the
+    per-loop CE and mean ||H_k||, each averaged over the micro-steps. bench.py times this."""
+    seed_step(it, rank)
+    n_micro = len(xs)
+    loss_sum, ce, h_norm = 0.0, 0.0, 0.0
+    for micro in range(n_micro):
+        if ddp:  # all-reduce the gradients only at the last micro-step
+            model.require_backward_grad_sync = (micro == n_micro - 1)
+        with ctx:
+            _, loss, stats = model(xs[micro], ys[micro])
+            loss = loss / n_micro
+        scaler.scale(loss).backward()
+        loss_sum = loss_sum + loss.detach()
+        ce = ce + stats['ce'] / n_micro
+        h_norm = h_norm + stats['h_norm'] / n_micro
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, ce, h_norm
+
+
 def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
     ckpt = {
         'model_args': {k: getattr(raw_model.config, k) for k in MODEL_ARGS},
@@ -146,8 +179,7 @@ def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
         'data_position': iter_num,            # batches are a function of (seed, rank, iteration)
         'best_val_loss': best_val_loss,
         'config': config,
-        'rng': {'torch': torch.get_rng_state(),
-                'cuda': torch.cuda.get_rng_state() if device_type == 'cuda' else None},
+        # no RNG state: every rank reseeds its dropout from (seed, rank, iteration) each step
     }
     path = os.path.join(out_dir, 'ckpt.pt')
     torch.save(ckpt, path + '.tmp')
@@ -180,6 +212,38 @@ def fmt(values, spec='.3f'):
 
 # -----------------------------------------------------------------------------
 
+# the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
+AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
+              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops')
+AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr')
+ABOVE_0 = ('learning_rate', 'epochs')
+BELOW_1 = ('dropout', 'beta1', 'beta2')  # in [0, 1)
+
+
+def check_settings(config):
+    """Every check on the settings, in one place: a value that makes no sense is one error line."""
+    for key, options in CHOICES.items():
+        if config[key] not in options:
+            raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
+    for key in AT_LEAST_1:
+        if config[key] < 1:
+            raise TrainError(f"setting '{key}' must be at least 1; got {config[key]!r}")
+    for key in AT_LEAST_0:
+        if config[key] < 0:
+            why = ' (a negative lambda would reward large norms)' if key == 'norm_penalty' else ''
+            raise TrainError(f"setting '{key}' must be >= 0{why}; got {config[key]!r}")
+    for key in ABOVE_0:
+        if not config[key] > 0:
+            raise TrainError(f"setting '{key}' must be > 0; got {config[key]!r}")
+    for key in BELOW_1:
+        if not 0 <= config[key] < 1:
+            raise TrainError(f"setting '{key}' must lie in [0, 1); got {config[key]!r}")
+    try:  # what the model itself refuses (e.g. n_embd not a multiple of n_head)
+        LoopedGPTConfig(**{k: config[k] for k in MODEL_ARGS if k != 'vocab_size'})
+    except ValueError as e:
+        raise TrainError(str(e))
+
+
 def setup(argv):
     """Applies config files and overrides to the globals, checks them, and picks the device."""
     global device, device_type, ptdtype, dtype, ctx
@@ -187,9 +251,7 @@ def setup(argv):
         config = configure({k: globals()[k] for k in SETTINGS}, argv)
     except ConfigError as e:
         raise TrainError(str(e))
-    for key, options in CHOICES.items():
-        if config[key] not in options:
-            raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
+    check_settings(config)
     globals().update(config)
     try:
         device = setup_device(device)
@@ -208,11 +270,12 @@ def main(argv):
     # DDP: one process per GPU under torchrun; on one device none of this runs
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, world_size = 0, 1
-    if ddp:
-        init_process_group(backend='nccl')
+    if ddp:  # NCCL between GPUs; gloo between CPU processes (how the tests run two ranks)
+        init_process_group(backend='gloo' if device_type == 'cpu' else 'nccl')
         rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-        torch.cuda.set_device(device)
+        if device_type == 'cuda':
+            device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+            torch.cuda.set_device(device)
         if gradient_accumulation_steps % world_size:
             raise TrainError(f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
                              f"multiple of the number of GPUs ({world_size})")
@@ -264,12 +327,6 @@ def main(argv):
                                   weight_decay=weight_decay, fused=(device_type == 'cuda'))
     if ckpt is not None:
         optimizer.load_state_dict(ckpt['optimizer'])
-        if master:  # (only rank 0's RNG is saved: under DDP the other ranks' dropout masks start afresh)
-            torch.set_rng_state(ckpt['rng']['torch'].cpu())
-            if device_type == 'cuda' and ckpt['rng']['cuda'] is not None:
-                torch.cuda.set_rng_state(ckpt['rng']['cuda'].cpu())
-        else:
-            torch.manual_seed(seed + rank + iter_num)
     ckpt = None  # free memory
     start_iter = iter_num  # nothing new to save until the first step from here
 
@@ -278,7 +335,7 @@ def main(argv):
             print("compiling the model... (takes a minute)")
         model = torch.compile(model)
     if ddp:
-        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])])
+        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
 
     flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
     peak = peak_flops(device, dtype)
@@ -328,23 +385,11 @@ def main(argv):
         for group in optimizer.param_groups:
             group['lr'] = lr
         xs, ys = train_batches(train_data, iter_num, rank, gradient_accumulation_steps)
-        for micro in range(gradient_accumulation_steps):
-            if ddp:  # all-reduce the gradients only at the last micro-step
-                model.require_backward_grad_sync = (micro == gradient_accumulation_steps - 1)
-            with ctx:
-                _, loss, stats = model(xs[micro], ys[micro])
-                loss = loss / gradient_accumulation_steps
-            scaler.scale(loss).backward()
-            acc_loss += loss.detach()
-            acc_ce += stats['ce'] / gradient_accumulation_steps
-            acc_norm += stats['h_norm'] / gradient_accumulation_steps
-            finite &= torch.isfinite(loss.detach())
-        if grad_clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        loss, ce, h_norm = train_step(model, optimizer, scaler, xs, ys, iter_num, rank, ddp)
+        acc_loss += loss
+        acc_ce += ce
+        acc_norm += h_norm
+        finite &= torch.isfinite(loss)
         iter_num += 1
         acc_iters += 1
 
@@ -368,6 +413,8 @@ def main(argv):
             acc_iters, t0 = 0, time.time()
 
     if ddp:
+        barrier()  # rank 0 may still be evaluating or saving; no rank leaves before it is done
+        del model  # the DDP wrapper (and its gloo work) goes before its process group, not at exit
         destroy_process_group()
 
 
