@@ -14,6 +14,7 @@ checkpoint loader and the FLOPs estimate. Device, precision and data helpers liv
 runtime.py and data.py. This file imports nothing from the scripts.
 """
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -62,15 +63,19 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
         self.dropout = config.dropout
 
-    def forward(self, x):
+    def forward(self, x, cache=None, site=None):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if cache is not None:  # decoding: the earlier tokens' keys and values at this (loop, layer)
+            k, v = cache.update(k, v, *site)  # (B, nh, t0 + T, hs)
         # dropout once, on the attention probabilities, as in the paper's released layer (nanoGPT
-        # also drops the projected output; the released code does not, and neither do we)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        # also drops the projected output; the released code does not, and neither do we).
+        # A single new token attends to every cached one; T > 1 new tokens come only on an empty
+        # cache (a prefill), where the plain causal mask is right.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
@@ -103,10 +108,42 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache=None, site=None):
+        x = x + self.attn(self.ln_1(x), cache, site)
         x = x + self.mlp(self.ln_2(x))
         return x
+
+
+class KVCache:
+    """Keys and values for decoding. A looped model has an attention site for every (loop,
+    layer): K x n_layer of them, all in one tensor (K, n_layer, 2, B, n_head, block_size, hs),
+    so that the stand-ins of a token that exits early are one copy (see LoopedGPT.decode).
+    `length` tokens are cached; `active` (B, T) marks, during a decode call, the new tokens
+    still running (None: all of them)."""
+
+    def __init__(self, config, batch_size, n_loops, device, dtype):
+        hs = config.n_embd // config.n_head
+        self.kv = torch.zeros(n_loops, config.n_layer, 2, batch_size, config.n_head, config.block_size, hs,
+                              device=device, dtype=dtype)
+        self.n_loops, self.length, self.active = n_loops, 0, None
+
+    def update(self, k, v, loop, layer):
+        """Stores the new tokens' keys and values (B, nh, T, hs) at (loop, layer) and returns all
+        keys and values so far. A token that has exited keeps its stand-in instead: what the
+        previous loop stored for it, i.e. its key/value at the loop it exited at."""
+        t0, t1 = self.length, self.length + k.size(2)
+        site = self.kv[loop, layer]
+        if self.active is not None and loop > 0:
+            running = self.active[:, None, :, None]  # (B, 1, T, 1)
+            k = torch.where(running, k, self.kv[loop - 1, layer, 0, :, :, t0:t1])
+            v = torch.where(running, v, self.kv[loop - 1, layer, 1, :, :, t0:t1])
+        site[0, :, :, t0:t1] = k
+        site[1, :, :, t0:t1] = v
+        return site[0, :, :, :t1], site[1, :, :, :t1]
+
+    def fill_stand_ins(self, loop, t0, t1):
+        """Every token in t0:t1 stopped by `loop` (0-based): loops after it read their stand-ins."""
+        self.kv[loop + 1:, :, :, :, :, t0:t1] = self.kv[loop:loop + 1, :, :, :, :, t0:t1]
 
 
 class LoopedGPT(nn.Module):
@@ -248,6 +285,100 @@ class LoopedGPT(nn.Module):
         return self.readout_loss(states, targets, [True] * len(states))[1]
 
     # ---------------------------------------------------------------------------------
+    # decoding: a KV cache, and per-token early exit that really skips loops
+
+    @torch.no_grad()
+    def decode(self, idx, cache, exit_threshold=0.0, criterion='max_prob'):
+        """Runs new tokens idx (B, T) at positions cache.length .. cache.length + T - 1 through
+        up to cache.n_loops loops, attending to the cached tokens, and caches their keys and
+        values. T > 1 only on an empty cache (a prefill, or a whole window scored at once).
+
+        Per-token early exit (exit_threshold > 0): after each loop, a token whose readout is
+        confident enough (exit_confidence > threshold) stops there, and is answered by that
+        readout, read as the model run with that many loops (so an exit at loop 1 is exactly
+        the 1-loop model). Its later loops never run. Later tokens still attend to it at those
+        loops, through a stand-in: its key/value at the loop it exited at, same layer. That is
+        a choice (recurrent-depth decoders make it too): the shared stack means this is the
+        key/value the token would give if its state stopped moving at its exit, and a drifted
+        state nearly does (its angular step shrinks as 1/s, Lemma 2). eval_depth.py --exit
+        measures what the stand-in costs. When every new token has stopped, the loop ends: a
+        single decoded token that exits at loop j costs j loops.
+
+        Returns (logits (B, T, vocab) from each token's last loop, loops used (B, T) int)."""
+        B, T = idx.size()
+        K, t0 = cache.n_loops, cache.length
+        if t0 + T > self.config.block_size:
+            raise ValueError(f"positions up to {t0 + T} exceed block_size {self.config.block_size}")
+        pos = torch.arange(t0, t0 + T, dtype=torch.long, device=idx.device)
+        h = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
+        logits, loops = None, torch.full((B, T), K, dtype=torch.long, device=idx.device)
+        running = torch.ones(B, T, dtype=torch.bool, device=idx.device)
+        cache.active = None
+        for k in range(K):
+            x = self.interloop_norm(h) if k > 0 and self.interloop_norm is not None else h
+            for layer, block in enumerate(self.transformer.h):
+                x = block(x, cache, (k, layer))
+            h = x if cache.active is None else torch.where(running[..., None], x, h)  # stopped tokens stay put
+            if k == K - 1 or exit_threshold <= 0:
+                continue
+            out = self.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
+            stop = running & (exit_confidence(out, criterion) > exit_threshold)
+            logits = out if logits is None else torch.where(stop[..., None], out, logits)
+            loops = torch.where(stop, k + 1, loops)
+            running = running & ~stop
+            if not running.any():  # every new token has stopped: later loops read stand-ins
+                cache.fill_stand_ins(k, t0, t0 + T)
+                break
+            cache.active = running
+        else:  # the tokens still running are answered by the last loop
+            out = self.logits(h, last=True)
+            logits = out if logits is None else torch.where(running[..., None], out, logits)
+        cache.length, cache.active = t0 + T, None
+        return logits, loops
+
+    def new_cache(self, batch_size, n_loops=None, device=None):
+        """An empty KVCache for decode(), in the dtype the attention runs in (autocast's, if on)."""
+        device = device or self.lm_head.weight.device
+        device_type = torch.device(device).type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
+            else self.lm_head.weight.dtype
+        return KVCache(self.config, batch_size, n_loops or self.config.n_loops, device, dtype)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=None, kv_cache=True,
+                 exit_threshold=0.0, criterion='max_prob'):
+        """Samples max_new_tokens after idx (B, T), as nanoGPT's generate, at any depth and with
+        per-token early exit (decode). Returns (idx with the new tokens, loops used (B, new)).
+
+        The context is a window of the last tokens, as in nanoGPT, but it cannot slide one token
+        at a time: positions are learned and absolute, so every cached key would have to move.
+        When the window is full, it restarts from its last 3/4 (one prefill) and grows again, so
+        the model always sees between 3/4 of block_size and block_size tokens. kv_cache=False
+        recomputes the whole window at every step through the same decode: the same windows,
+        the same exits, so greedy text (top_k=1) is the same with and without the cache."""
+        bs = self.config.block_size
+        keep = max(1, bs - bs // 4)
+        window = max(0, idx.size(1) - keep) if idx.size(1) > bs else 0  # where the context starts
+        cache, used = None, []
+        for _ in range(max_new_tokens):
+            if idx.size(1) - window >= bs:
+                window = idx.size(1) - keep  # the window is full: restart from its last 3/4
+                cache = None
+            if cache is None or not kv_cache:  # a (re)fill: the whole window in one pass
+                cache = self.new_cache(idx.size(0), n_loops, idx.device)
+                logits, loops = self.decode(idx[:, window:], cache, exit_threshold, criterion)
+            else:  # one token, attending to the cache
+                logits, loops = self.decode(idx[:, -1:], cache, exit_threshold, criterion)
+            logits = logits[:, -1, :].float() / max(temperature, 1e-8)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('Inf')
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+            used.append(loops[:, -1])
+        return idx, torch.stack(used, dim=1) if used else torch.zeros(idx.size(0), 0, dtype=torch.long)
+
+    # ---------------------------------------------------------------------------------
     # size and cost
 
     def get_num_params(self, non_embedding=True):
@@ -297,7 +428,20 @@ class LoopedGPT(nn.Module):
 
 
 # -------------------------------------------------------------------------------------
-# diagnostics: shared by train.py (every eval_interval) and eval_depth.py
+# diagnostics: shared by train.py (every eval_interval), eval_depth.py and sample.py
+
+EXIT_CRITERIA = ('max_prob', 'entropy')
+
+
+def exit_confidence(logits, criterion):
+    """How sure a readout is, in [0, 1], from its logits (..., vocab): 'max_prob' the top
+    probability; 'entropy' 1 - H(p) / ln(vocab). An early exit stops where it exceeds a threshold."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    if criterion == 'max_prob':
+        return logp.amax(-1).exp()
+    if criterion == 'entropy':
+        return 1 + (logp.exp() * logp).sum(-1) / math.log(logits.size(-1))
+    raise ValueError(f"unknown exit criterion {criterion!r}: use {' or '.join(EXIT_CRITERIA)}")
 
 def token_diagnostics(model, states, targets, every_loop_last=False, radial=True, chunk=2048):
     """Per-token, per-loop diagnostics from the states of one batch ([H_0 .. H_K], as from
@@ -367,3 +511,33 @@ def diagnostics(model, idx, targets, n_loops=None, clamp=False):
     per_token = token_diagnostics(model, states, targets)
     model.train(was_training)
     return summarize(per_token)
+
+
+def lemma_sums(states):
+    """Lemma 2 of the paper (the activity lemma), measured. Write each token's state as
+    H = s * u, with s the RMS of H over channels and u = H / s (so ||u|| = sqrt(d)). In the
+    drifted regime a loop adds a roughly constant radial increment a_k = <u_k, H_{k+1} - H_k>,
+    while the direction moves by ||u_{k+1} - u_k|| ~ c / s_k: the larger the scale, the less a
+    loop can turn the state, so extra loops stop changing the prediction (K-invariance).
+
+    states: any iterable of H_1, H_2, ..., H_N (each (..., C)), consumed one at a time, so
+    only two states are held (pass model.loop_states to run N loops in O(one state)).
+    Returns float64 sums over tokens, to be divided by 'tokens' (and summed across batches):
+    's' (N,), and 'radial_increment', 'angular_step', 's_times_angular' (N-1,) for k = 1..N-1."""
+    sums = {'s': [], 'radial_increment': [], 'angular_step': [], 's_times_angular': []}
+    prev = None
+    for h in states:
+        h = h.detach().double().reshape(-1, h.size(-1))
+        s = h.pow(2).mean(-1).sqrt()  # (N,)
+        u = h / s[:, None]
+        sums['s'].append(s.sum())
+        if prev is not None:
+            h_prev, s_prev, u_prev = prev
+            step = (u - u_prev).norm(dim=-1)
+            sums['radial_increment'].append((u_prev * (h - h_prev)).sum(-1).sum())
+            sums['angular_step'].append(step.sum())
+            sums['s_times_angular'].append((s_prev * step).sum())
+        prev = h, s, u
+    out = {k: torch.stack(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in sums.items()}
+    out['tokens'] = prev[0].size(0)
+    return out

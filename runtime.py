@@ -30,12 +30,28 @@ def setup_device(name='auto'):
     return name
 
 
-def resolve_dtype(name, device):
-    """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs, float32 elsewhere."""
+def cpu_has_bf16():
+    """Whether this CPU does bfloat16 arithmetic natively (AVX-512 BF16 or AMX), from Linux's
+    /proc/cpuinfo; elsewhere False. Without it, bf16 on a CPU is emulated and no faster."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            flags = next((line for line in f if line.startswith('flags')), '').split()
+    except OSError:
+        return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+
+
+def resolve_dtype(name, device, training=False):
+    """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs; on a CPU,
+    bfloat16 for training where the CPU has it natively, float32 otherwise and for evaluation
+    (cheap on a CPU, and exact). bf16 trained the CPU demo 1.2x faster and the 44M shape 1.6x,
+    with the same drift, radial fraction and loss over K (README, "Speed")."""
     if name != 'auto':
         return name
     if device.startswith('cuda'):
         return 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
+    if device.startswith('cpu') and training and cpu_has_bf16():
+        return 'bfloat16'
     return 'float32'
 
 

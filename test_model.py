@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from model import LoopedGPT, LoopedGPTConfig, diagnostics, summarize, token_diagnostics
+from model import LoopedGPT, LoopedGPTConfig, diagnostics, lemma_sums, summarize, token_diagnostics
 
 V, T, D = 64, 16, 32
 
@@ -317,3 +317,58 @@ def test_bad_config_is_refused():
     for bad in (dict(readout='rms'), dict(loss='mean'), dict(n_loops=0), dict(n_head=3)):
         with pytest.raises(ValueError):
             tiny(**bad)
+
+
+# ---------------------------------------------------------------------------------------
+# Lemma 2: radial increment and angular step
+
+def test_lemma_quantities_equal_a_direct_computation_from_hidden_states():
+    model = tiny(n_loops=3).eval()
+    x, _ = batch()
+    N = 7
+    with torch.no_grad():
+        got = lemma_sums(h for k, h in enumerate(model.loop_states(x, n_loops=N)) if k >= 1)
+        H = [h.reshape(-1, D).double() for h in model.hidden_states(x, n_loops=N)[1:]]
+    n = H[0].size(0)
+    assert got['tokens'] == n and got['s'].shape == (N,) and got['angular_step'].shape == (N - 1,)
+    for k in range(N):
+        s_k = torch.sqrt((H[k] ** 2).sum(-1) / D)  # RMS over channels, token by token
+        assert torch.allclose(got['s'][k] / n, s_k.mean())
+        if k < N - 1:
+            u_k, u_next = H[k] / s_k[:, None], H[k + 1] / torch.sqrt((H[k + 1] ** 2).sum(-1) / D)[:, None]
+            assert torch.allclose(got['radial_increment'][k] / n, ((H[k + 1] - H[k]) * u_k).sum(-1).mean())
+            step = torch.linalg.vector_norm(u_next - u_k, dim=-1)
+            assert torch.allclose(got['angular_step'][k] / n, step.mean())
+            assert torch.allclose(got['s_times_angular'][k] / n, (s_k * step).mean())
+
+
+def test_s_times_angular_step_is_constant_for_a_residual_recurrence_of_the_direction():
+    # H_{k+1} = H_k + b(u_k), with b a fixed function of the direction only (the activity
+    # lemma's pre-norm update): b(u) = alpha u + beta J u, J a random rotation by 90 degrees in
+    # d/2 planes (J u is orthogonal to u, and as long). The radial increment <u, b> is
+    # constant, so the scale grows; the tangential part of b has a constant length, so the
+    # direction moves by c / s_k: the angular step falls while s_k * angular step stays put.
+    torch.manual_seed(0)
+    d, alpha, beta = 64, 2.0, 1.0
+    Q = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64))[0]
+    J0 = torch.zeros(d, d, dtype=torch.float64)
+    J0[0::2, 1::2] = torch.eye(d // 2, dtype=torch.float64)
+    J0[1::2, 0::2] = -torch.eye(d // 2, dtype=torch.float64)
+    J = Q.T @ J0 @ Q
+
+    def b(u):
+        return alpha * u + beta * u @ J.T
+
+    def states(h):
+        for _ in range(30):
+            yield h
+            h = h + b(h / h.pow(2).mean(-1, keepdim=True).sqrt())
+    got = lemma_sums(states(50 * torch.randn(8, d, dtype=torch.float64)))  # s starts near 50
+    s = got['s'] / got['tokens']
+    step = got['angular_step'] / got['tokens']
+    product = got['s_times_angular'] / got['tokens']
+    inc = got['radial_increment'] / got['tokens']
+    assert s[-1] > 2 * s[0]                            # the scale grew
+    assert step[-1] < 0.6 * step[0]                    # so the direction moved less and less
+    assert product.max() / product.min() < 1.03        # but s * step stayed put: the 1/s law
+    assert torch.allclose(inc, torch.full_like(inc, alpha * d))  # a constant radial increment

@@ -71,7 +71,7 @@ lr_decay = 'constant'         # 'constant' | 'cosine'
 min_lr = 3e-5                 # the end of the cosine
 # system
 device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
-dtype = 'auto'                # 'auto' (bfloat16 where supported) | 'float32' | 'bfloat16' | 'float16'
+dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with native bf16) | 'float32' | 'bfloat16' | 'float16'
 compile = 'auto'              # torch.compile: 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
 seed = 1337
 # -----------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def setup(argv):
     except ValueError as e:
         raise TrainError(str(e))
     device_type = torch.device(device).type
-    dtype = resolve_dtype(dtype, device)
+    dtype = resolve_dtype(dtype, device, training=True)
     ctx = autocast(device, dtype)
     return config
 
