@@ -22,6 +22,8 @@ def check(settings, key, value, where):
     if key not in settings:
         raise ConfigError(f"unknown setting '{key}' ({where}); the settings are the globals at the top of train.py")
     default = settings[key]
+    if default is None:  # a setting that is unset by default takes any value; its script checks it
+        return value
     if type(default) is float and type(value) is int:
         return float(value)
     if type(value) is not type(default):

@@ -1,30 +1,35 @@
 """
-Perplexity, hidden-state norms and throughput against inference depth K, the scale clamp
-and early exit, for one or more trained runs, with the plots that show the blind spot.
+Perplexity, hidden-state norms and throughput against inference depth K, the scale clamp,
+early exit (teacher-forced and as a decoder really runs it), calibrated halting, Lemma 2
+out to many loops and the drift over training, for trained runs; seeds of one condition
+are grouped into mean ± std.
 
     python eval_depth.py out-norm_perloop out-raw_perloop                  # every K from 1 to 2x trained K
-    python eval_depth.py out-*-cpu --clamp --exit 0.5,0.7,0.9 --out eval-cpu
+    python eval_depth.py out-*-cpu-s* --clamp --exit 0.5,0.9 --lemma_loops 30 --curves --out eval-cpu
+    python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01      # halting within 1% of full depth
     python eval_depth.py out-raw_perloop/ckpt.pt --split test --max_tokens 100000
 
-Writes a markdown table to stdout and, in --out, results.json and PNG plots. Perplexity is
-over the whole split in non-overlapping windows of the trained block size: every token but
-the first is scored exactly once (the first has no context).
+Writes a markdown table to stdout and, in --out, results.json (every run, and every group
+of seeds) and PNG plots. Perplexity is over the whole split in non-overlapping windows of
+the trained block size: every token but the first is scored exactly once.
 """
 
 import argparse
+import json
 import math
 import os
+import re
 import sys
 import time
 from collections import Counter
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
+import plots
 from data import gather_windows, load_tokens
-from model import LoopedGPT, summarize, token_diagnostics
-from report import perplexity, write_json
+from model import EXIT_CRITERIA, LoopedGPT, exit_confidence, lemma_sums, summarize, token_diagnostics
+from report import mean_std, perplexity, pm, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 
 
@@ -54,54 +59,156 @@ def batches(data, windows, batch_size, device):
             yield x.to(device), y.to(device)
 
 
+def n_batches(windows, batch_size):
+    return sum(math.ceil(count / batch_size) for count in Counter(n for _, n in windows).values())
+
+
+def progress(windows, batch_size, desc):
+    from tqdm import tqdm
+    return tqdm(total=n_batches(windows, batch_size), desc=desc, unit='batch', leave=False, file=sys.stderr,
+                disable=None)  # (None: only on a terminal)
+
+
 # -----------------------------------------------------------------------------
-# one pass over the split
+# passes over the split
 
 @torch.no_grad()
-def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, diag_tokens, device, ctx, bar):
+def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, diag_tokens, device, ctx, desc):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
-    tokens, angular change) and, for loops 1..exit_loops (0: none), the exit readouts'
-    confidences and CE. Returns (K, N) tensors."""
-    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], 'conf_p': [], 'conf_h': [], 'ce_exit': []}
-    log_v = math.log(model.config.vocab_size)
+    tokens, angular change) and, for loops 1..exit_loops (0: none), each criterion's exit
+    confidence of the readout there. Returns (rows, N) tensors."""
+    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], **{f'conf_{c}': [] for c in EXIT_CRITERIA}}
     seen = 0
-    for x, y in batches(data, windows, batch_size, device):
-        with ctx:
-            states = model.hidden_states(x, max_loops, clamp)
-            rows['ce'].append(model.depth_losses(states[1:], y))
-            if exit_loops:
-                p_conf, h_conf, ce_exit = [], [], []
-                for k in range(1, exit_loops + 1):
+    with progress(windows, batch_size, desc) as bar:
+        for x, y in batches(data, windows, batch_size, device):
+            with ctx:
+                states = model.hidden_states(x, max_loops, clamp)
+                rows['ce'].append(model.depth_losses(states[1:], y))
+                for criterion in EXIT_CRITERIA[:bool(exit_loops) * len(EXIT_CRITERIA)]:
                     # a token that exits at loop k is read out as the model run with k loops
-                    logp = F.log_softmax(model.logits(states[k], last=True).float(), dim=-1)
-                    p_conf.append(logp.max(-1).values.exp().flatten())
-                    h_conf.append((1 + (logp.exp() * logp).sum(-1) / log_v).flatten())  # 1 - entropy / ln V
-                    ce_exit.append(-logp.gather(-1, y[..., None]).flatten())
-                rows['conf_p'].append(torch.stack(p_conf))
-                rows['conf_h'].append(torch.stack(h_conf))
-                rows['ce_exit'].append(torch.stack(ce_exit))
-            radial = diag_tokens <= 0 or seen < diag_tokens
-            for name, t in token_diagnostics(model, states, y, every_loop_last=True, radial=radial).items():
-                rows[name].append(t)
-        seen += y.numel()
-        bar.update(1)
+                    rows[f'conf_{criterion}'].append(torch.stack([
+                        exit_confidence(model.logits(states[k], last=True), criterion).flatten()
+                        for k in range(1, exit_loops + 1)]))
+                radial = diag_tokens <= 0 or seen < diag_tokens
+                for name, t in token_diagnostics(model, states, y, every_loop_last=True, radial=radial).items():
+                    rows[name].append(t)
+            seen += y.numel()
+            bar.update(1)
     return {name: torch.cat(r, dim=1).cpu() for name, r in rows.items() if r}
 
 
-def early_exit(per_token, thresholds):
-    """Teacher-forced early exit: each token stops at the first loop whose confidence exceeds
-    the threshold (else at the last trained loop) and is scored by that loop's distribution."""
+def teacher_forced_exit(per_token, thresholds, K):
+    """Each token stops at the first loop k <= K whose confidence exceeds the threshold (else at
+    K) and is scored by that loop's readout, every loop having run on the true prefix at full
+    depth: the paper's measurement. What it saves is only what a decoder could save if exited
+    tokens cost nothing later; causal_exit measures what one does."""
     out = []
-    K = per_token['ce_exit'].size(0)
-    for criterion, conf in (('max_prob', per_token['conf_p']), ('entropy', per_token['conf_h'])):
+    for criterion in EXIT_CRITERIA:
         for tau in thresholds:
-            confident = conf > tau
+            confident = per_token[f'conf_{criterion}'][:K] > tau
             confident[-1] = True  # the last loop always answers
             exit_at = confident.float().argmax(dim=0)  # first loop over the threshold, (N,)
-            ce = per_token['ce_exit'].gather(0, exit_at[None]).squeeze(0)
-            out.append(dict(criterion=criterion, threshold=tau, mean_loops=(exit_at + 1).float().mean().item(),
-                            loss=ce.mean().item(), ppl=perplexity(ce.mean().item()), max_loops=K))
+            ce = per_token['ce'][:K].gather(0, exit_at[None]).squeeze(0)
+            out.append(dict(mode='teacher_forced', criterion=criterion, threshold=tau,
+                            mean_loops=(exit_at + 1).float().mean().item(), loss=ce.mean().item(),
+                            ppl=perplexity(ce.mean().item())))
     return out
+
+
+@torch.no_grad()
+def causal_exit(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
+    """The split scored as the decoder runs it (LoopedGPT.decode on each window): a token that
+    stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
+    there. Returns per-token CE and loops used, (N,) each."""
+    ce, loops = [], []
+    with progress(windows, batch_size, desc) as bar:
+        for x, y in batches(data, windows, batch_size, device):
+            with ctx:
+                logits, used = model.decode(x, model.new_cache(x.size(0), K, device), threshold, criterion)
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            ce.append(-logp.gather(-1, y[..., None]).flatten().cpu())
+            loops.append(used.flatten().cpu())
+            bar.update(1)
+    return torch.cat(ce), torch.cat(loops)
+
+
+def causal_exits(model, data, windows, batch_size, K, thresholds, device, ctx, name):
+    out = []
+    for criterion in EXIT_CRITERIA:
+        for tau in thresholds:
+            ce, loops = causal_exit(model, data, windows, batch_size, K, criterion, tau, device, ctx,
+                                    f"{name}: causal exit, {criterion} > {tau}")
+            out.append(dict(mode='causal', criterion=criterion, threshold=tau, mean_loops=loops.float().mean().item(),
+                            loss=ce.mean().item(), ppl=perplexity(ce.mean().item())))
+    return out
+
+
+@torch.no_grad()
+def decode_speed(model, prompt, n_new, K, threshold, criterion, device, ctx, seed=0):
+    """Tokens per second of real sampling (cached, one token at a time, batch 1) and the mean
+    loops the new tokens used."""
+    torch.manual_seed(seed)
+    with ctx:
+        model.generate(prompt, 8, n_loops=K, exit_threshold=threshold, criterion=criterion)  # warm-up
+        sync(device)
+        t0 = time.perf_counter()
+        _, used = model.generate(prompt, n_new, n_loops=K, exit_threshold=threshold, criterion=criterion)
+        sync(device)
+    return n_new / (time.perf_counter() - t0), used.float().mean().item()
+
+
+def calibrate(model, data, windows, batch_size, K, target, decode_tokens, device, ctx, name, steps=10):
+    """Calibrated halting, made real. For each criterion, the threshold is picked on the first
+    half of the scored windows: the lowest that keeps the causal-exit perplexity within
+    (1 + target) of full depth there (bisection over [0, 1], assuming a higher threshold never
+    hurts). It is then reported on the held-back second half: perplexity and mean loops of the
+    causal exit, and the measured speed-up of real decoding (decode_speed) over fixed K."""
+    half = len(windows) // 2
+    pick, held = windows[:half], windows[half:]
+    full_pick = causal_exit(model, data, pick, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
+    full_held = causal_exit(model, data, held, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
+    limit = perplexity(full_pick.mean().item()) * (1 + target)
+    x, _ = next(batches(data, held[:1], 1, device))
+    prompt = x[:, :64]
+    fixed_tok_s, _ = decode_speed(model, prompt, decode_tokens, K, 0.0, 'max_prob', device, ctx)
+    out = []
+    for criterion in EXIT_CRITERIA:
+        lo, hi = 0.0, 1.0  # hi always meets the limit: no confidence exceeds 1, so nothing exits
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            ce, _ = causal_exit(model, data, pick, batch_size, K, criterion, mid, device, ctx,
+                                f"{name}: calibrating {criterion} > {mid:.4f}")
+            lo, hi = (lo, mid) if perplexity(ce.mean().item()) <= limit else (mid, hi)
+        ce, loops = causal_exit(model, data, held, batch_size, K, criterion, hi, device, ctx,
+                                f"{name}: held-back, {criterion} > {hi:.4f}")
+        tok_s, decode_loops = decode_speed(model, prompt, decode_tokens, K, hi, criterion, device, ctx)
+        out.append(dict(criterion=criterion, target=target, threshold=hi,
+                        calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
+                        ppl=perplexity(ce.mean().item()), full_ppl=perplexity(full_held.mean().item()),
+                        mean_loops=loops.float().mean().item(), decode_tokens=decode_tokens,
+                        decode_tok_per_s=tok_s, fixed_decode_tok_per_s=fixed_tok_s, speedup=tok_s / fixed_tok_s,
+                        decode_mean_loops=decode_loops))
+    return out
+
+
+@torch.no_grad()
+def lemma(model, data, windows, batch_size, n_loops, max_tokens, device, ctx, name):
+    """Lemma 2 out to n_loops loops on the first max_tokens scored tokens: per loop, the token
+    means of s_k, the radial increment, the angular step and s_k x angular step (model.lemma_sums),
+    one state held at a time. c, the constant of the angular step's c / s_k law, is the median
+    of s_k x angular step over the second half of the loops (the drifted regime, if any)."""
+    sums, n = None, 0
+    sub = score_windows(sum(n for _, n in windows) + 1, model.config.block_size, max_tokens)
+    with progress(sub, batch_size, f"{name}: Lemma 2, {n_loops} loops") as bar:
+        for x, _ in batches(data, sub, batch_size, device):
+            with ctx:
+                got = lemma_sums(h for k, h in enumerate(model.loop_states(x, n_loops)) if k >= 1)
+            n += got.pop('tokens')
+            sums = got if sums is None else {k: sums[k] + v for k, v in got.items()}
+            bar.update(1)
+    out = {k: (v / n).tolist() for k, v in sums.items()}
+    out['c'] = float(np.median(out['s_times_angular'][(n_loops - 1) // 2:]))
+    return dict(loops=n_loops, tokens=n, **out)
 
 
 @torch.no_grad()
@@ -121,6 +228,10 @@ def throughput(model, x, n_loops, iters, device):
 # -----------------------------------------------------------------------------
 # one run
 
+def run_folder(path):
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
 def load_run(path, device, split, data_dir):
     try:
         model, ckpt = LoopedGPT.from_checkpoint(path, device)
@@ -138,31 +249,23 @@ def load_run(path, device, split, data_dir):
     return model.eval(), config, data
 
 
-def plan(model, config, data, args):
-    """(max_loops, batch size, windows, progress steps) of one run's evaluation."""
-    max_loops = args.max_loops or 2 * model.config.n_loops
-    batch_size = args.batch_size or config.get('batch_size', 16)
-    windows = score_windows(len(data), model.config.block_size, args.max_tokens)
-    lengths = Counter(n for _, n in windows)  # batches() stacks windows of one length
-    n_batches = sum(math.ceil(count / batch_size) for count in lengths.values())
-    return max_loops, batch_size, windows, (1 + args.clamp) * n_batches + max_loops
-
-
-def evaluate_run(path, model, config, data, args, device, dtype, bar):
+def evaluate_run(path, model, config, data, args, device, dtype):
     cfg = model.config
     ctx = autocast(device, dtype)
-    max_loops, batch_size, windows, _ = plan(model, config, data, args)
+    max_loops = args.max_loops or 2 * cfg.n_loops
+    batch_size = args.batch_size or config.get('batch_size', 16)
+    windows = score_windows(len(data), cfg.block_size, args.max_tokens)
     last = min(cfg.n_loops, max_loops)  # the trained K, or the deepest loop evaluated if fewer
-    run = dict(path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
-               interloop_norm=cfg.interloop_norm, trained_K=cfg.n_loops, split=args.split,
+    name = os.path.basename(os.path.normpath(run_folder(path)))
+    run = dict(name=name, path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
+               interloop_norm=cfg.interloop_norm, trained_K=cfg.n_loops, seed=config.get('seed'), split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    run['name'] = os.path.basename(os.path.normpath(folder))
 
     exit_loops = last if args.exit else 0
-    free = evaluate(model, data, windows, batch_size, max_loops, False, exit_loops, args.diag_tokens, device, ctx, bar)
-    clamped = evaluate(model, data, windows, batch_size, max_loops, True, 0, args.diag_tokens, device, ctx, bar) \
-        if args.clamp else None
+    free = evaluate(model, data, windows, batch_size, max_loops, False, exit_loops, args.diag_tokens, device, ctx,
+                    f"{name}: K=1..{max_loops}")
+    clamped = evaluate(model, data, windows, batch_size, max_loops, True, 0, args.diag_tokens, device, ctx,
+                       f"{name}: clamped") if args.clamp else None
 
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
@@ -188,14 +291,86 @@ def evaluate_run(path, model, config, data, args, device, dtype, bar):
             c_loss = clamped['ce'][K - 1].mean().item()
             row['clamp'] = dict(loss=c_loss, ppl=perplexity(c_loss), delta_loss=c_loss - loss, **stats(clamped, K))
         run['per_K'].append(row)
-        bar.update(1)
 
     # one fixed log grid (20 bins a decade, 0.1 to 1e7) so that runs can be compared bin by bin
     edges = np.logspace(-1, 7, 161)
     counts, _ = np.histogram(free['norm'][last - 1].double().numpy().clip(edges[0], edges[-1]), bins=edges)
     run['final_norm_hist'] = dict(loop=last, edges=edges.tolist(), counts=counts.tolist())
-    run['early_exit'] = early_exit(free, args.exit) if args.exit else []
+    run['early_exit'] = []
+    if args.exit:
+        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + \
+            causal_exits(model, data, windows, batch_size, last, args.exit, device, ctx, name)
+    if args.calibrate:
+        run['calibrated'] = calibrate(model, data, windows, batch_size, last, args.calibrate, args.decode_tokens,
+                                      device, ctx, name)
+    if args.lemma_loops:
+        run['lemma'] = lemma(model, data, windows, batch_size, args.lemma_loops, args.lemma_tokens, device, ctx, name)
+    if args.curves:
+        run['curve'] = read_curve(run_folder(path))
     return run
+
+
+# -----------------------------------------------------------------------------
+# conditions: runs that differ only in seed are one condition, reported as mean ± std
+
+IDENTITY = ('seed', 'out_dir', 'init_from', 'eval_only', 'device', 'compile', 'log_interval', 'eval_interval',
+            'eval_iters', 'always_save_checkpoint', 'data_dir')  # settings that do not make a condition
+SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
+
+
+def condition(config):
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in IDENTITY))
+
+
+def group_runs(runs, configs):
+    """Groups runs by their training settings less IDENTITY (seed, out_dir, ...). Returns the
+    groups (name, runs, seeds, n, and the mean and std of every number of the runs) and notes:
+    one line for each pair of groups that differ only in model shape (kept apart)."""
+    by_key = {}
+    for run, config in zip(runs, configs):
+        by_key.setdefault(condition(config) if config else ('path', run['path']), []).append((run, config))
+    groups, notes = [], []
+    for members in by_key.values():
+        mean, std = mean_std([run for run, _ in members])
+        names = [run['name'] for run, _ in members]
+        stem = re.sub(r'[-_](s|seed)\d+$', '', names[0])
+        groups.append(dict(name=stem if len(members) > 1 else names[0], runs=names,
+                           seeds=[run['seed'] for run, _ in members], n=len(members), mean=mean, std=std))
+    keys = list(by_key)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            ca, cb = dict(a), dict(b)
+            if 'path' in ca or 'path' in cb:
+                continue
+            differ = sorted(k for k in set(ca) | set(cb) if ca.get(k) != cb.get(k))
+            if differ and set(differ) <= set(SHAPE):
+                shape = ', '.join(f"{k} {ca.get(k)} vs {cb.get(k)}" for k in differ)
+                notes.append(f"{by_key[a][0][0]['name']} and {by_key[b][0][0]['name']} differ only in seed and "
+                             f"model shape ({shape}): not one condition, reported apart")
+    return groups, notes
+
+
+# -----------------------------------------------------------------------------
+# the drift over training, from each run's log.jsonl
+
+def read_curve(folder):
+    """From out_dir/log.jsonl: per eval line, the iteration, p99 ||H_K|| and the validation loss
+    at K=1 and at the trained K (the last loop logged); per train line (denser), the mean ||H_K||
+    over the training batches since the line before."""
+    path = os.path.join(folder, 'log.jsonl')
+    try:
+        with open(path) as f:
+            records = [json.loads(line) for line in f]
+    except (OSError, ValueError) as e:
+        raise EvalError(f"--curves reads {path}, written by train.py: {getattr(e, 'strerror', None) or e}")
+    evals = [r for r in records if r.get('kind') == 'eval']
+    trains = [r for r in records if r.get('kind') == 'train']
+    if not evals:
+        raise EvalError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
+    return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][-1] for r in evals],
+                val_loss_1=[r['val_loss'][0] for r in evals], val_loss_K=[r['val_loss'][-1] for r in evals],
+                train_iter=[0] + [r['iter'] for r in trains],
+                norm_mean=[evals[0]['norm_mean'][-1]] + [r['h_norm'][-1] for r in trains])
 
 
 # -----------------------------------------------------------------------------
@@ -207,110 +382,67 @@ def describe(run):
     return f"{run['readout']} readout, {run['loss']} CE{extra}, K={run['trained_K']}"
 
 
-def table(runs):
-    clamp = any('clamp' in r for run in runs for r in run['per_K'])
+def label(group):
+    return group['name'] + (f" ({group['n']} seeds)" if group['n'] > 1 else '')
+
+
+def table(groups):
+    clamp = any('clamp' in r for g in groups for r in g['mean']['per_K'])
     head = ['run', 'K', 'ppl'] + (['ppl clamped', 'Δ loss clamp'] if clamp else []) + \
         ['mean ‖H_K‖', 'p99 ‖H_K‖', 'max ‖H_K‖', 'radial frac', '1-cos', 'tok/s']
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-    for run in runs:
-        for r in run['per_K']:
-            mark = '*' if r['K'] == run['trained_K'] else ''
-            cells = [run['name'], f"{r['K']}{mark}", f"{r['ppl']:.3f}"]
+    for g in groups:
+        for r, s in zip(g['mean']['per_K'], g['std']['per_K']):
+            mark = '*' if r['K'] == g['mean']['trained_K'] else ''
+            cells = [label(g), f"{r['K']}{mark}", pm(r['ppl'], s['ppl'])]
             if clamp:
-                cells += [f"{r['clamp']['ppl']:.3f}", f"{r['clamp']['delta_loss']:+.4f}"]
-            cells += [f"{r['norm_mean']:.1f}", f"{r['norm_p99']:.1f}", f"{r['norm_max']:.1f}",
-                      f"{r['radial']:.1e}", f"{r['angular']:.1e}", f"{r['tok_per_s']:,.0f}"]
+                cells += [pm(r['clamp']['ppl'], s['clamp']['ppl']), pm(r['clamp']['delta_loss'], s['clamp']['delta_loss'], '+.4f')]
+            cells += [pm(r['norm_mean'], s['norm_mean'], '.1f'), pm(r['norm_p99'], s['norm_p99'], '.1f'),
+                      pm(r['norm_max'], s['norm_max'], '.1f'), f"{r['radial']:.1e}", f"{r['angular']:.1e}",
+                      f"{r['tok_per_s']:,.0f}"]
             lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
-def plots(runs, out):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    paths = []
+def exit_table(g):
+    K = g['mean']['final_norm_hist']['loop']
+    full = g['mean']['per_K'][K - 1]
+    lines = [f"\nearly exit, {label(g)} (no exit, K={K}: ppl {pm(full['ppl'], g['std']['per_K'][K - 1]['ppl'])})",
+             '| criterion | threshold | teacher-forced: mean loops | ppl | causal: mean loops | ppl |', '|---|---|---|---|---|---|']
+    rows = {(e['mode'], e['criterion'], e['threshold']): (e, s) for e, s in zip(g['mean']['early_exit'], g['std']['early_exit'])}
+    for (mode, criterion, tau), (tf, tf_s) in rows.items():
+        if mode == 'teacher_forced':
+            ca, ca_s = rows[('causal', criterion, tau)]
+            lines.append(f"| {criterion} | {tau} | {pm(tf['mean_loops'], tf_s['mean_loops'], '.2f')} | "
+                         f"{pm(tf['ppl'], tf_s['ppl'])} | {pm(ca['mean_loops'], ca_s['mean_loops'], '.2f')} | "
+                         f"{pm(ca['ppl'], ca_s['ppl'])} |")
+    return '\n'.join(lines)
 
-    def save(fig, name):
-        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
-        plt.close(fig)
-        paths.append(os.path.join(out, name))
 
-    def label(run):
-        return f"{run['name']} ({describe(run)})"
+def calibration_table(g):
+    lines = [f"\ncalibrated halting, {label(g)}: threshold picked on the first half of the tokens, "
+             "reported on the held-back second half",
+             '| criterion | target | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
+             '|---|---|---|---|---|---|---|---|---|']
+    for c, s in zip(g['mean']['calibrated'], g['std']['calibrated']):
+        lines.append(f"| {c['criterion']} | +{100 * c['target']:g}% | {pm(c['threshold'], s['threshold'], '.3f')} | "
+                     f"{pm(c['ppl'], s['ppl'])} | {pm(c['full_ppl'], s['full_ppl'])} | "
+                     f"{pm(c['mean_loops'], s['mean_loops'], '.2f')} | {pm(c['fixed_decode_tok_per_s'], s['fixed_decode_tok_per_s'], ',.0f')} | "
+                     f"{pm(c['decode_tok_per_s'], s['decode_tok_per_s'], ',.0f')} | {pm(c['speedup'], s['speedup'], '.2f')}x |")
+    return '\n'.join(lines)
 
-    def legend(ax):  # below the axes, so that no line is hidden behind it
-        ax.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
 
-    def clip_ppl(ax, values):
-        # untrained readouts (e.g. early loops of a terminal-loss run) reach perplexities in the
-        # millions; keep the axis on the range where the runs differ and say so
-        lo, hi = min(values), max(values)
-        if hi > 2 * lo:
-            ax.set_ylim(0.97 * lo, 2 * lo)
-            ax.set_title(ax.get_title() + f'\n(axis cut at 2x the best, {2 * lo:.1f}; higher points are off the chart)',
-                         fontsize=9)
-
-    fig, ax = plt.subplots(figsize=(8, 6))
-    for run in runs:
-        ks = [r['K'] for r in run['per_K']]
-        ax.plot(ks, [r['ppl'] for r in run['per_K']], marker='o', label=label(run))
-    ax.axvline(runs[0]['trained_K'], color='gray', ls=':', lw=1)
-    ax.set(xlabel='inference depth K (loops)', ylabel=f"{runs[0]['split']} perplexity (per token)",
-           title='Perplexity vs inference depth (dotted: trained K)')
-    clip_ppl(ax, [r['ppl'] for run in runs for r in run['per_K']])
-    legend(ax)
-    save(fig, 'ppl_vs_k.png')
-
-    fig, ax = plt.subplots(figsize=(8, 6))
-    for run in runs:
-        ks = [r['K'] for r in run['per_K']]
-        line, = ax.plot(ks, [r['norm_mean'] for r in run['per_K']], marker='o', label=f"{label(run)}: mean")
-        ax.plot(ks, [r['norm_p99'] for r in run['per_K']], ls='--', color=line.get_color(), label=f"{run['name']}: p99")
-    ax.set_yscale('log')
-    ax.set(xlabel='loop k', ylabel='‖H_k‖ per token (L2 norm, log scale)',
-           title='Hidden-state norm after each loop')
-    legend(ax)
-    save(fig, 'norms_vs_k.png')
-
-    fig, ax = plt.subplots(figsize=(8, 6))
-    for run in runs:
-        ax.plot([r['tok_per_s'] for r in run['per_K']], [r['ppl'] for r in run['per_K']], marker='o', label=label(run))
-        for r in run['per_K']:
-            ax.annotate(f"K={r['K']}", (r['tok_per_s'], r['ppl']), fontsize=6, textcoords='offset points', xytext=(3, 3))
-    ax.set_xscale('log')
-    ax.set(xlabel=f"forward throughput (tokens/s, {runs[0]['device']}, batch {runs[0]['batch_size']})",
-           ylabel='perplexity', title='Compute-quality frontier (lower right is better)')
-    clip_ppl(ax, [r['ppl'] for run in runs for r in run['per_K']])
-    legend(ax)
-    save(fig, 'frontier.png')
-
-    fig, ax = plt.subplots(figsize=(8, 6))
-    used = []
-    for run in runs:
-        h = run['final_norm_hist']
-        counts = np.asarray(h['counts'], dtype=float)
-        ax.stairs(counts / counts.sum(), h['edges'], label=f"{label(run)}, loop {h['loop']}")
-        used += [h['edges'][i] for i in np.flatnonzero(counts)] + [h['edges'][i + 1] for i in np.flatnonzero(counts)]
-    ax.set_xscale('log')
-    ax.set_xlim(min(used) / 1.5, max(used) * 1.5)
-    ax.set(xlabel='‖H_K‖ of each token at the trained K (log scale, 20 bins a decade)', ylabel='fraction of tokens',
-           title='Per-token hidden-state norm at the last trained loop')
-    legend(ax)
-    save(fig, 'norm_hist.png')
-
-    if any(run['early_exit'] for run in runs):
-        fig, ax = plt.subplots(figsize=(8, 6))
-        for i, run in enumerate(runs):
-            for criterion, ls in (('max_prob', '-'), ('entropy', '--')):
-                pts = sorted((e['mean_loops'], e['ppl']) for e in run['early_exit'] if e['criterion'] == criterion)
-                if pts:
-                    ax.plot(*zip(*pts), marker='o', ls=ls, color=f'C{i % 10}', label=f"{run['name']}: {criterion}")
-        ax.set(xlabel='mean loops used per token', ylabel='perplexity',
-               title='Early exit (teacher-forced): perplexity vs loops used (solid: max prob, dashed: entropy)')
-        clip_ppl(ax, [e['ppl'] for run in runs for e in run['early_exit']])
-        legend(ax)
-        save(fig, 'early_exit.png')
-    return paths
+def lemma_table(groups):
+    lines = ['\nLemma 2 (token means): s_k, radial increment a_k, angular step, s_k x angular step, at loops 1, 2, 4, 8, ..',
+             '| run | k | s_k | a_k | ‖u_k+1 − u_k‖ | s_k ‖u_k+1 − u_k‖ |', '|---|---|---|---|---|---|']
+    for g in groups:
+        lem = g['mean'].get('lemma')
+        if not lem:
+            continue
+        for k in [2 ** i for i in range(10) if 2 ** i < lem['loops']]:
+            lines.append(f"| {label(g)} | {k} | {lem['s'][k - 1]:.4g} | {lem['radial_increment'][k - 1]:.4g} | "
+                         f"{lem['angular_step'][k - 1]:.3e} | {lem['s_times_angular'][k - 1]:.4g} |")
+    return '\n'.join(lines)
 
 
 # -----------------------------------------------------------------------------
@@ -326,6 +458,20 @@ def parse_thresholds(text):
     return values
 
 
+def check(args):
+    """Every check on the arguments, in one place."""
+    if args.max_loops is not None and args.max_loops < 1:
+        raise EvalError(f"--max_loops must be at least 1, got {args.max_loops}")
+    if args.lemma_loops and args.lemma_loops < 2:
+        raise EvalError(f"--lemma_loops needs at least 2 loops (a step is between two loops); got {args.lemma_loops}")
+    if args.lemma_loops < 0 or args.lemma_tokens < 1 or args.decode_tokens < 1:
+        raise EvalError("--lemma_loops must be >= 0, and --lemma_tokens and --decode_tokens >= 1")
+    if args.calibrate and not 0 < args.calibrate < 1:
+        raise EvalError(f"--calibrate takes the allowed relative perplexity increase in (0, 1), like 0.01; "
+                        f"got {args.calibrate}")
+    args.exit = parse_thresholds(args.exit) if args.exit else []
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('runs', nargs='+', help='run folders (holding ckpt.pt) or checkpoint files')
@@ -334,7 +480,14 @@ def main(argv=None):
     p.add_argument('--max_tokens', type=int, default=0, help='score only the first N tokens (0: the whole split)')
     p.add_argument('--batch_size', type=int, default=0, help='windows per batch (default: the training batch size)')
     p.add_argument('--clamp', action='store_true', help='also evaluate with the recurrent scale clamp')
-    p.add_argument('--exit', default='', help='early-exit confidence thresholds in (0, 1], e.g. 0.5,0.7,0.9')
+    p.add_argument('--exit', default='', help='early-exit thresholds in (0, 1], e.g. 0.5,0.7,0.9: teacher-forced '
+                                              'and causal (as the decoder runs it)')
+    p.add_argument('--calibrate', type=float, default=0.0,
+                   help='calibrated halting: the allowed relative ppl increase over full depth, e.g. 0.01')
+    p.add_argument('--decode_tokens', type=int, default=256, help='tokens sampled to time decoding (--calibrate)')
+    p.add_argument('--lemma_loops', type=int, default=0, help='Lemma 2 out to this many loops (0: off; e.g. 30)')
+    p.add_argument('--lemma_tokens', type=int, default=16384, help='tokens the Lemma-2 sweep runs on')
+    p.add_argument('--curves', action='store_true', help="the drift over training, from each run's log.jsonl")
     p.add_argument('--out', default='eval-out', help='folder for results.json and the plots')
     p.add_argument('--data_dir', default=None, help="where prepare.py wrote the data (default: the run's data_dir)")
     p.add_argument('--device', default='auto')
@@ -347,38 +500,39 @@ def main(argv=None):
                         'in float64 at every loop, slow for a 50k vocabulary on a CPU)')
     args = p.parse_args(argv)
     try:
-        if args.max_loops is not None and args.max_loops < 1:
-            raise EvalError(f"--max_loops must be at least 1, got {args.max_loops}")
-        args.exit = parse_thresholds(args.exit) if args.exit else []
+        check(args)
         try:
             device = setup_device(args.device)
         except ValueError as e:
             raise EvalError(str(e))
         dtype = resolve_dtype(args.dtype, device)
-        from tqdm import tqdm
         loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
+        if args.curves:
+            for path, *_ in loaded:
+                read_curve(run_folder(path))
         runs = []
-        with tqdm(total=sum(plan(m, c, d, args)[-1] for _, m, c, d in loaded), desc='evaluating',
-                  unit='step', file=sys.stderr) as bar:
-            for path, model, config, data in loaded:
-                run = evaluate_run(path, model, config, data, args, device, dtype, bar)
-                tqdm.write(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored",
-                           file=sys.stderr)
-                runs.append(run)
+        for path, model, config, data in loaded:
+            run = evaluate_run(path, model, config, data, args, device, dtype)
+            print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
+            runs.append(run)
     except EvalError as e:
         sys.exit(f"eval_depth.py: error: {e}")
+    groups, notes = group_runs(runs, [config for _, _, config, _ in loaded])
+    for note in notes:
+        print(f"eval_depth.py: note: {note}", file=sys.stderr)
 
     os.makedirs(args.out, exist_ok=True)
-    print(table(runs))
-    for run in runs:
-        if run['early_exit']:
-            K = run['final_norm_hist']['loop']
-            print(f"\nearly exit, {run['name']} (teacher-forced; no exit, K={K}: ppl {run['per_K'][K - 1]['ppl']:.3f})")
-            print('| criterion | threshold | mean loops | ppl |\n|---|---|---|---|')
-            for e in run['early_exit']:
-                print(f"| {e['criterion']} | {e['threshold']} | {e['mean_loops']:.2f} | {e['ppl']:.3f} |")
-    write_json(os.path.join(args.out, 'results.json'), dict(command=' '.join(sys.argv), runs=runs))
-    for path in plots(runs, args.out):
+    print(table(groups))
+    for g in groups:
+        if g['mean']['early_exit']:
+            print(exit_table(g))
+        if 'calibrated' in g['mean']:
+            print(calibration_table(g))
+    if args.lemma_loops:
+        print(lemma_table(groups))
+    write_json(os.path.join(args.out, 'results.json'),
+               dict(command=' '.join(sys.argv), runs=runs, groups=groups, notes=notes))
+    for path in plots.all_plots(groups, runs, args.out):
         print(f"wrote {path}", file=sys.stderr)
 
 

@@ -45,6 +45,8 @@ def mean_std(trees):
         return [m for m, _ in pairs], [s for _, s in pairs]
     if all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in trees):
         n = len(trees)
+        if all(t == first for t in trees):  # (keeps an int an int: K, a token count)
+            return first, (0.0 if n > 1 else float('nan'))
         mean = sum(trees) / n
         std = math.sqrt(sum((t - mean) ** 2 for t in trees) / (n - 1)) if n > 1 else float('nan')
         return mean, std

@@ -31,7 +31,8 @@ def runs(tiny_data, tmp_path_factory):
 def evaluated(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp('eval')
     r = run_script('eval_depth.py', *runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out,
-                   '--bench_iters=2', '--batch_size=4')
+                   '--bench_iters=2', '--batch_size=4', '--lemma_loops=6', '--lemma_tokens=256', '--curves',
+                   '--calibrate=0.05', '--decode_tokens=8')
     assert r.returncode == 0, r.stderr
     with open(out / 'results.json') as f:
         return r, out, json.load(f)['runs']
@@ -48,7 +49,8 @@ def test_table_results_and_every_plot_are_written(evaluated):
         for key in ('ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular', 'tok_per_s'):
             assert math.isfinite(row[key]) and row[key] > 0, key
         assert sum(run['final_norm_hist']['counts']) == run['tokens_scored']
-    for name in ('ppl_vs_k.png', 'norms_vs_k.png', 'frontier.png', 'norm_hist.png', 'early_exit.png'):
+    for name in ('ppl_vs_k.png', 'norms_vs_k.png', 'frontier.png', 'norm_hist.png', 'early_exit.png', 'lemma.png',
+                 'drift.png'):
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
 
 
@@ -104,17 +106,18 @@ def test_clamp_leaves_k1_unchanged_and_changes_later_loops(evaluated):
 
 def test_early_exit_thresholds_at_the_extremes(evaluated):
     _, _, results = evaluated
-    run = results[0]  # normalized readout: an exit at loop k reads out as the depth-k model does
-    K = run['trained_K']
-    for criterion in ('max_prob', 'entropy'):
-        exits = {e['threshold']: e for e in run['early_exit'] if e['criterion'] == criterion}
-        assert exits[1.0]['mean_loops'] == K  # no confidence exceeds 1: every token runs all loops
-        assert exits[1.0]['ppl'] == pytest.approx(run['per_K'][K - 1]['ppl'], rel=1e-5)
-        assert exits[1e-9]['mean_loops'] == 1  # every token is confident enough at loop 1
-        assert exits[1e-9]['ppl'] == pytest.approx(run['per_K'][0]['ppl'], rel=1e-5)
+    for run in results:  # an exit at loop k reads out as the model run with k loops
+        K = run['trained_K']
+        for mode in ('teacher_forced', 'causal'):
+            for criterion in ('max_prob', 'entropy'):
+                exits = {e['threshold']: e for e in run['early_exit'] if e['criterion'] == criterion and e['mode'] == mode}
+                assert exits[1.0]['mean_loops'] == K  # no confidence exceeds 1: every token runs all loops
+                assert exits[1.0]['ppl'] == pytest.approx(run['per_K'][K - 1]['ppl'], rel=1e-4)
+                assert exits[1e-9]['mean_loops'] == 1  # every token is confident enough at loop 1
+                assert exits[1e-9]['ppl'] == pytest.approx(run['per_K'][0]['ppl'], rel=1e-4)
 
 
-def test_early_exit_picks_the_first_confident_loop():
+def test_teacher_forced_exit_picks_the_first_confident_loop():
     # 3 loops, 5 tokens: confidences and per-loop CE chosen so that every choice shows
     conf = torch.tensor([[0.9, 0.1, 0.1, 0.6, 0.5],
                          [0.2, 0.8, 0.1, 0.9, 0.7],
@@ -122,11 +125,63 @@ def test_early_exit_picks_the_first_confident_loop():
     ce = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0],
                        [10.0, 20.0, 30.0, 40.0, 50.0],
                        [100.0, 200.0, 300.0, 400.0, 500.0]])
-    out = eval_depth.early_exit({'conf_p': conf, 'conf_h': conf, 'ce_exit': ce}, [0.5])
+    out = eval_depth.teacher_forced_exit({'conf_max_prob': conf, 'conf_entropy': conf, 'ce': ce}, [0.5], 3)
     # token 0 exits at loop 1, token 1 at loop 2, token 2 never (last loop), token 3 at loop 1,
     # token 4 at loop 2: a confidence equal to the threshold does not exceed it
     assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1 + 2) / 5)
     assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
+
+
+def test_calibration_picks_the_lowest_threshold_within_the_target(monkeypatch):
+    # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
+    def fake_exit(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
+        n = sum(length for _, length in windows)
+        tau = threshold if threshold > 0 else 1.0
+        return torch.full((n,), 3.0 - tau), torch.full((n,), 1.0 + 3 * tau)
+    monkeypatch.setattr(eval_depth, 'causal_exit', fake_exit)
+    monkeypatch.setattr(eval_depth, 'decode_speed', lambda model, prompt, n, K, tau, *a: (100.0 / (1 + 3 * tau if tau else 4), 1.0))
+    data = np.arange(2000) % 50
+    got = eval_depth.calibrate(None, data, eval_depth.score_windows(2000, 100), 4, 4, 0.1, 16, 'cpu', None, 'x')
+    # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 1 - ln 1.1 = 0.9047
+    for c in got:
+        assert c['threshold'] == pytest.approx(1 - math.log(1.1), abs=2e-3) and c['threshold'] >= 1 - math.log(1.1)
+        assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= 1.1 * c['full_ppl']
+        assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
+        assert c['speedup'] == pytest.approx(4 / (1 + 3 * c['threshold']))
+
+
+def test_lemma_and_curves_are_written_per_run(evaluated, runs):
+    _, _, results = evaluated
+    for run, path in zip(results, runs):
+        lem = run['lemma']
+        assert lem['loops'] == 6 and lem['tokens'] == 256
+        assert len(lem['s']) == 6 and len(lem['radial_increment']) == len(lem['angular_step']) == 5
+        log = [json.loads(line) for line in open(path / 'log.jsonl')]
+        evals = [e for e in log if e['kind'] == 'eval']
+        assert run['curve']['iter'] == [e['iter'] for e in evals]
+        assert run['curve']['norm_p99'] == [e['norm_p99'][-1] for e in evals]
+        assert run['curve']['val_loss_1'] == [e['val_loss'][0] for e in evals]
+        assert run['curve']['norm_mean'][1:] == [e['h_norm'][-1] for e in log if e['kind'] == 'train']
+
+
+def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
+    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
+    configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'), dict(base, seed=3, out_dir='a-s3'),
+               dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1')]
+    ppl = [10.0, 12.0, 17.0, 20.0, 30.0]
+    runs = [dict(name=c['out_dir'], path=c['out_dir'], seed=c['seed'], per_K=[dict(K=1, ppl=p)]) for c, p in zip(configs, ppl)]
+    groups, notes = eval_depth.group_runs(runs, configs)
+    assert [g['name'] for g in groups] == ['a', 'b', 'c-s1']
+    a = groups[0]
+    assert a['runs'] == ['a-s1', 'a-s2', 'a-s3'] and a['seeds'] == [1, 2, 3] and a['n'] == 3
+    assert a['mean']['per_K'][0]['ppl'] == pytest.approx(13.0)
+    assert a['std']['per_K'][0]['ppl'] == pytest.approx(math.sqrt(((10 - 13) ** 2 + (12 - 13) ** 2 + (17 - 13) ** 2) / 2))
+    assert a['mean']['per_K'][0]['K'] == 1 and type(a['mean']['per_K'][0]['K']) is int
+    assert groups[1]['n'] == 1 and math.isnan(groups[1]['std']['per_K'][0]['ppl'])
+    assert len(notes) == 1 and 'a-s1' in notes[0] and 'c-s1' in notes[0] and 'n_embd' in notes[0]
+    assert '13.000 ± 3.606' in eval_depth.table([dict(a, mean=dict(a['mean'], per_K=[dict(
+        K=1, ppl=13.0, norm_mean=1.0, norm_p99=1.0, norm_max=1.0, radial=0.0, angular=0.0, tok_per_s=1.0)],
+        trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])
 
 
 def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
@@ -143,6 +198,13 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
     assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'not a checkpoint written by train.py')
     for bad in ('0', '1.5', '0.5,-1', 'high'):
         assert_one_line_error(run_script('eval_depth.py', runs[0], '--exit', bad), 'eval_depth.py', '--exit')
+    assert_one_line_error(run_script('eval_depth.py', runs[0], '--lemma_loops=1'), 'eval_depth.py', '--lemma_loops')
+    assert_one_line_error(run_script('eval_depth.py', runs[0], '--calibrate=1.5'), 'eval_depth.py', '--calibrate')
+    no_evals = tmp_path / 'no-evals'
+    no_evals.mkdir()
+    (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())
+    (no_evals / 'log.jsonl').write_text(json.dumps(dict(kind='train', iter=1, h_norm=[1.0])) + '\n')
+    assert_one_line_error(run_script('eval_depth.py', no_evals, '--curves'), 'eval_depth.py', 'no eval lines')
     # data made with another tokenizer, under the name the run was trained on
     other = tmp_path / 'data' / 'tiny-bytes'
     other.mkdir(parents=True)

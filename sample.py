@@ -1,0 +1,144 @@
+"""
+Samples text from a trained looped GPT at any depth, with per-token early exit that really
+skips loops (KV cache: a token that exits at loop j runs j loops).
+
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start="The tower was built"
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --n_loops=8        # deeper than trained
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --exit_criterion=entropy
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start=FILE:prompt.txt --kv_cache=False
+
+Settings are the globals below, overridden by config files and --key=value as in train.py.
+The text is decoded with the tokenizer that prepare.py recorded in the training data's
+meta.json. After the samples, one line on stderr:
+tokens=<n> seconds=<s> tok_per_s=<x> mean_loops=<m>
+"""
+
+import os
+import sys
+import time
+
+import torch
+
+from configurator import ConfigError, configure
+from data import get_tokenizer, load_meta
+from model import EXIT_CRITERIA, LoopedGPT
+from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
+
+# -----------------------------------------------------------------------------
+out_dir = 'out'               # the run folder (holding ckpt.pt), or a checkpoint file
+start = '\n'                  # the prompt: text, or FILE:path to read it from a file
+num_samples = 3               # samples, one after the other
+max_new_tokens = 300          # tokens generated per sample
+temperature = 0.8             # 1.0: the model's distribution; lower: more conservative
+top_k = 200                   # sample among the k likeliest tokens only; 0: all of them
+seed = 1337
+device = 'auto'               # 'auto' | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
+dtype = 'auto'                # 'auto' (bfloat16 on GPUs, float32 on CPUs) | 'float32' | 'bfloat16' | 'float16'
+compile = 'off'               # torch.compile the shared blocks: 'auto' (on for CUDA) | 'on' | 'off'
+n_loops = None                # K, loops per token; None: the trained K. Any K >= 1
+kv_cache = True               # False: recompute the whole context at every step (for checking and timing)
+exit_criterion = 'max_prob'   # 'max_prob' | 'entropy' (1 - entropy / ln V), as eval_depth.py --exit
+exit_threshold = 0.0          # a token stops after the first loop whose confidence exceeds this; 0: off
+data_dir = ''                 # where prepare.py wrote the run's data (for meta.json); '': the run's own
+# -----------------------------------------------------------------------------
+SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and k.islower()
+            and (v is None or isinstance(v, (int, float, bool, str)))}
+
+
+class SampleError(Exception):
+    """Something the user can fix; printed as one line."""
+
+
+def check(config):
+    """Every check on the settings, in one place."""
+    if config['exit_criterion'] not in EXIT_CRITERIA:
+        raise SampleError(f"exit_criterion must be one of {', '.join(EXIT_CRITERIA)}; got {config['exit_criterion']!r}")
+    if not 0 <= config['exit_threshold'] <= 1:
+        raise SampleError(f"exit_threshold must lie in [0, 1] (0: no early exit); got {config['exit_threshold']}")
+    K = config['n_loops']
+    if K is not None and (type(K) is not int or K < 1):
+        raise SampleError(f"n_loops must be a whole number >= 1 (or unset: the trained K); got {K!r}")
+    for key in ('num_samples', 'max_new_tokens'):
+        if config[key] < 1:
+            raise SampleError(f"{key} must be at least 1; got {config[key]}")
+    if config['top_k'] < 0 or not config['temperature'] > 0:
+        raise SampleError(f"temperature must be > 0 and top_k >= 0; got {config['temperature']}, {config['top_k']}")
+    if config['compile'] not in ('auto', 'on', 'off'):
+        raise SampleError(f"compile must be auto, on or off; got {config['compile']!r}")
+
+
+def load(config, device):
+    """The model and the tokenizer its training data was made with."""
+    try:
+        model, ckpt = LoopedGPT.from_checkpoint(config['out_dir'], device)
+    except (FileNotFoundError, ValueError) as e:
+        raise SampleError(str(e))
+    run = ckpt.get('config', {})
+    folder = os.path.join(config['data_dir'] or run.get('data_dir', 'data'), run.get('dataset', ''))
+    try:
+        meta = load_meta(folder)
+        tokenizer = get_tokenizer(meta['tokenizer'])
+    except FileNotFoundError:
+        raise SampleError(f"no tokenizer for {config['out_dir']}: {folder}/meta.json, where prepare.py records it, "
+                          "is missing (point --data_dir at the folder that holds the run's data)")
+    except (KeyError, ValueError) as e:
+        raise SampleError(f"cannot load the tokenizer named in {folder}/meta.json: {e}")
+    if tokenizer.n_vocab != model.config.vocab_size:
+        raise SampleError(f"{folder} has vocab {tokenizer.n_vocab} but the checkpoint has {model.config.vocab_size}")
+    return model.eval(), tokenizer
+
+
+def prompt_text(start):
+    if start.startswith('FILE:'):
+        try:
+            with open(start[5:], encoding='utf-8') as f:
+                start = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SampleError(f"cannot read the prompt file {start[5:]}: {e}")
+    if not start:
+        raise SampleError("the prompt is empty: give --start some text (or FILE:path)")
+    return start
+
+
+def main(argv):
+    try:
+        config = configure(SETTINGS, argv)
+    except ConfigError as e:
+        raise SampleError(str(e))
+    check(config)
+    try:
+        dev = setup_device(config['device'])
+    except ValueError as e:
+        raise SampleError(str(e))
+    model, tokenizer = load(config, dev)
+    ids = tokenizer.encode(prompt_text(config['start']))
+    if not ids:
+        raise SampleError("the prompt encodes to no tokens: give --start some text")
+    ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
+    if use_compile(config['compile'], dev):
+        for i, block in enumerate(model.transformer.h):  # the cache grows: shapes are dynamic
+            model.transformer.h[i] = torch.compile(block, dynamic=True)
+    torch.manual_seed(config['seed'])
+    x = torch.tensor([ids], dtype=torch.long, device=dev)
+    n_tokens, loops, seconds = 0, 0, 0.0
+    for _ in range(config['num_samples']):
+        t0 = time.perf_counter()
+        with ctx:
+            y, used = model.generate(x, config['max_new_tokens'], config['temperature'], config['top_k'] or None,
+                                     config['n_loops'], config['kv_cache'], config['exit_threshold'],
+                                     config['exit_criterion'])
+        sync(dev)
+        seconds += time.perf_counter() - t0
+        n_tokens += used.numel()
+        loops += used.sum().item()
+        print(tokenizer.decode(y[0].tolist(), errors='replace'))
+        print('---------------', flush=True)
+    print(f"tokens={n_tokens} seconds={seconds:.3f} tok_per_s={n_tokens / seconds:.1f} mean_loops={loops / n_tokens:.3f}",
+          file=sys.stderr)
+
+
+if __name__ == '__main__':
+    try:
+        main(sys.argv[1:])
+    except SampleError as e:
+        sys.exit(f"sample.py: error: {e}")
