@@ -9,9 +9,11 @@ an RMSNorm there makes every loop's cross-entropy blind to ||H_k||, while the re
 recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough").
 
 Everything the scripts need from the model is here, in one copy: the model and its loss
-variants, the per-loop diagnostics (norms, radial gradient fraction, angular change), the
-checkpoint loader and the FLOPs estimate. Device, precision and data helpers live in
-runtime.py and data.py. This file imports nothing from the scripts.
+variants (every loop's CE through linear_ce.py, which never holds the full logits), the
+KV cache and the decoder with per-token early exit, the per-loop diagnostics (norms,
+radial gradient fraction, angular change, Lemma 2), the checkpoint loader and the FLOPs
+estimate. Device, precision and data helpers live in runtime.py and data.py. This file
+imports nothing from the scripts.
 """
 
 import math
@@ -75,8 +77,15 @@ class CausalSelfAttention(nn.Module):
         # also drops the projected output; the released code does not, and neither do we).
         # A single new token attends to every cached one; T > 1 new tokens come only on an empty
         # cache (a prefill), where the plain causal mask is right.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        dropout_p = self.dropout if self.training else 0.0
+        if x.device.type == 'cpu' and torch.is_autocast_enabled('cpu'):
+            # on a CPU, PyTorch's bf16 attention is slow: forward and backward at the demo's shape
+            # took 12.2 ms in bf16 and 4.7 ms in float32, so under CPU autocast it runs in float32
+            with torch.autocast('cpu', enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=T > 1,
+                                                   dropout_p=dropout_p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
 
