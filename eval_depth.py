@@ -84,7 +84,7 @@ def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, dia
             with ctx:
                 states = model.hidden_states(x, max_loops, clamp)
                 rows['ce'].append(model.depth_losses(states[1:], y))
-                for criterion in EXIT_CRITERIA[:bool(exit_loops) * len(EXIT_CRITERIA)]:
+                for criterion in (EXIT_CRITERIA if exit_loops else ()):
                     # a token that exits at loop k is read out as the model run with k loops
                     rows[f'conf_{criterion}'].append(torch.stack([
                         exit_confidence(model.logits(states[k], last=True), criterion).flatten()
@@ -164,6 +164,9 @@ def calibrate(model, data, windows, batch_size, K, target, decode_tokens, device
     hurts). It is then reported on the held-back second half: perplexity and mean loops of the
     causal exit, and the measured speed-up of real decoding (decode_speed) over fixed K."""
     half = len(windows) // 2
+    if half == 0:
+        raise EvalError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
+                        "calibration and held-back halves: raise --max_tokens")
     pick, held = windows[:half], windows[half:]
     full_pick = causal_exit(model, data, pick, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
     full_held = causal_exit(model, data, held, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
@@ -339,9 +342,9 @@ def group_runs(runs, configs):
     keys = list(by_key)
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
-            ca, cb = dict(a), dict(b)
-            if 'path' in ca or 'path' in cb:
+            if a[0] == 'path' or b[0] == 'path':  # a run without its training config: nothing to compare
                 continue
+            ca, cb = dict(a), dict(b)
             differ = sorted(k for k in set(ca) | set(cb) if ca.get(k) != cb.get(k))
             if differ and set(differ) <= set(SHAPE):
                 shape = ', '.join(f"{k} {ca.get(k)} vs {cb.get(k)}" for k in differ)
@@ -356,7 +359,8 @@ def group_runs(runs, configs):
 def read_curve(folder):
     """From out_dir/log.jsonl: per eval line, the iteration, p99 ||H_K|| and the validation loss
     at K=1 and at the trained K (the last loop logged); per train line (denser), the mean ||H_K||
-    over the training batches since the line before."""
+    over the training batches since the line before, starting from the first eval line's mean
+    (on its validation batch, before the first step)."""
     path = os.path.join(folder, 'log.jsonl')
     try:
         with open(path) as f:
@@ -367,9 +371,11 @@ def read_curve(folder):
     trains = [r for r in records if r.get('kind') == 'train']
     if not evals:
         raise EvalError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
+    nan = float('nan')  # (a diverged run logs null losses)
     return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][-1] for r in evals],
-                val_loss_1=[r['val_loss'][0] for r in evals], val_loss_K=[r['val_loss'][-1] for r in evals],
-                train_iter=[0] + [r['iter'] for r in trains],
+                val_loss_1=[nan if r['val_loss'][0] is None else r['val_loss'][0] for r in evals],
+                val_loss_K=[nan if r['val_loss'][-1] is None else r['val_loss'][-1] for r in evals],
+                train_iter=[evals[0]['iter']] + [r['iter'] for r in trains],
                 norm_mean=[evals[0]['norm_mean'][-1]] + [r['h_norm'][-1] for r in trains])
 
 
@@ -469,7 +475,20 @@ def check(args):
     if args.calibrate and not 0 < args.calibrate < 1:
         raise EvalError(f"--calibrate takes the allowed relative perplexity increase in (0, 1), like 0.01; "
                         f"got {args.calibrate}")
+    if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
+        raise EvalError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
     args.exit = parse_thresholds(args.exit) if args.exit else []
+
+
+def make_out(path):
+    """The output folder, made and tried once the runs have loaded and before they are evaluated."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, '.write-test'), 'w'):
+            pass
+        os.remove(os.path.join(path, '.write-test'))
+    except OSError as e:
+        raise EvalError(f"cannot write to --out {path}: {e.strerror}")
 
 
 def main(argv=None):
@@ -481,7 +500,8 @@ def main(argv=None):
     p.add_argument('--batch_size', type=int, default=0, help='windows per batch (default: the training batch size)')
     p.add_argument('--clamp', action='store_true', help='also evaluate with the recurrent scale clamp')
     p.add_argument('--exit', default='', help='early-exit thresholds in (0, 1], e.g. 0.5,0.7,0.9: teacher-forced '
-                                              'and causal (as the decoder runs it)')
+                                              'and causal (as the decoder runs it). Holds a few (batch, block, vocab) '
+                                              'float32 tensors: with a 50k vocabulary, lower --batch_size')
     p.add_argument('--calibrate', type=float, default=0.0,
                    help='calibrated halting: the allowed relative ppl increase over full depth, e.g. 0.01')
     p.add_argument('--decode_tokens', type=int, default=256, help='tokens sampled to time decoding (--calibrate)')
@@ -510,6 +530,7 @@ def main(argv=None):
         if args.curves:
             for path, *_ in loaded:
                 read_curve(run_folder(path))
+        make_out(args.out)
         runs = []
         for path, model, config, data in loaded:
             run = evaluate_run(path, model, config, data, args, device, dtype)
@@ -521,7 +542,6 @@ def main(argv=None):
     for note in notes:
         print(f"eval_depth.py: note: {note}", file=sys.stderr)
 
-    os.makedirs(args.out, exist_ok=True)
     print(table(groups))
     for g in groups:
         if g['mean']['early_exit']:

@@ -242,15 +242,17 @@ class LoopedGPT(nn.Module):
         """(..., C) -> (..., vocab): the LM head (tied to the token embedding) on the readout."""
         return F.linear(self.readout(h, last), self.lm_head.weight.to(h.dtype))
 
-    def readout_loss(self, states, targets, last):
+    def readout_loss(self, states, targets, last, head=None):
         """Cross-entropy of reading out each of `states` (each (B, T, C)) against targets (B, T);
         `last[i]` says whether states[i] is read out as the last loop. Returns (the sum over
         states of each one's mean CE over tokens, differentiable; per-token CE (len(states),
         B*T) float32, detached). Through linear_ce: the logits are made a chunk of tokens at a
-        time and never held for all tokens, and the gradients are made in the same pass."""
+        time and never held for all tokens, and the gradients are made in the same pass.
+        head: the LM head's weight (default lm_head.weight; detached, no gradient is made for it)."""
         r = torch.cat([self.readout(h, is_last).reshape(-1, h.size(-1)) for h, is_last in zip(states, last)])
         y = targets.reshape(-1)
-        total, ce = linear_cross_entropy(r, self.lm_head.weight.to(r.dtype), y.repeat(len(states)))
+        head = self.lm_head.weight if head is None else head
+        total, ce = linear_cross_entropy(r, head.to(r.dtype), y.repeat(len(states)))
         n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
         return total / n_valid, ce.view(len(states), -1).float()
 
@@ -318,11 +320,13 @@ class LoopedGPT(nn.Module):
         K, t0 = cache.n_loops, cache.length
         if t0 + T > self.config.block_size:
             raise ValueError(f"positions up to {t0 + T} exceed block_size {self.config.block_size}")
+        if T > 1 and t0 > 0:  # the attention's causal mask is only right from position 0
+            raise ValueError(f"decode takes several tokens only on an empty cache (it holds {t0}): feed them one at a time")
         pos = torch.arange(t0, t0 + T, dtype=torch.long, device=idx.device)
         h = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
         logits, loops = None, torch.full((B, T), K, dtype=torch.long, device=idx.device)
         running = torch.ones(B, T, dtype=torch.bool, device=idx.device)
-        cache.active = None
+        cache.active = None  # (set again below once some tokens have stopped)
         for k in range(K):
             x = self.interloop_norm(h) if k > 0 and self.interloop_norm is not None else h
             for layer, block in enumerate(self.transformer.h):
@@ -346,7 +350,7 @@ class LoopedGPT(nn.Module):
         return logits, loops
 
     def new_cache(self, batch_size, n_loops=None, device=None):
-        """An empty KVCache for decode(), in the dtype the attention runs in (autocast's, if on)."""
+        """An empty KVCache for decode(), in the dtype of the keys and values (autocast's, if on)."""
         device = device or self.lm_head.weight.device
         device_type = torch.device(device).type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
@@ -362,7 +366,7 @@ class LoopedGPT(nn.Module):
         The context is a window of the last tokens, as in nanoGPT, but it cannot slide one token
         at a time: positions are learned and absolute, so every cached key would have to move.
         When the window is full, it restarts from its last 3/4 (one prefill) and grows again, so
-        the model always sees between 3/4 of block_size and block_size tokens. kv_cache=False
+        once it has filled, the model sees between 3/4 of block_size and block_size tokens. kv_cache=False
         recomputes the whole window at every step through the same decode: the same windows,
         the same exits, so greedy text (top_k=1) is the same with and without the cache."""
         bs = self.config.block_size
@@ -370,8 +374,8 @@ class LoopedGPT(nn.Module):
         window = max(0, idx.size(1) - keep) if idx.size(1) > bs else 0  # where the context starts
         cache, used = None, []
         for _ in range(max_new_tokens):
-            if idx.size(1) - window >= bs:
-                window = idx.size(1) - keep  # the window is full: restart from its last 3/4
+            if idx.size(1) - window > bs:
+                window = idx.size(1) - keep  # the window would pass block_size: restart from its last 3/4
                 cache = None
             if cache is None or not kv_cache:  # a (re)fill: the whole window in one pass
                 cache = self.new_cache(idx.size(0), n_loops, idx.device)
@@ -402,7 +406,8 @@ class LoopedGPT(nn.Module):
     def flops_per_token(self, n_loops=None, supervised_loops=None, training=True, T=None):
         """Matmul FLOPs per token: the shared stack K times, the readout once per supervised
         loop, attention over T positions. Training counts forward + backward (x3), as in the
-        PaLM appendix B estimate that nanoGPT uses; the readout recompute is not counted."""
+        PaLM appendix B estimate that nanoGPT uses (linear_ce's three head matmuls per read loop
+        are exactly that x3)."""
         cfg = self.config
         K = n_loops or cfg.n_loops
         if supervised_loops is None:
@@ -487,7 +492,8 @@ def token_diagnostics(model, states, targets, every_loop_last=False, radial=True
                     continue
                 h.requires_grad_(True)
                 with torch.enable_grad():
-                    loss, _ = model.readout_loss([h], targets[i:i + chunk], [every_loop_last or k == K])
+                    loss, _ = model.readout_loss([h], targets[i:i + chunk], [every_loop_last or k == K],
+                                                 head=model.lm_head.weight.detach())  # only dCE/dh is needed
                     (g,) = torch.autograd.grad(loss * h.size(0), h)  # each token's own dCE_t/dh_t
                 g_norm = g.norm(dim=-1)
                 frac = (g * h).sum(-1).abs() / (g_norm * h.norm(dim=-1))

@@ -153,8 +153,10 @@ def all_plots(groups, runs, out):
                     title='Drift over training: mean (solid, training batches) and p99 (dashed, validation)')
         axes[1].set(xlabel='training iteration', ylabel='validation loss',
                     title='Validation loss at the trained K (solid) and at K=1 (dotted)')
-        lo = min(v for run in runs if 'curve' in run for v in run['curve']['val_loss_K'])
-        axes[1].set_ylim(0.97 * lo, 1.6 * lo)
+        lo = min((v for run in runs if 'curve' in run for v in run['curve']['val_loss_K'] if math.isfinite(v)),
+                 default=None)
+        if lo is not None:
+            axes[1].set_ylim(0.97 * lo, 1.6 * lo)
         legend(axes[0], ncol=1)
         fig.suptitle('Every run, from its log.jsonl (one colour per condition)')
         save(fig, 'drift.png')

@@ -10,8 +10,9 @@ import os
 
 
 def perplexity(loss):
-    """exp(loss), or inf where that overflows (an untrained readout can have CE in the hundreds)."""
-    return math.exp(loss) if loss < 700 else float('inf')
+    """exp(loss), or inf where that overflows (an untrained readout can have CE in the hundreds);
+    NaN stays NaN."""
+    return math.exp(loss) if loss < 700 else float('nan') if math.isnan(loss) else float('inf')
 
 
 def json_safe(v):

@@ -117,20 +117,53 @@ def reference_causal_exit(model, x, threshold, criterion):
 
 
 @pytest.mark.parametrize('criterion', ['max_prob', 'entropy'])
-def test_the_causal_exit_score_equals_a_token_by_token_reference(criterion):
+def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
     model = tiny(readout='final_norm', interloop_norm=True)
-    x = tokens(B=1, n=T)[0]
+    x = tokens(B=2, n=T)
     with torch.no_grad():
-        h1 = model.logits(model.hidden_states(x[None], 1)[1], last=True)
+        h1 = model.logits(model.hidden_states(x, 1)[1], last=True)
         threshold = exit_confidence(h1, criterion).median().item()  # about half stop at loop 1
-        want_logits, want_loops = reference_causal_exit(model, x, threshold, criterion)
-        got_logits, got_loops = model.decode(x[None], model.new_cache(1), threshold, criterion)
-    assert torch.equal(got_loops[0], want_loops)
-    assert len(set(want_loops.tolist())) > 1  # the exits are mixed, so the stand-ins are used
-    assert torch.allclose(got_logits[0], want_logits, atol=1e-4)
-    # and the teacher-forced score is the same numbers
-    y = tokens(B=1, n=T, seed=9)[0]
-    assert F.cross_entropy(got_logits[0], y).item() == pytest.approx(F.cross_entropy(want_logits, y).item(), rel=1e-5)
+        want = [reference_causal_exit(model, row, threshold, criterion) for row in x]
+        # the whole windows at once (as eval_depth.py scores them), two rows exiting differently
+        got_logits, got_loops = model.decode(x, model.new_cache(2), threshold, criterion)
+        # and one token at a time through the cache (as sample.py decodes)
+        cache = model.new_cache(2)
+        steps = [model.decode(x[:, t:t + 1], cache, threshold, criterion) for t in range(T)]
+    step_logits, step_loops = torch.cat([s[0] for s in steps], 1), torch.cat([s[1] for s in steps], 1)
+    for b, (want_logits, want_loops) in enumerate(want):
+        assert torch.equal(got_loops[b], want_loops) and torch.equal(step_loops[b], want_loops)
+        assert torch.allclose(got_logits[b], want_logits, atol=1e-4)
+        assert torch.allclose(step_logits[b], want_logits, atol=1e-4)
+    # stand-ins were read: some token ran deeper than an earlier token of its row had
+    assert any(got_loops[b, t] > got_loops[b, :t].min() for b in range(2) for t in range(1, T))
+    assert not torch.equal(got_loops[0], got_loops[1])  # the two rows exit differently
+
+
+def test_generate_windows_use_every_position_and_keep_three_quarters(monkeypatch):
+    model = tiny()
+    calls = []
+    decode = LoopedGPT.decode
+
+    def spy(self, idx, cache, *args):
+        calls.append((cache.length, idx.size(1)))
+        return decode(self, idx, cache, *args)
+    monkeypatch.setattr(LoopedGPT, 'decode', spy)
+    model.generate(tokens(B=1, n=T), 3 * T, top_k=1)  # a prompt of exactly block_size tokens
+    assert calls[0] == (0, T)  # it fits: no restart before the first token
+    assert max(t0 + n for t0, n in calls) == T  # position block_size - 1 is used ...
+    keep = T - T // 4
+    refills = [n for t0, n in calls if t0 == 0][1:]
+    assert refills and all(n == keep for n in refills)  # ... and each restart keeps the last 3/4
+    assert len(calls) == 3 * T
+
+
+def test_decode_refuses_several_tokens_on_a_filled_cache():
+    model = tiny()
+    cache = model.new_cache(1)
+    with torch.no_grad():
+        model.decode(tokens(B=1, n=4), cache)
+        with pytest.raises(ValueError, match='empty cache'):
+            model.decode(tokens(B=1, n=2), cache)
 
 
 def test_decode_refuses_positions_past_the_block():

@@ -167,11 +167,12 @@ def test_lemma_and_curves_are_written_per_run(evaluated, runs):
 def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
     base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
     configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'), dict(base, seed=3, out_dir='a-s3'),
-               dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1')]
-    ppl = [10.0, 12.0, 17.0, 20.0, 30.0]
-    runs = [dict(name=c['out_dir'], path=c['out_dir'], seed=c['seed'], per_K=[dict(K=1, ppl=p)]) for c, p in zip(configs, ppl)]
+               dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1'), {}]  # {}: no config saved
+    ppl = [10.0, 12.0, 17.0, 20.0, 30.0, 40.0]
+    runs = [dict(name=c.get('out_dir', 'd'), path=c.get('out_dir', 'd'), seed=c.get('seed'), per_K=[dict(K=1, ppl=p)])
+            for c, p in zip(configs, ppl)]
     groups, notes = eval_depth.group_runs(runs, configs)
-    assert [g['name'] for g in groups] == ['a', 'b', 'c-s1']
+    assert [g['name'] for g in groups] == ['a', 'b', 'c-s1', 'd']
     a = groups[0]
     assert a['runs'] == ['a-s1', 'a-s2', 'a-s3'] and a['seeds'] == [1, 2, 3] and a['n'] == 3
     assert a['mean']['per_K'][0]['ppl'] == pytest.approx(13.0)
@@ -200,6 +201,11 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
         assert_one_line_error(run_script('eval_depth.py', runs[0], '--exit', bad), 'eval_depth.py', '--exit')
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--lemma_loops=1'), 'eval_depth.py', '--lemma_loops')
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--calibrate=1.5'), 'eval_depth.py', '--calibrate')
+    r = run_script('eval_depth.py', runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
+    assert_one_line_error(r, 'eval_depth.py', 'two windows')
+    assert_one_line_error(run_script('eval_depth.py', runs[0], '--batch_size=-1'), 'eval_depth.py', '--batch_size')
+    (tmp_path / 'a-file').write_text('')
+    assert_one_line_error(run_script('eval_depth.py', runs[0], '--out', tmp_path / 'a-file'), 'eval_depth.py', '--out')
     no_evals = tmp_path / 'no-evals'
     no_evals.mkdir()
     (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())

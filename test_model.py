@@ -52,9 +52,9 @@ def test_norm_readout_is_scale_invariant_and_raw_is_not():
         model = tiny(readout=readout).eval()
         with torch.no_grad():
             h = model.hidden_states(x)[-1]
-            a = model.readout(h, last=True)
+            a = model.logits(h, last=True)
             for alpha in (0.1, 3.0, 1000.0):
-                b = model.readout(alpha * h, last=True)
+                b = model.logits(alpha * h, last=True)
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-4) == invariant, (readout, alpha)
                 if not invariant:
                     assert torch.allclose(alpha * a, b, rtol=1e-4, atol=1e-3)  # raw: logits scale with H
@@ -162,7 +162,7 @@ def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout):
             # the penalty as released: lambda * the mean over the K loops of mean(H_k^2)
             expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states) / K
             model.train()
-            _, loss, stats = model(x, y)  # train mode: the checkpointed readout path
+            _, loss, stats = model(x, y)  # train mode: the fused readout loss with its gradients
             assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
             got_ce = stats['ce']
             if loss_kind == 'perloop':
@@ -199,7 +199,7 @@ def test_depth_losses_equal_running_the_model_with_k_loops():
 
 
 def test_perloop_backward_never_holds_k_logit_tensors():
-    # the readout is recomputed in backward: nothing of vocab size is saved for backward
+    # linear_ce makes the gradients chunk by chunk in the forward pass: nothing of vocab size is saved
     model = tiny(vocab_size=4096)
     x, y = batch()
     big = []

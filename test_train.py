@@ -89,6 +89,7 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
     split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
     assert len(full) == 8 and split == full
+    torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
 
 
 def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration(monkeypatch):
@@ -140,7 +141,7 @@ def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
     (['--norm_penalty=-1'], 'reward large norms'), (['--learning_rate=-3e-4'], "'learning_rate'"),
     (['--dropout=1.0'], "'dropout'"), (['--dropout=-0.1'], "'dropout'"), (['--batch_size=0'], "'batch_size'"),
     (['--block_size=0'], "'block_size'"), (['--eval_iters=0'], "'eval_iters'"), (['--beta2=1.5'], "'beta2'"),
-    (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'")])
+    (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'")])
 def test_settings_that_make_no_sense_are_one_clear_line(tiny_data, tmp_path, bad, needle):
     r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', *bad))
     assert_one_line_error(r, 'train.py', needle)
@@ -167,13 +168,18 @@ def test_every_condition_config_loads_and_overlays_compose():
     defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
                     n_layer=8, n_head=8, n_embd=512, batch_size=64)
     config = os.path.join(HERE, 'config')
-    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', '129m.py'))
+    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', 'cpu_long.py', '129m.py'))
     assert len(conditions) == 8
     seen = set()
     for name in conditions:
         c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
         assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
         seen.add((c['readout'], c['loss'], c['norm_penalty'], c['interloop_norm']))
+        long = configure(dict(defaults, max_iters=0, epochs=4.0, eval_interval=500, dataset='x', device='auto',
+                              compile='auto', dropout=0.1, block_size=256, learning_rate=3e-4, eval_iters=40,
+                              log_interval=50),
+                         [os.path.join(config, name), os.path.join(config, 'cpu.py'), os.path.join(config, 'cpu_long.py')])
+        assert long['out_dir'] == f"out-{name[:-3]}-cpu-long" and long['max_iters'] == 0 and long['epochs'] == 4.0
     assert len(seen) == 8  # eight different conditions
 
 

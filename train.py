@@ -20,7 +20,7 @@ from dataclasses import fields
 
 import numpy as np
 import torch
-from torch.distributed import barrier, destroy_process_group, init_process_group
+from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
@@ -215,7 +215,7 @@ def fmt(values, spec='.3f'):
 # the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
 AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
               'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops')
-AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr')
+AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed')
 ABOVE_0 = ('learning_rate', 'epochs')
 BELOW_1 = ('dropout', 'beta1', 'beta2')  # in [0, 1)
 
@@ -357,24 +357,30 @@ def main(argv):
     finite = torch.ones((), dtype=torch.bool, device=device)
     acc_iters, t0 = 0, time.time()
     while True:
-        if master and (iter_num % eval_interval == 0 or iter_num == max_iters or eval_only):
+        if iter_num % eval_interval == 0 or iter_num == max_iters or eval_only:
             t_eval = time.time()
-            if not finite.item():
-                raise TrainError(non_finite_message(iter_num))
-            ev = evaluate(raw_model, val_batches)
-            log(dict(kind='eval', iter=iter_num, **ev),
-                f"eval {iter_num}: val loss K=1..{n_loops} {fmt(ev['val_loss'], '.4f')} | "
-                f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
-                f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
-                f"angular {fmt(ev['angular'], '.2e')}")
-            if not all(math.isfinite(v) for v in ev['val_loss']):
+            failed = master and not finite.item()
+            if master and not failed:
+                ev = evaluate(raw_model, val_batches)
+                log(dict(kind='eval', iter=iter_num, **ev),
+                    f"eval {iter_num}: val loss K=1..{n_loops} {fmt(ev['val_loss'], '.4f')} | "
+                    f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
+                    f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
+                    f"angular {fmt(ev['angular'], '.2e')}")
+                failed = not all(math.isfinite(v) for v in ev['val_loss'])
+                if not failed and not eval_only and iter_num > start_iter and (
+                        ev['val_loss'][-1] < best_val_loss or always_save_checkpoint):
+                    best_val_loss = min(best_val_loss, ev['val_loss'][-1])
+                    save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config)
+                    print(f"saved {out_dir}/ckpt.pt")
+            if ddp:  # rank 0's verdict, to every rank: none is left waiting in an all-reduce
+                verdict = torch.tensor([float(failed)], device=device)
+                broadcast(verdict, src=0)
+                failed = bool(verdict.item())
+            if failed:
                 raise TrainError(non_finite_message(iter_num))
             if eval_only:
                 break
-            if iter_num > start_iter and (ev['val_loss'][-1] < best_val_loss or always_save_checkpoint):
-                best_val_loss = min(best_val_loss, ev['val_loss'][-1])
-                save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config)
-                print(f"saved {out_dir}/ckpt.pt")
             t0 += time.time() - t_eval  # the eval is not training time
             if device_type == 'cuda':
                 torch.cuda.reset_peak_memory_stats(device)  # the logged peak is the training step's
@@ -394,7 +400,11 @@ def main(argv):
         acc_iters += 1
 
         if iter_num % log_interval == 0:
-            if not finite.item():  # the one sync per log line; every rank stops, none waits in an all-reduce
+            if ddp:  # a NaN on any rank stops every rank at the same line
+                flag = finite.float()
+                all_reduce(flag, op=ReduceOp.MIN)
+                finite = flag.bool()
+            if not finite.item():  # the one sync per log line
                 raise TrainError(non_finite_message(iter_num))
         if iter_num % log_interval == 0 and master:
             dt = time.time() - t0
