@@ -404,8 +404,8 @@ def table(groups):
             if clamp:
                 cells += [pm(r['clamp']['ppl'], s['clamp']['ppl']), pm(r['clamp']['delta_loss'], s['clamp']['delta_loss'], '+.4f')]
             cells += [pm(r['norm_mean'], s['norm_mean'], '.1f'), pm(r['norm_p99'], s['norm_p99'], '.1f'),
-                      pm(r['norm_max'], s['norm_max'], '.1f'), f"{r['radial']:.1e}", f"{r['angular']:.1e}",
-                      f"{r['tok_per_s']:,.0f}"]
+                      pm(r['norm_max'], s['norm_max'], '.1f'), pm(r['radial'], None, '.1e'),
+                      pm(r['angular'], None, '.1e'), pm(r['tok_per_s'], None, ',.0f')]
             lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -491,9 +491,55 @@ def make_out(path):
         raise EvalError(f"cannot write to --out {path}: {e.strerror}")
 
 
+def evaluate_runs(args):
+    """Loads every run (failing early on bad input), evaluates each, and groups seeds."""
+    check(args)
+    if not args.runs:
+        raise EvalError("no runs given: name run folders (or checkpoint files), or --from_results")
+    try:
+        device = setup_device(args.device)
+    except ValueError as e:
+        raise EvalError(str(e))
+    dtype = resolve_dtype(args.dtype, device)
+    loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
+    if args.curves:
+        for path, *_ in loaded:
+            read_curve(run_folder(path))
+    make_out(args.out)
+    runs = []
+    for path, model, config, data in loaded:
+        run = evaluate_run(path, model, config, data, args, device, dtype)
+        print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
+        runs.append(run)
+    groups, notes = group_runs(runs, [config for _, _, config, _ in loaded])
+    return runs, groups, notes
+
+
+def from_results(path, names):
+    """The runs, groups and notes of an earlier results.json; with names, only the groups so
+    named or holding a run so named (folder names, as in the tables)."""
+    try:
+        with open(path) as f:
+            results = json.load(f)
+        runs, groups, notes = results['runs'], results['groups'], results.get('notes', [])
+    except (OSError, ValueError, KeyError) as e:
+        raise EvalError(f"cannot read {path} as eval_depth.py's results.json ({type(e).__name__})")
+    if names:
+        names = {os.path.basename(os.path.normpath(n)) for n in names}
+        groups = [g for g in groups if g['name'] in names or names & set(g['runs'])]
+        if not groups:
+            raise EvalError(f"{path} has none of {', '.join(sorted(names))}")
+        kept = {name for g in groups for name in g['runs']}
+        runs = [run for run in runs if run['name'] in kept]
+    return runs, groups, notes
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('runs', nargs='+', help='run folders (holding ckpt.pt) or checkpoint files')
+    p.add_argument('runs', nargs='*', help='run folders (holding ckpt.pt) or checkpoint files; with --from_results, '
+                                           'the groups or runs to show (default: all)')
+    p.add_argument('--from_results', default=None,
+                   help='print the tables and draw the plots of an earlier results.json, without evaluating')
     p.add_argument('--split', default='val', choices=['val', 'test'])
     p.add_argument('--max_loops', type=int, default=None, help='evaluate K = 1..max_loops (default: 2x trained K)')
     p.add_argument('--max_tokens', type=int, default=0, help='score only the first N tokens (0: the whole split)')
@@ -520,38 +566,26 @@ def main(argv=None):
                         'in float64 at every loop, slow for a 50k vocabulary on a CPU)')
     args = p.parse_args(argv)
     try:
-        check(args)
-        try:
-            device = setup_device(args.device)
-        except ValueError as e:
-            raise EvalError(str(e))
-        dtype = resolve_dtype(args.dtype, device)
-        loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
-        if args.curves:
-            for path, *_ in loaded:
-                read_curve(run_folder(path))
-        make_out(args.out)
-        runs = []
-        for path, model, config, data in loaded:
-            run = evaluate_run(path, model, config, data, args, device, dtype)
-            print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
-            runs.append(run)
+        if args.from_results:
+            runs, groups, notes = from_results(args.from_results, args.runs)
+            make_out(args.out)
+        else:
+            runs, groups, notes = evaluate_runs(args)
     except EvalError as e:
         sys.exit(f"eval_depth.py: error: {e}")
-    groups, notes = group_runs(runs, [config for _, _, config, _ in loaded])
     for note in notes:
         print(f"eval_depth.py: note: {note}", file=sys.stderr)
-
     print(table(groups))
     for g in groups:
         if g['mean']['early_exit']:
             print(exit_table(g))
         if 'calibrated' in g['mean']:
             print(calibration_table(g))
-    if args.lemma_loops:
+    if any(g['mean'].get('lemma') for g in groups):
         print(lemma_table(groups))
-    write_json(os.path.join(args.out, 'results.json'),
-               dict(command=' '.join(sys.argv), runs=runs, groups=groups, notes=notes))
+    if not args.from_results:
+        write_json(os.path.join(args.out, 'results.json'),
+                   dict(command=' '.join(sys.argv), runs=runs, groups=groups, notes=notes))
     for path in plots.all_plots(groups, runs, args.out):
         print(f"wrote {path}", file=sys.stderr)
 

@@ -11,6 +11,11 @@ import os
 import numpy as np
 
 
+def num(values):
+    """NaN for None (how results.json writes NaN and inf)."""
+    return [float('nan') if v is None else v for v in values]
+
+
 def err(values):
     """Error bars from a list of standard deviations: None where there are none (one seed)."""
     values = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
@@ -43,6 +48,7 @@ def all_plots(groups, runs, out):
     def clip_ppl(ax, values):
         # untrained readouts (e.g. early loops of a terminal-loss run) reach perplexities in the
         # millions; keep the axis on the range where the runs differ and say so
+        values = [v for v in values if v is not None and math.isfinite(v)]
         lo, hi = min(values), max(values)
         if hi > 2 * lo:
             ax.set_ylim(0.97 * lo, 2 * lo)
@@ -50,7 +56,7 @@ def all_plots(groups, runs, out):
                          fontsize=9)
 
     def per_k(g, key):
-        return [r[key] for r in g['mean']['per_K']], err([r[key] for r in g['std']['per_K']])
+        return num([r[key] for r in g['mean']['per_K']]), err([r[key] for r in g['std']['per_K']])
 
     ks = {id(g): [r['K'] for r in g['mean']['per_K']] for g in groups}
     seeds = ' (mean ± std over seeds)' if any(g['n'] > 1 for g in groups) else ''

@@ -59,7 +59,9 @@ def mean_std(trees):
 
 
 def pm(mean, std, spec='.3f'):
-    """'mean ± std', or just the mean when there is no spread to show (one run)."""
-    if not math.isfinite(mean):
+    """'mean ± std', or just the mean when there is no spread to show (one run). None (NaN read
+    back from JSON) is '-'."""
+    if mean is None or not math.isfinite(mean):
         return '-'
-    return format(mean, spec) + (f" ± {format(std, spec)}" if std is not None and math.isfinite(std) else '')
+    spread = std is not None and math.isfinite(std)
+    return format(mean, spec) + (f" ± {format(std, spec.lstrip('+'))}" if spread else '')

@@ -54,6 +54,19 @@ def test_table_results_and_every_plot_are_written(evaluated):
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
 
 
+def test_from_results_redraws_without_evaluating(evaluated, tmp_path):
+    r, out, _ = evaluated
+    again = run_script('eval_depth.py', '--from_results', out / 'results.json', '--out', tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == r.stdout  # the same tables, from the JSON
+    assert (tmp_path / 'lemma.png').exists() and not (tmp_path / 'results.json').exists()
+    one = run_script('eval_depth.py', '--from_results', out / 'results.json', 'raw-terminal', '--out', tmp_path)
+    assert '| raw-terminal |' in one.stdout and '| norm-perloop |' not in one.stdout
+    assert_one_line_error(run_script('eval_depth.py', '--from_results', out / 'results.json', 'nope'),
+                          'eval_depth.py', 'nope')
+    assert_one_line_error(run_script('eval_depth.py'), 'eval_depth.py', 'no runs given')
+
+
 def test_each_run_says_how_it_was_trained(evaluated):
     r, _, results = evaluated
     assert 'norm-perloop: norm readout, perloop CE, K=2' in r.stderr
