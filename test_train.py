@@ -90,6 +90,8 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
     assert len(full) == 8 and split == full
     torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
+    # one loop leaves the inter-loop norm unused: DDP must be told, or its second step fails
+    torchrun(tmp_path / 'one_loop', '--max_iters=3', '--interloop_norm=True', '--n_loops=1')
 
 
 def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration(monkeypatch):

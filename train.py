@@ -335,7 +335,9 @@ def main(argv):
             print("compiling the model... (takes a minute)")
         model = torch.compile(model)
     if ddp:
-        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
+        unused = raw_model.config.interloop_norm and raw_model.config.n_loops == 1  # one loop: no norm between loops
+        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None,
+                    find_unused_parameters=unused)
 
     flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
     peak = peak_flops(device, dtype)
