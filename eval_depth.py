@@ -15,6 +15,7 @@ the trained block size: every token but the first is scored exactly once.
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -144,6 +145,21 @@ def causal_exits(model, data, windows, batch_size, K, thresholds, device, ctx, n
 
 
 @torch.no_grad()
+def stand_in_error(model, data, windows, batch_size, K, device, ctx):
+    """What a stand-in misses, on the first batch: for each loop j < K and layer, the token mean
+    of ||k_j - k_K|| / ||k_K||, the distance between a token's key at loop j (its stand-in at
+    the later loops if it exits at j) and its key at loop K; the same for values. Small where
+    the state has stopped moving (Lemma 2), so that the stand-in is what the token would give."""
+    x, _ = next(batches(data, windows[:batch_size], batch_size, device))
+    cache = model.new_cache(x.size(0), K, device)
+    with ctx:
+        model.decode(x, cache)
+    kv = cache.kv[..., :x.size(1), :].float()  # (K, n_layer, 2, B, nh, T, hs)
+    err = ((kv[:K - 1] - kv[K - 1]).norm(dim=-1) / kv[K - 1].norm(dim=-1).clamp_min(1e-12)).mean(dim=(3, 4, 5))
+    return dict(keys=err[..., 0].tolist(), values=err[..., 1].tolist())  # [loop j][layer]
+
+
+@torch.no_grad()
 def decode_speed(model, prompt, n_new, K, threshold, criterion, device, ctx, seed=0):
     """Tokens per second of real sampling (cached, one token at a time, batch 1) and the mean
     loops the new tokens used."""
@@ -157,12 +173,13 @@ def decode_speed(model, prompt, n_new, K, threshold, criterion, device, ctx, see
     return n_new / (time.perf_counter() - t0), used.float().mean().item()
 
 
-def calibrate(model, data, windows, batch_size, K, target, decode_tokens, device, ctx, name, steps=10):
-    """Calibrated halting, made real. For each criterion, the threshold is picked on the first
-    half of the scored windows: the lowest that keeps the causal-exit perplexity within
-    (1 + target) of full depth there (bisection over [0, 1], assuming a higher threshold never
-    hurts). It is then reported on the held-back second half: perplexity and mean loops of the
-    causal exit, and the measured speed-up of real decoding (decode_speed) over fixed K."""
+def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, device, ctx, name, steps=10):
+    """Calibrated halting, made real. For each target and criterion, the threshold is picked on
+    the first half of the scored windows: the lowest that keeps the causal-exit perplexity
+    within (1 + target) of full depth there (bisection over [0, 1], assuming a higher threshold
+    never hurts; 1 means that no threshold does, and nothing exits). It is then reported on the
+    held-back second half: perplexity and mean loops of the causal exit, and the measured
+    speed-up of real decoding (decode_speed) over fixed K."""
     half = len(windows) // 2
     if half == 0:
         raise EvalError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
@@ -170,17 +187,17 @@ def calibrate(model, data, windows, batch_size, K, target, decode_tokens, device
     pick, held = windows[:half], windows[half:]
     full_pick = causal_exit(model, data, pick, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
     full_held = causal_exit(model, data, held, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
-    limit = perplexity(full_pick.mean().item()) * (1 + target)
     x, _ = next(batches(data, held[:1], 1, device))
     prompt = x[:, :64]
     fixed_tok_s, _ = decode_speed(model, prompt, decode_tokens, K, 0.0, 'max_prob', device, ctx)
     out = []
-    for criterion in EXIT_CRITERIA:
+    for target, criterion in itertools.product(targets, EXIT_CRITERIA):
+        limit = perplexity(full_pick.mean().item()) * (1 + target)
         lo, hi = 0.0, 1.0  # hi always meets the limit: no confidence exceeds 1, so nothing exits
         for _ in range(steps):
             mid = (lo + hi) / 2
             ce, _ = causal_exit(model, data, pick, batch_size, K, criterion, mid, device, ctx,
-                                f"{name}: calibrating {criterion} > {mid:.4f}")
+                                f"{name}: calibrating +{target:g}, {criterion} > {mid:.4f}")
             lo, hi = (lo, mid) if perplexity(ce.mean().item()) <= limit else (mid, hi)
         ce, loops = causal_exit(model, data, held, batch_size, K, criterion, hi, device, ctx,
                                 f"{name}: held-back, {criterion} > {hi:.4f}")
@@ -303,6 +320,8 @@ def evaluate_run(path, model, config, data, args, device, dtype):
     if args.exit:
         run['early_exit'] = teacher_forced_exit(free, args.exit, last) + \
             causal_exits(model, data, windows, batch_size, last, args.exit, device, ctx, name)
+        if last > 1:
+            run['stand_in'] = stand_in_error(model, data, windows, batch_size, last, device, ctx)
     if args.calibrate:
         run['calibrated'] = calibrate(model, data, windows, batch_size, last, args.calibrate, args.decode_tokens,
                                       device, ctx, name)
@@ -422,6 +441,10 @@ def exit_table(g):
             lines.append(f"| {criterion} | {tau} | {pm(tf['mean_loops'], tf_s['mean_loops'], '.2f')} | "
                          f"{pm(tf['ppl'], tf_s['ppl'])} | {pm(ca['mean_loops'], ca_s['mean_loops'], '.2f')} | "
                          f"{pm(ca['ppl'], ca_s['ppl'])} |")
+    if 'stand_in' in g['mean']:
+        keys = g['mean']['stand_in']['keys']
+        lines.append(f"stand-in error, ||k_j - k_{K}|| / ||k_{K}|| (mean over layers) for a token exiting at loop j = "
+                     + ', '.join(f"{j + 1}: {sum(row) / len(row):.3f}" for j, row in enumerate(keys)))
     return '\n'.join(lines)
 
 
@@ -472,9 +495,14 @@ def check(args):
         raise EvalError(f"--lemma_loops needs at least 2 loops (a step is between two loops); got {args.lemma_loops}")
     if args.lemma_loops < 0 or args.lemma_tokens < 1 or args.decode_tokens < 1:
         raise EvalError("--lemma_loops must be >= 0, and --lemma_tokens and --decode_tokens >= 1")
-    if args.calibrate and not 0 < args.calibrate < 1:
-        raise EvalError(f"--calibrate takes the allowed relative perplexity increase in (0, 1), like 0.01; "
-                        f"got {args.calibrate}")
+    bad_targets = EvalError(f"--calibrate takes allowed relative perplexity increases in (0, 1), like 0.01 or "
+                            f"0.01,0.05; got {args.calibrate!r}")
+    try:
+        args.calibrate = [float(v) for v in args.calibrate.split(',') if v.strip()]
+    except ValueError:
+        raise bad_targets from None
+    if not all(0 < v < 1 for v in args.calibrate):
+        raise bad_targets
     if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
         raise EvalError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
     args.exit = parse_thresholds(args.exit) if args.exit else []
@@ -548,8 +576,8 @@ def main(argv=None):
     p.add_argument('--exit', default='', help='early-exit thresholds in (0, 1], e.g. 0.5,0.7,0.9: teacher-forced '
                                               'and causal (as the decoder runs it). Holds a few (batch, block, vocab) '
                                               'float32 tensors: with a 50k vocabulary, lower --batch_size')
-    p.add_argument('--calibrate', type=float, default=0.0,
-                   help='calibrated halting: the allowed relative ppl increase over full depth, e.g. 0.01')
+    p.add_argument('--calibrate', default='',
+                   help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
     p.add_argument('--decode_tokens', type=int, default=256, help='tokens sampled to time decoding (--calibrate)')
     p.add_argument('--lemma_loops', type=int, default=0, help='Lemma 2 out to this many loops (0: off; e.g. 30)')
     p.add_argument('--lemma_tokens', type=int, default=16384, help='tokens the Lemma-2 sweep runs on')

@@ -154,7 +154,7 @@ def test_calibration_picks_the_lowest_threshold_within_the_target(monkeypatch):
     monkeypatch.setattr(eval_depth, 'causal_exit', fake_exit)
     monkeypatch.setattr(eval_depth, 'decode_speed', lambda model, prompt, n, K, tau, *a: (100.0 / (1 + 3 * tau if tau else 4), 1.0))
     data = np.arange(2000) % 50
-    got = eval_depth.calibrate(None, data, eval_depth.score_windows(2000, 100), 4, 4, 0.1, 16, 'cpu', None, 'x')
+    got = eval_depth.calibrate(None, data, eval_depth.score_windows(2000, 100), 4, 4, [0.1], 16, 'cpu', None, 'x')
     # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 1 - ln 1.1 = 0.9047
     for c in got:
         assert c['threshold'] == pytest.approx(1 - math.log(1.1), abs=2e-3) and c['threshold'] >= 1 - math.log(1.1)
@@ -243,3 +243,27 @@ def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
     assert [row['K'] for row in run['per_K']] == [1] and run['final_norm_hist']['loop'] == 1
     assert all(e['mean_loops'] == 1 for e in run['early_exit'])
     assert math.isfinite(run['per_K'][0]['radial'])
+
+
+def test_stand_in_error_is_the_distance_between_loop_keys():
+    # layer 0 of loop j reads H_{j-1}: its key there is computed straight from hidden_states
+    torch.manual_seed(0)
+    from model import LoopedGPTConfig
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
+                                      dropout=0.0, init_std=0.02)).eval()
+    data = np.arange(400) % 50
+    windows = eval_depth.score_windows(len(data), 16)
+    got = eval_depth.stand_in_error(model, data, windows, 2, 3, 'cpu', torch.no_grad())
+    x, _ = next(eval_depth.batches(data, windows[:2], 2, 'cpu'))
+    with torch.no_grad():
+        hs = model.hidden_states(x, 3)
+        attn = model.transformer.h[0]
+        C = 16
+
+        def key(h):  # (B, T, C) -> (B, nh, T, hs)
+            return attn.attn.c_attn(attn.ln_1(h)).split(C, dim=2)[1].view(2, 16, 2, 8).transpose(1, 2)
+        last = key(hs[2])
+        for j in (1, 2):
+            want = ((key(hs[j - 1]) - last).norm(dim=-1) / last.norm(dim=-1)).mean().item()
+            assert got['keys'][j - 1][0] == pytest.approx(want, rel=1e-5)
+    assert len(got['keys']) == 2 and len(got['values'][0]) == 2
