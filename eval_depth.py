@@ -173,13 +173,18 @@ def decode_speed(model, prompt, n_new, K, threshold, criterion, device, ctx, see
     return n_new / (time.perf_counter() - t0), used.float().mean().item()
 
 
-def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, device, ctx, name, steps=10):
-    """Calibrated halting, made real. For each target and criterion, the threshold is picked on
-    the first half of the scored windows: the lowest that keeps the causal-exit perplexity
-    within (1 + target) of full depth there (bisection over [0, 1], assuming a higher threshold
-    never hurts; 1 means that no threshold does, and nothing exits). It is then reported on the
-    held-back second half: perplexity and mean loops of the causal exit, and the measured
-    speed-up of real decoding (decode_speed) over fixed K."""
+# thresholds calibrated halting tries; 1e-6: every token stops after loop 1 (the 1-loop model)
+CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
+
+
+def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, device, ctx, name, grid=CALIBRATION_GRID):
+    """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
+    the first half of the scored windows; for each target and criterion, the one that uses the
+    fewest loops there while keeping perplexity within (1 + target) of full depth is picked
+    (threshold 1, where nothing exits, if none does). A grid and not a bisection: with causal
+    exits a higher threshold can hurt (more tokens run on past the stand-ins of those that
+    stopped). The pick is reported on the held-back second half: perplexity and mean loops of
+    the causal exit, and the measured speed-up of real decoding (decode_speed) over fixed K."""
     half = len(windows) // 2
     if half == 0:
         raise EvalError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
@@ -187,22 +192,23 @@ def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, devic
     pick, held = windows[:half], windows[half:]
     full_pick = causal_exit(model, data, pick, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
     full_held = causal_exit(model, data, held, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
+    scores = {}  # (criterion, threshold) -> (ppl, mean loops) on the calibration half
+    for criterion, tau in itertools.product(EXIT_CRITERIA, grid):
+        ce, loops = causal_exit(model, data, pick, batch_size, K, criterion, tau, device, ctx,
+                                f"{name}: calibrating, {criterion} > {tau:g}")
+        scores[criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
     x, _ = next(batches(data, held[:1], 1, device))
     prompt = x[:, :64]
     fixed_tok_s, _ = decode_speed(model, prompt, decode_tokens, K, 0.0, 'max_prob', device, ctx)
     out = []
     for target, criterion in itertools.product(targets, EXIT_CRITERIA):
         limit = perplexity(full_pick.mean().item()) * (1 + target)
-        lo, hi = 0.0, 1.0  # hi always meets the limit: no confidence exceeds 1, so nothing exits
-        for _ in range(steps):
-            mid = (lo + hi) / 2
-            ce, _ = causal_exit(model, data, pick, batch_size, K, criterion, mid, device, ctx,
-                                f"{name}: calibrating +{target:g}, {criterion} > {mid:.4f}")
-            lo, hi = (lo, mid) if perplexity(ce.mean().item()) <= limit else (mid, hi)
-        ce, loops = causal_exit(model, data, held, batch_size, K, criterion, hi, device, ctx,
-                                f"{name}: held-back, {criterion} > {hi:.4f}")
-        tok_s, decode_loops = decode_speed(model, prompt, decode_tokens, K, hi, criterion, device, ctx)
-        out.append(dict(criterion=criterion, target=target, threshold=hi,
+        within = [tau for tau in grid if scores[criterion, tau][0] <= limit]
+        tau = min(within, key=lambda t: scores[criterion, t][1]) if within else 1.0
+        ce, loops = causal_exit(model, data, held, batch_size, K, criterion, tau, device, ctx,
+                                f"{name}: held-back, {criterion} > {tau:g}")
+        tok_s, decode_loops = decode_speed(model, prompt, decode_tokens, K, tau, criterion, device, ctx)
+        out.append(dict(criterion=criterion, target=target, threshold=tau,
                         calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
                         ppl=perplexity(ce.mean().item()), full_ppl=perplexity(full_held.mean().item()),
                         mean_loops=loops.float().mean().item(), decode_tokens=decode_tokens,

@@ -145,7 +145,7 @@ def test_teacher_forced_exit_picks_the_first_confident_loop():
     assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
 
 
-def test_calibration_picks_the_lowest_threshold_within_the_target(monkeypatch):
+def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
     def fake_exit(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
         n = sum(length for _, length in windows)
@@ -154,13 +154,25 @@ def test_calibration_picks_the_lowest_threshold_within_the_target(monkeypatch):
     monkeypatch.setattr(eval_depth, 'causal_exit', fake_exit)
     monkeypatch.setattr(eval_depth, 'decode_speed', lambda model, prompt, n, K, tau, *a: (100.0 / (1 + 3 * tau if tau else 4), 1.0))
     data = np.arange(2000) % 50
-    got = eval_depth.calibrate(None, data, eval_depth.score_windows(2000, 100), 4, 4, [0.1], 16, 'cpu', None, 'x')
-    # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 1 - ln 1.1 = 0.9047
+    windows = eval_depth.score_windows(2000, 100)
+    got = eval_depth.calibrate(None, data, windows, 4, 4, [0.1, 0.01], 16, 'cpu', None, 'x')
+    # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
+    # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
+    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95), (0.1, 0.95), (0.01, 0.999), (0.01, 0.999)]
     for c in got:
-        assert c['threshold'] == pytest.approx(1 - math.log(1.1), abs=2e-3) and c['threshold'] >= 1 - math.log(1.1)
-        assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= 1.1 * c['full_ppl']
+        assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= (1 + c['target']) * c['full_ppl']
         assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
         assert c['speedup'] == pytest.approx(4 / (1 + 3 * c['threshold']))
+
+    # causal exits need not improve with the threshold: here exiting everything after loop 1 is
+    # as good as full depth, and middling thresholds are worse. The fewest loops win.
+    def dip(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
+        n = sum(length for _, length in windows)
+        ce = 2.0 if threshold < 0.05 or threshold == 0 else 2.5 if threshold < 0.995 else 2.0
+        return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
+    monkeypatch.setattr(eval_depth, 'causal_exit', dip)
+    got = eval_depth.calibrate(None, data, windows, 4, 4, [0.01], 16, 'cpu', None, 'x')
+    assert [c['threshold'] for c in got] == [1e-6, 1e-6]
 
 
 def test_lemma_and_curves_are_written_per_run(evaluated, runs):
