@@ -304,16 +304,18 @@ class LoopedGPT(nn.Module):
         up to cache.n_loops loops, attending to the cached tokens, and caches their keys and
         values. T > 1 only on an empty cache (a prefill, or a whole window scored at once).
 
-        Per-token early exit (exit_threshold > 0): after each loop, a token whose readout is
+        Per-token early exit (0 < exit_threshold < 1): after each loop, a token whose readout is
         confident enough (exit_confidence > threshold) stops there, and is answered by that
         readout, read as the model run with that many loops (so an exit at loop 1 is exactly
         the 1-loop model). Its later loops never run. Later tokens still attend to it at those
         loops, through a stand-in: its key/value at the loop it exited at, same layer. That is
         a choice (recurrent-depth decoders make it too): the shared stack means this is the
         key/value the token would give if its state stopped moving at its exit, and a drifted
-        state nearly does (its angular step shrinks as 1/s, Lemma 2). eval_depth.py --exit
-        measures what the stand-in costs. When every new token has stopped, the loop ends: a
-        single decoded token that exits at loop j costs j loops.
+        state nearly does (its angular step shrinks as 1/s, Lemma 2). Where loops keep working,
+        or at loop 1 (whose keys come from the embedding), it is far off: eval_depth.py --exit
+        measures what the stand-in costs, and what it misses (stand_in_error). When every new
+        token has stopped, the loop ends: a single decoded token that exits at loop j costs j
+        loops.
 
         Returns (logits (B, T, vocab) from each token's last loop, loops used (B, T) int)."""
         B, T = idx.size()
