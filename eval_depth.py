@@ -200,9 +200,10 @@ def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, devic
     x, _ = next(batches(data, held[:1], 1, device))
     prompt = x[:, :64]
     fixed_tok_s, _ = decode_speed(model, prompt, decode_tokens, K, 0.0, 'max_prob', device, ctx)
+    full_ppl_pick = perplexity(full_pick.mean().item())
     out = []
     for target, criterion in itertools.product(targets, EXIT_CRITERIA):
-        limit = perplexity(full_pick.mean().item()) * (1 + target)
+        limit = full_ppl_pick * (1 + target)
         within = [tau for tau in grid if scores[criterion, tau][0] <= limit]
         tau = min(within, key=lambda t: scores[criterion, t][1]) if within else 1.0
         ce, loops = causal_exit(model, data, held, batch_size, K, criterion, tau, device, ctx,
