@@ -168,7 +168,7 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     # as good as full depth, and middling thresholds are worse. The fewest loops win.
     def dip(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
         n = sum(length for _, length in windows)
-        ce = 2.0 if threshold < 0.05 or threshold == 0 else 2.5 if threshold < 0.995 else 2.0
+        ce = 2.0 if threshold < 0.05 else 2.5 if threshold < 0.995 else 2.0
         return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
     monkeypatch.setattr(eval_depth, 'causal_exit', dip)
     got = eval_depth.calibrate(None, data, windows, 4, 4, [0.01], 16, 'cpu', None, 'x')
