@@ -348,6 +348,7 @@ SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
 
 
 def condition(config):
+    config = {'exit_train': 0.0, **config}  # (runs from before exit-aware training existed had it off)
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in IDENTITY))
 
 

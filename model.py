@@ -44,6 +44,7 @@ class LoopedGPTConfig:
     norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off), see LoopedGPT.forward
     interloop_norm: bool = False  # RMSNorm on the state carried between loops
     init_std: float = 0.0         # 0: PyTorch's default init, as the paper's released code; >0: N(0, init_std)
+    exit_train: float = 0.0       # exit-aware training: the fraction of tokens frozen after a random loop (0 = off)
 
     def __post_init__(self):
         if self.readout not in READOUTS:
@@ -54,6 +55,11 @@ class LoopedGPTConfig:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
         if self.n_loops < 1:
             raise ValueError(f"n_loops must be >= 1, got {self.n_loops}")
+        if not 0 <= self.exit_train < 1:
+            raise ValueError(f"exit_train must lie in [0, 1) (0 = off), got {self.exit_train}")
+        if self.exit_train > 0 and self.loss != 'perloop':
+            raise ValueError("exit_train needs loss='perloop': a token that exits early is read out only at "
+                             "its own loops, and terminal CE reads none of them")
 
 
 class CausalSelfAttention(nn.Module):
@@ -117,10 +123,14 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x, cache=None, site=None):
-        x = x + self.attn(self.ln_1(x), cache, site)
-        x = x + self.mlp(self.ln_2(x))
-        return x
+    def forward(self, x, cache=None, site=None, keep=None):
+        # keep (B, T, 1), exit-aware training only: 0 for a token that has exited, whose state
+        # then stays put through the block (its residual updates are dropped)
+        if keep is None:
+            x = x + self.attn(self.ln_1(x), cache, site)
+            return x + self.mlp(self.ln_2(x))
+        x = x + keep * self.attn(self.ln_1(x), cache, site)
+        return x + keep * self.mlp(self.ln_2(x))
 
 
 class KVCache:
@@ -186,10 +196,13 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # the loop
 
-    def loop_states(self, idx, n_loops=None, clamp=False):
+    def loop_states(self, idx, n_loops=None, clamp=False, exit_at=None):
         """Runs the shared stack K times, yielding H_0, H_1, ..., H_K one at a time, each (B, T, C);
         H_0 is the embedding that enters loop 1. A caller that keeps only the newest state holds
-        one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30)."""
+        one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30).
+        exit_at (B, T) int, exit-aware training: token t runs loops 1..exit_at[t] and is frozen
+        after them (H_k = H_exit for k > exit_at, its residual updates dropped in every block),
+        while the other tokens attend to it, as a decoder with recomputed stand-ins sees it."""
         K = self.config.n_loops if n_loops is None else n_loops
         if K < 1:
             raise ValueError(f"n_loops must be >= 1, got {K}")
@@ -206,8 +219,11 @@ class LoopedGPT(nn.Module):
                 # (the gain), so no scale can be carried and accumulate. Applied after H_{k-1}
                 # was read out; the readout and the penalty see the un-normalized H_{k-1}.
                 x = self.interloop_norm(x)
+            keep = None if exit_at is None else (exit_at >= k)[..., None].to(x.dtype)  # (B, T, 1)
             for block in self.transformer.h:
-                x = block(x)
+                x = block(x, keep=keep)
+            if keep is not None:  # a frozen token keeps its state (also past the inter-loop norm)
+                x = torch.where(keep.bool(), x, h)
             if clamp and k == 1:
                 norm_1 = x.norm(dim=-1, keepdim=True)
             elif clamp:
@@ -250,9 +266,13 @@ class LoopedGPT(nn.Module):
         time and never held for all tokens, and the gradients are made in the same pass.
         head: the LM head's weight (default lm_head.weight; detached, no gradient is made for it)."""
         r = torch.cat([self.readout(h, is_last).reshape(-1, h.size(-1)) for h, is_last in zip(states, last)])
-        y = targets.reshape(-1)
         head = self.lm_head.weight if head is None else head
-        total, ce = linear_cross_entropy(r, head.to(r.dtype), y.repeat(len(states)))
+        if targets.dim() == 3:  # (len(states), B, T): targets of their own for each state
+            y = targets.reshape(len(states), -1)[0]
+            total, ce = linear_cross_entropy(r, head.to(r.dtype), targets.reshape(-1))
+        else:
+            y = targets.reshape(-1)
+            total, ce = linear_cross_entropy(r, head.to(r.dtype), y.repeat(len(states)))
         n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
         return total / n_valid, ce.view(len(states), -1).float()
 
@@ -264,15 +284,26 @@ class LoopedGPT(nn.Module):
         With targets: (None, loss, stats), where stats holds per-loop tensors (K,) that are
         not read here, so the caller decides when to sync: 'ce' (NaN for loops the loss does
         not read) and 'h_norm' (mean ||H_k|| over tokens, float32)."""
-        states = self.hidden_states(idx, n_loops, clamp)[1:]  # H_1 .. H_K
-        K = len(states)
+        K = self.config.n_loops if n_loops is None else n_loops
+        exit_at = None
+        if self.training and targets is not None and self.config.exit_train > 0 and K > 1:
+            # exit-aware training: each token, with probability exit_train, exits after a loop e drawn
+            # uniformly from 1..K-1; it is frozen after loop e and its loss reads loops 1..e only
+            draw = torch.randint(1, K, targets.shape, device=idx.device)
+            exit_at = torch.where(torch.rand(targets.shape, device=idx.device) < self.config.exit_train, draw, K)
+        states = list(self.loop_states(idx, n_loops, clamp, exit_at))[1:]  # H_1 .. H_K
         if targets is None:
             return self.logits(states[-1], last=True)
 
         # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
         read = list(range(K)) if self.config.loss == 'perloop' else [K - 1]
-        total, ce_tokens = self.readout_loss([states[k] for k in read], targets, [k == K - 1 for k in read])
-        loss = total / len(read)
+        if exit_at is None:
+            total, ce_tokens = self.readout_loss([states[k] for k in read], targets, [k == K - 1 for k in read])
+            loss = total / len(read)
+        else:  # loop k reads only the tokens still running there: the mean over every (token, loop) read
+            per_loop = torch.stack([torch.where(exit_at > k, targets, -1) for k in read])  # (K, B, T)
+            total, ce_tokens = self.readout_loss([states[k] for k in read], per_loop, [k == K - 1 for k in read])
+            loss = total * ((targets >= 0).sum() / (per_loop >= 0).sum())
 
         if self.config.norm_penalty > 0:
             # norm penalty, as in the paper's released training script: lambda * the mean over the
@@ -282,9 +313,10 @@ class LoopedGPT(nn.Module):
             # is the recurrence that grows the scale.
             loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states]).mean()
 
-        valid = (targets.reshape(-1) >= 0).float()
+        # ce[k]: loop k's mean CE over the tokens it reads (with exit training, those still running)
+        valid = (targets.reshape(-1) >= 0).float() if exit_at is None else (per_loop >= 0).flatten(1).float()
         ce = torch.full((K,), float('nan'), device=idx.device)
-        ce[read] = (ce_tokens * valid).sum(1) / valid.sum()
+        ce[read] = (ce_tokens * valid).sum(1) / valid.sum(-1)
         h_norm = torch.stack([h.detach().float().norm(dim=-1).mean() for h in states])
         return None, loss, {'ce': ce, 'h_norm': h_norm}
 

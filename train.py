@@ -57,6 +57,7 @@ loss = 'perloop'              # 'perloop' | 'terminal'
 norm_penalty = 0.0            # lambda; 0.01 in the paper's penalty runs
 interloop_norm = False        # RMSNorm between loops
 init_std = 0.0                # 0: PyTorch's default init, as the paper's released code
+exit_train = 0.0              # exit-aware training: fraction of tokens frozen after a random loop 1..K-1 (0 = off)
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
 learning_rate = 3e-4
 epochs = 4.0                  # training length in passes over the train tokens (when max_iters = 0)
@@ -217,7 +218,7 @@ AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_i
               'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops')
 AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed')
 ABOVE_0 = ('learning_rate', 'epochs')
-BELOW_1 = ('dropout', 'beta1', 'beta2')  # in [0, 1)
+BELOW_1 = ('dropout', 'beta1', 'beta2', 'exit_train')  # in [0, 1)
 
 
 def check_settings(config):
