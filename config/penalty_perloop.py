@@ -1,4 +1,5 @@
-# RMSNorm readout, per-loop CE, plus the norm penalty lambda * sum_k mean ||H_k||^2 / d.
+# RMSNorm readout, per-loop CE, plus the norm penalty lambda * the mean over the K loops of
+# mean ||H_k||^2 / d (as the paper's released script; the paper writes a sum over loops).
 out_dir = 'out-penalty_perloop'
 readout = 'norm'
 loss = 'perloop'
