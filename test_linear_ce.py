@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from linear_ce import chunk_rows, linear_cross_entropy
+import linear_ce
+from linear_ce import chunk_rows, linear_cross_entropy, plain_cross_entropy, readout_ce
 from model import LoopedGPT, LoopedGPTConfig
 
 V, T, D = 97, 16, 32
@@ -50,6 +51,115 @@ def test_chunks_are_sized_by_bytes_of_logits():
     assert chunk_rows(100, 256) == 100                        # few rows: one chunk
     assert chunk_rows(10**6, 50257) == 256 * 2**20 // (4 * 50257)  # 256 MiB of float32 logits
     assert chunk_rows(10**6, 10**7) == 256                     # never below 256 rows
+    assert chunk_rows(10**6, 50257, 'cuda') == 2**30 // (4 * 50257) // 128 * 128  # 1 GiB on a GPU, 128-row multiples
+    assert chunk_rows(100, 50257, 'cuda') == 100
+
+
+def test_saturated_softmax_loss_is_exact():
+    # the default init's logits: CE ~ 100, every non-target probability far below float32's
+    # smallest normal number, where -log(p_target) alone would be inf
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, D, generator=g, requires_grad=True)
+    w = (10 * torch.randn(V, D, generator=g)).requires_grad_(True)
+    y = torch.randint(0, V, (64,), generator=g)
+    total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    total.backward()
+    ref = plain(x, w, y)
+    assert ref.max() > 100 and torch.isfinite(ce).all()
+    assert torch.allclose(ce, ref, rtol=1e-6, atol=1e-4)
+    gx = x.grad.clone()
+    x.grad = None
+    ref.sum().backward()
+    assert torch.allclose(gx, x.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_compiled_without_graph_breaks_matches_the_plain_path(dtype):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(300, D, generator=g, requires_grad=True)
+    w = torch.randn(V, D, generator=g, requires_grad=True)
+    y = torch.randint(0, V, (300,), generator=g)
+    y[::7] = -1
+    ctx = torch.autocast('cpu', dtype=torch.bfloat16, enabled=(dtype == 'bfloat16'))
+
+    def loss(f, **kw):
+        x.grad = w.grad = None
+        with ctx:
+            total, ce = f(x, w, y, **kw)
+        (0.5 * total).backward()
+        return total.detach(), ce, x.grad.clone(), w.grad.clone()
+
+    fused = torch.compile(linear_cross_entropy, fullgraph=True)  # fullgraph: a graph break is an error
+    got, want = loss(fused, chunk=128), loss(plain_cross_entropy)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == 'float32' else dict(rtol=2e-2, atol=2e-3)
+    assert torch.allclose(got[0], want[0], rtol=tol['rtol'])
+    assert torch.allclose(got[1], want[1], **tol) and (got[1][::7] == 0).all()
+    for a, b in zip(got[2:], want[2:]):
+        if dtype == 'float32':
+            assert torch.allclose(a, b, **tol)
+        else:
+            assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.999
+
+
+def test_float16_gradient_keeps_small_probabilities():
+    # under float16 the gradient is made before any loss scale multiplies it: probabilities of
+    # 1e-9 would flush to zero in float16, so it is made in float32
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(32, D, generator=g)
+    w = torch.randn(V, D, generator=g) * 0.01
+    y = torch.arange(32)
+    w[y] += 21 * x / x.pow(2).sum(-1, keepdim=True)  # each target logit 21 above the rest: others p ~ 1e-9 / V
+    w.requires_grad_(True)
+    with torch.autocast('cpu', dtype=torch.float16):
+        total, _ = linear_cross_entropy(x, w, y, chunk=16)
+    total.backward()
+    w16 = w.detach().half().float().requires_grad_(True)
+    F.cross_entropy(F.linear(x.half().float(), w16), y, reduction='sum').backward()
+    others = w16.grad[32:]  # rows of tokens that are never targets: only tiny probabilities reach them
+    assert others.abs().max() > 0 and others.abs().max() < 1e-6
+    assert F.cosine_similarity(w.grad[32:].flatten(), others.flatten(), dim=0) > 0.99
+
+
+@pytest.mark.parametrize('with_autocast', [False, True])
+def test_loss_path_setting_gives_the_same_loss_both_ways(with_autocast, monkeypatch):
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(100, D, generator=g, requires_grad=True)
+    w = torch.randn(V, D, generator=g, requires_grad=True)
+    y = torch.randint(0, V, (100,), generator=g)
+    y[:5] = -1
+    out = {}
+    for path in linear_ce.PATHS:
+        monkeypatch.setattr(linear_ce, 'PATH', path)
+        x.grad = w.grad = None
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=with_autocast):
+            total, ce = readout_ce(x, w, y)
+        total.backward()
+        assert not ce.requires_grad and ce.dtype == torch.float32 and (ce[:5] == 0).all()
+        out[path] = total.item(), ce, x.grad.clone(), w.grad.clone()
+    rel = 1e-6 if not with_autocast else 1e-2
+    assert out['fused'][0] == pytest.approx(out['plain'][0], rel=rel)
+    for a, b in zip(out['fused'][1:], out['plain'][1:]):
+        assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 1 - rel
+    with pytest.raises(ValueError, match='loss path'):
+        readout_ce(x, w, y, path='other')
+
+
+def test_model_loss_through_either_path(monkeypatch):
+    # model.readout_loss routes through linear_ce.readout_ce: its PATH (train.py's loss_path) picks the path
+    import model as model_module
+    if not hasattr(model_module, 'readout_ce'):
+        pytest.skip('model.py does not route its readout through linear_ce.readout_ce yet')
+    calls = []
+    real_plain = linear_ce.plain_cross_entropy
+    monkeypatch.setattr(linear_ce, 'plain_cross_entropy', lambda *a: calls.append(1) or real_plain(*a))
+    model = tiny(readout='final_norm', norm_penalty=0.01)
+    g = torch.Generator().manual_seed(9)
+    x, y = torch.randint(0, V, (4, T), generator=g), torch.randint(0, V, (4, T), generator=g)
+    losses = {}
+    for path in linear_ce.PATHS:
+        monkeypatch.setattr(linear_ce, 'PATH', path)
+        losses[path] = model(x, y)[1].item()
+    assert calls and losses['fused'] == pytest.approx(losses['plain'], rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
