@@ -7,11 +7,22 @@ achieved FLOP/s (MFU on a GPU), peak memory, and this machine's measured matmul 
     python bench.py config/norm_perloop.py --device=cpu --batch_size=2    # the 44M shape on a CPU
     python bench.py config/norm_perloop.py config/129m.py                 # the 129M shape on a GPU
     python bench.py config/norm_perloop.py config/cpu.py --dtype=float32 --steps=20
+    python bench.py config/norm_perloop.py --device=cpu --batch_size=2 --anchor=../readout-blind-spot
 
-Takes train.py's settings (config files, --key=value) and three of its own: --steps (timed
-optimizer steps, default 10), --warmup (untimed steps first, default 3; compilation happens
-there) and --vocab_size (default: from the dataset's meta.json if it is prepared, else 256
-for a '-bytes' dataset and GPT-2's 50,257 otherwise). No data is read.
+Takes train.py's settings (config files, --key=value; --loss_path=fused|plain picks the
+readout loss) and four of its own: --steps (timed optimizer steps, default 10), --warmup
+(untimed steps first, default 3; compilation happens there), --vocab_size (default: from the
+dataset's meta.json if it is prepared, else 256 for a '-bytes' dataset and GPT-2's 50,257
+otherwise) and --anchor. No data is read. ms/step and tokens/s are the mean over the timed
+steps (their total time divided by their number), not the best step.
+
+--anchor=PATH: your own clone of the paper's released code (github.com/Rituraj003/readout-blind-spot).
+Times its training step side by side with ours, in one process, one step of each in turn
+(fp32, eager, the same shapes, dropout, AdamW and clipping as train.py; its loss is the
+mean over loops of each loop's F.cross_entropy on materialised logits, plus the norm
+penalty as its training script adds it): ours in float32 and eager, ours as configured
+(dtype, compile) where that differs, and theirs. Reports each one's median step.
+Nothing of the clone is part of this project or its tests.
 """
 
 import ctypes
@@ -27,7 +38,7 @@ from data import load_meta
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import peak_flops, sync, use_compile
 
-BENCH = {'steps': 10, 'warmup': 3, 'vocab_size': 0}  # bench.py's own settings
+BENCH = {'steps': 10, 'warmup': 3, 'vocab_size': 0, 'anchor': ''}  # bench.py's own settings
 
 
 def split_argv(argv):
@@ -35,7 +46,11 @@ def split_argv(argv):
     own, rest = dict(BENCH), []
     for arg in argv:
         key, eq, value = arg[2:].partition('=')
-        if arg.startswith('--') and key in BENCH:
+        if arg.startswith('--') and key == 'anchor':
+            if not (eq and value):
+                raise train.TrainError(f"--anchor takes the path of a clone of the released code; got {arg!r}")
+            own[key] = value
+        elif arg.startswith('--') and key in BENCH:
             if not (eq and value.isdigit() and (int(value) >= 1 or key != 'steps')):
                 raise train.TrainError(f"--{key} takes a whole number{' >= 1' if key == 'steps' else ''}; got {arg!r}")
             own[key] = int(value)
@@ -104,8 +119,7 @@ def bench(loss, own, config):
     torch.manual_seed(train.seed)
     reset_peak_memory()
     model = LoopedGPT(LoopedGPTConfig(**dict(args, vocab_size=own['vocab_size'], loss=loss))).to(train.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.learning_rate, betas=(train.beta1, train.beta2),
-                                  weight_decay=train.weight_decay, fused=(train.device_type == 'cuda'))
+    optimizer = train.make_optimizer(model)
     scaler = torch.amp.GradScaler(train.device_type, enabled=(train.dtype == 'float16'))
     step_model = torch.compile(model) if use_compile(train.compile, train.device) else model
     n_micro = train.gradient_accumulation_steps
@@ -136,8 +150,11 @@ def main(argv):
     compiled = use_compile(train.compile, train.device)
     print(f"{n_params:.2f}M parameters (d={cfg.n_embd}, {cfg.n_layer} layers, K={cfg.n_loops}, vocab "
           f"{cfg.vocab_size}), batch {train.gradient_accumulation_steps}x{train.batch_size}x{train.block_size}, "
-          f"{train.device}, {train.dtype}, {'compiled' if compiled else 'eager'}, dropout {cfg.dropout}; "
+          f"{train.device}, {train.dtype}, {'compiled' if compiled else 'eager'}, dropout {cfg.dropout}, "
+          f"loss path {train.loss_path}; "
           f"{own['steps']} timed steps after {own['warmup']} warm-up", flush=True)
+    if own['anchor']:
+        return side_by_side(own, config)
     rows = [bench(loss, own, config) for loss in ('perloop', 'terminal')]
     peak = peak_flops(train.device, train.dtype)
     measured = matmul_peak('float32' if train.dtype == 'float32' else train.dtype)
@@ -154,6 +171,100 @@ def main(argv):
     if rows[0]['mem'] and rows[1]['mem']:
         print(f"per-loop / terminal peak memory: {rows[0]['mem'] / rows[1]['mem']:.2f}x "
               f"({'CUDA allocator peak' if train.device_type == 'cuda' else 'resident set high-water mark'})")
+
+
+# -----------------------------------------------------------------------------
+# --anchor: the released code's step beside ours
+
+def released_model(path, cfg):
+    """The released AutoregressiveLoopLM with our config's shape, from a clone at `path`."""
+    models_dir = os.path.join(os.path.abspath(path), 'models', 'ar_looplm.py')
+    if not os.path.isfile(models_dir):
+        raise train.TrainError(f"--anchor={path}: no models/ar_looplm.py there (give a clone of "
+                               "github.com/Rituraj003/readout-blind-spot)")
+    sys.path.insert(0, os.path.abspath(path))
+    try:
+        from models.ar_looplm import build_ar_looplm_from_config
+    finally:
+        sys.path.pop(0)
+    model = {'d_model': cfg.n_embd, 'num_heads': cfg.n_head, 'num_layers': cfg.n_layer, 'ff_multiplier': 4,
+             'num_loops': cfg.n_loops, 'dropout': cfg.dropout, 'inter_loop_norm': cfg.interloop_norm,
+             'use_decode_norm': cfg.readout != 'raw', 'decode_norm_final_only': cfg.readout == 'final_norm'}
+    return build_ar_looplm_from_config({'model': model, 'data': {'seq_len': cfg.block_size}},
+                                       vocab_size=cfg.vocab_size)
+
+
+def side_by_side(own, config):
+    from contextlib import nullcontext
+    from torch.nn import functional as F
+    cfg = LoopedGPTConfig(**dict({k: config[k] for k in train.MODEL_ARGS if k != 'vocab_size'},
+                                 vocab_size=own['vocab_size']))
+    V, K = cfg.vocab_size, cfg.n_loops
+    shape = (train.gradient_accumulation_steps, train.batch_size, train.block_size)
+    xs, ys = (torch.randint(0, V, shape, device=train.device) for _ in range(2))
+    shipped_ctx = train.ctx
+    compiled = use_compile(train.compile, train.device)
+    scaler = torch.amp.GradScaler(train.device_type, enabled=False)
+
+    def ours(ctx, compile_it):
+        torch.manual_seed(train.seed)
+        model = LoopedGPT(cfg).to(train.device)
+        opt = train.make_optimizer(model)
+        step_model = torch.compile(model) if compile_it else model
+        scale = torch.amp.GradScaler(train.device_type, enabled=(ctx is shipped_ctx and train.dtype == 'float16'))
+
+        def step(it):
+            train.ctx = ctx
+            return train.train_step(step_model, opt, scale, xs, ys, it, rank=0)[0]
+        return step
+
+    def theirs():
+        torch.manual_seed(train.seed)
+        model = released_model(own['anchor'], cfg).to(train.device).train()
+        opt = train.make_optimizer(model)
+        lam = cfg.norm_penalty
+
+        def step(it):
+            train.seed_step(it, 0)
+            total = 0.0
+            for x, y in zip(xs, ys):
+                out = model(x)
+                logits = out['all_logits'] if cfg.loss == 'perloop' else out['all_logits'][-1:]
+                loss = sum(F.cross_entropy(l.reshape(-1, V), y.reshape(-1)) for l in logits) / len(logits)
+                if lam > 0:
+                    loss = loss + lam * torch.stack(out['all_hidden_norms_sq']).mean()
+                loss = loss / len(xs)
+                loss.backward()
+                total = total + loss.detach()
+            if train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return total
+        return step
+
+    runs = {'ours, float32, eager': ours(nullcontext(), False)}
+    if train.dtype != 'float32' or compiled:
+        runs[f"ours as configured ({train.dtype}, {'compiled' if compiled else 'eager'})"] = ours(shipped_ctx, compiled)
+    runs['released code, float32, eager'] = theirs()
+    print(f"side by side with {own['anchor']}: {own['steps']} timed steps of each in turn after {own['warmup']}; "
+          f"loss {cfg.loss}, norm penalty {cfg.norm_penalty}", flush=True)
+    times = {name: [] for name in runs}
+    for it in range(own['warmup'] + own['steps']):
+        for name, step in runs.items():
+            sync(train.device)
+            t0 = time.perf_counter()
+            step(it).item()
+            if it >= own['warmup']:
+                times[name].append(time.perf_counter() - t0)
+    train.ctx = shipped_ctx
+    ref = sorted(times['released code, float32, eager'])[own['steps'] // 2]
+    tokens = shape[0] * shape[1] * shape[2]
+    print('| step | median ms/step | tokens/s | speed vs the released code |')
+    print('|---|---|---|---|')
+    for name, ts in times.items():
+        med = sorted(ts)[own['steps'] // 2]
+        print(f"| {name} | {1000 * med:.1f} | {tokens / med:,.0f} | {ref / med:.2f}x |")
 
 
 if __name__ == '__main__':

@@ -103,8 +103,15 @@ def load_tokens(data_dir, split):
     return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
 
 
+def gather_chunks(data, starts, length):
+    """data[s:s+length+1] for every s in starts (any shape), in one vectorised read from a
+    memmap: one contiguous int64 tensor (*starts.shape, length + 1), to move to a device
+    whole (pinned) and split there into inputs [..., :-1] and targets [..., 1:]."""
+    return torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
+
+
 def gather_windows(data, starts, length):
     """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
     data[s+1:s+1+length] for every s in starts (any shape), as int64 tensors (*starts.shape, length)."""
-    chunk = torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
+    chunk = gather_chunks(data, starts, length)
     return chunk[..., :-1], chunk[..., 1:]

@@ -44,12 +44,15 @@ def cpu_has_bf16():
 def resolve_dtype(name, device, training=False):
     """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs; on a CPU,
     bfloat16 for training where the CPU has it natively, float32 otherwise and for evaluation
-    (cheap on a CPU, and exact). bf16 trained the CPU demo 1.2x faster and the 44M shape 1.6x,
-    with the same drift, radial fraction and loss over K (README, "Speed")."""
+    (cheap on a CPU, and exact). On a CPU with AVX-512 BF16, bf16 made bench.py's step 1.55x
+    faster than float32 at the CPU demo's shape and 1.7x at the 44M shape (assets/speed/speed.md),
+    with the same drift, radial fraction and loss over K (README, "Speed").
+    On CUDA, bf16 only where the GPU has it natively: torch.cuda.is_bf16_supported() alone also
+    counts emulated bf16 (V100, T4), which is slow; there float16 with a GradScaler is the path."""
     if name != 'auto':
         return name
     if device.startswith('cuda'):
-        return 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
+        return 'bfloat16' if torch.cuda.is_bf16_supported(including_emulation=False) else 'float16'
     if device.startswith('cpu') and training and cpu_has_bf16():
         return 'bfloat16'
     return 'float32'
@@ -77,12 +80,24 @@ def sync(device):
 
 def peak_flops(device, dtype):
     """Dense 16-bit peak of the GPU, for MFU; None where unknown or not a 16-bit run (then no
-    MFU is reported). These are the vendors' spec-sheet numbers (dense, no sparsity)."""
+    MFU is reported). These are the vendors' spec-sheet numbers (dense, no sparsity). The
+    PCIe and NVL boards have lower clocks and power than SXM, so they are matched first, by
+    the name CUDA reports ('NVIDIA H100 PCIe', 'NVIDIA H100 NVL', 'NVIDIA H200 NVL'; SXM boards
+    report e.g. 'NVIDIA H100 80GB HBM3' and 'NVIDIA H200')."""
     if not device.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
         return None
-    name = torch.cuda.get_device_name(torch.device(device))
-    for key, flops in (('H200', 989e12), ('H100', 989e12), ('A100', 312e12), ('L40S', 362e12),
-                       ('A10G', 70e12), ('4090', 165e12), ('3090', 71e12)):
-        if key in name:
+    return peak_flops_of(torch.cuda.get_device_name(torch.device(device)))
+
+
+GPU_PEAKS = (  # (substring of the device name, dense bf16/fp16 FLOP/s); the first match wins
+    ('H100 PCIe', 756e12), ('H100 NVL', 835e12), ('H200 NVL', 835e12),
+    ('H200', 989e12), ('H100', 989e12), ('A100', 312e12), ('L40S', 362e12),
+    ('A10G', 70e12), ('4090', 165e12), ('3090', 71e12))
+
+
+def peak_flops_of(name):
+    """The dense 16-bit peak for a CUDA device name, or None where unknown."""
+    for key, flops in GPU_PEAKS:
+        if key.lower() in name.lower():
             return flops
     return None
