@@ -15,7 +15,6 @@ the trained block size: every token but the first is scored exactly once.
 """
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -29,7 +28,10 @@ import torch
 
 import plots
 from data import gather_windows, load_tokens
-from model import EXIT_CRITERIA, LoopedGPT, exit_confidence, lemma_sums, summarize, token_diagnostics
+from decoder import EXIT_CRITERIA, STAND_INS, exit_confidence
+from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, label, speculative_bench,
+                         speculative_table, stand_in_error, teacher_forced_exit)
+from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
 from report import mean_std, perplexity, pm, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 
@@ -77,145 +79,39 @@ def progress(windows, batch_size, desc):
 def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, diag_tokens, device, ctx, desc):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
     tokens, angular change) and, for loops 1..exit_loops (0: none), each criterion's exit
-    confidence of the readout there. Returns (rows, N) tensors."""
-    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], **{f'conf_{c}': [] for c in EXIT_CRITERIA}}
+    confidence of the readout there and the speculative acceptance of loop j by loop
+    exit_loops (eval_decode.acceptance). Returns (rows, N) tensors."""
+    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], 'greedy_agree': [], 'sample_accept': [],
+            **{f'conf_{c}': [] for c in EXIT_CRITERIA}}
     seen = 0
     with progress(windows, batch_size, desc) as bar:
         for x, y in batches(data, windows, batch_size, device):
             with ctx:
                 states = model.hidden_states(x, max_loops, clamp)
                 rows['ce'].append(model.depth_losses(states[1:], y))
-                for criterion in (EXIT_CRITERIA if exit_loops else ()):
+                if exit_loops:  # three (B, T, vocab) readouts alive at a time
                     # a token that exits at loop k is read out as the model run with k loops
-                    rows[f'conf_{criterion}'].append(torch.stack([
-                        exit_confidence(model.logits(states[k], last=True), criterion).flatten()
-                        for k in range(1, exit_loops + 1)]))
+                    last_out, prev, conf, agree, accept = model.logits(states[exit_loops], last=True), None, [], [], []
+                    for k in range(1, exit_loops + 1):
+                        out = model.logits(states[k], last=True) if k < exit_loops else last_out
+                        conf.append([exit_confidence(out, c, prev).flatten() for c in EXIT_CRITERIA])
+                        if k < exit_loops:  # speculative decoding: is the k-loop model's token kept by loop K?
+                            a, b = acceptance(out, last_out)
+                            agree.append(a.flatten())
+                            accept.append(b.flatten())
+                        prev = out
+                    for i, c in enumerate(EXIT_CRITERIA):
+                        rows[f'conf_{c}'].append(torch.stack([row[i] for row in conf]))
+                    if agree:
+                        rows['greedy_agree'].append(torch.stack(agree))
+                        rows['sample_accept'].append(torch.stack(accept))
+                    del last_out, prev, out
                 radial = diag_tokens <= 0 or seen < diag_tokens
                 for name, t in token_diagnostics(model, states, y, every_loop_last=True, radial=radial).items():
                     rows[name].append(t)
             seen += y.numel()
             bar.update(1)
     return {name: torch.cat(r, dim=1).cpu() for name, r in rows.items() if r}
-
-
-def teacher_forced_exit(per_token, thresholds, K):
-    """Each token stops at the first loop k <= K whose confidence exceeds the threshold (else at
-    K) and is scored by that loop's readout, every loop having run on the true prefix at full
-    depth: the paper's measurement. What it saves is only what a decoder could save if exited
-    tokens cost nothing later; causal_exit measures what one does."""
-    out = []
-    for criterion in EXIT_CRITERIA:
-        for tau in thresholds:
-            confident = per_token[f'conf_{criterion}'][:K] > tau
-            confident[-1] = True  # the last loop always answers
-            exit_at = confident.float().argmax(dim=0)  # first loop over the threshold, (N,)
-            ce = per_token['ce'][:K].gather(0, exit_at[None]).squeeze(0)
-            out.append(dict(mode='teacher_forced', criterion=criterion, threshold=tau,
-                            mean_loops=(exit_at + 1).float().mean().item(), loss=ce.mean().item(),
-                            ppl=perplexity(ce.mean().item())))
-    return out
-
-
-@torch.no_grad()
-def causal_exit(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
-    """The split scored as the decoder runs it (LoopedGPT.decode on each window): a token that
-    stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
-    there. Returns per-token CE and loops used, (N,) each."""
-    ce, loops = [], []
-    with progress(windows, batch_size, desc) as bar:
-        for x, y in batches(data, windows, batch_size, device):
-            with ctx:
-                logits, used = model.decode(x, model.new_cache(x.size(0), K, device), threshold, criterion)
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            ce.append(-logp.gather(-1, y[..., None]).flatten().cpu())
-            loops.append(used.flatten().cpu())
-            bar.update(1)
-    return torch.cat(ce), torch.cat(loops)
-
-
-def causal_exits(model, data, windows, batch_size, K, thresholds, device, ctx, name):
-    out = []
-    for criterion in EXIT_CRITERIA:
-        for tau in thresholds:
-            ce, loops = causal_exit(model, data, windows, batch_size, K, criterion, tau, device, ctx,
-                                    f"{name}: causal exit, {criterion} > {tau}")
-            out.append(dict(mode='causal', criterion=criterion, threshold=tau, mean_loops=loops.float().mean().item(),
-                            loss=ce.mean().item(), ppl=perplexity(ce.mean().item())))
-    return out
-
-
-@torch.no_grad()
-def stand_in_error(model, data, windows, batch_size, K, device, ctx):
-    """What a stand-in misses, on the first batch: for each loop j < K and layer, the token mean
-    of ||k_j - k_K|| / ||k_K||, the distance between a token's key at loop j (its stand-in at
-    the later loops if it exits at j) and its key at loop K; the same for values. Small where
-    the state has stopped moving (Lemma 2), so that the stand-in is what the token would give."""
-    x, _ = next(batches(data, windows[:batch_size], batch_size, device))
-    cache = model.new_cache(x.size(0), K, device)
-    with ctx:
-        model.decode(x, cache)
-    kv = cache.kv[..., :x.size(1), :].float()  # (K, n_layer, 2, B, nh, T, hs)
-    err = ((kv[:K - 1] - kv[K - 1]).norm(dim=-1) / kv[K - 1].norm(dim=-1).clamp_min(1e-12)).mean(dim=(3, 4, 5))
-    return dict(keys=err[..., 0].tolist(), values=err[..., 1].tolist())  # [loop j][layer]
-
-
-@torch.no_grad()
-def decode_speed(model, prompt, n_new, K, threshold, criterion, device, ctx, seed=0):
-    """Tokens per second of real sampling (cached, one token at a time, batch 1) and the mean
-    loops the new tokens used."""
-    torch.manual_seed(seed)
-    with ctx:
-        model.generate(prompt, 8, n_loops=K, exit_threshold=threshold, criterion=criterion)  # warm-up
-        sync(device)
-        t0 = time.perf_counter()
-        _, used = model.generate(prompt, n_new, n_loops=K, exit_threshold=threshold, criterion=criterion)
-        sync(device)
-    return n_new / (time.perf_counter() - t0), used.float().mean().item()
-
-
-# thresholds calibrated halting tries; 1e-6: every token stops after loop 1 (the 1-loop model)
-CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
-
-
-def calibrate(model, data, windows, batch_size, K, targets, decode_tokens, device, ctx, name, grid=CALIBRATION_GRID):
-    """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
-    the first half of the scored windows; for each target and criterion, the one that uses the
-    fewest loops there while keeping perplexity within (1 + target) of full depth is picked
-    (threshold 1, where nothing exits, if none does). A grid and not a bisection: with causal
-    exits a higher threshold can hurt (more tokens run on past the stand-ins of those that
-    stopped). The pick is reported on the held-back second half: perplexity and mean loops of
-    the causal exit, and the measured speed-up of real decoding (decode_speed) over fixed K."""
-    half = len(windows) // 2
-    if half == 0:
-        raise EvalError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
-                        "calibration and held-back halves: raise --max_tokens")
-    pick, held = windows[:half], windows[half:]
-    full_pick = causal_exit(model, data, pick, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
-    full_held = causal_exit(model, data, held, batch_size, K, 'max_prob', 0.0, device, ctx, f"{name}: full depth")[0]
-    scores = {}  # (criterion, threshold) -> (ppl, mean loops) on the calibration half
-    for criterion, tau in itertools.product(EXIT_CRITERIA, grid):
-        ce, loops = causal_exit(model, data, pick, batch_size, K, criterion, tau, device, ctx,
-                                f"{name}: calibrating, {criterion} > {tau:g}")
-        scores[criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
-    x, _ = next(batches(data, held[:1], 1, device))
-    prompt = x[:, :64]
-    fixed_tok_s, _ = decode_speed(model, prompt, decode_tokens, K, 0.0, 'max_prob', device, ctx)
-    full_ppl_pick = perplexity(full_pick.mean().item())
-    out = []
-    for target, criterion in itertools.product(targets, EXIT_CRITERIA):
-        limit = full_ppl_pick * (1 + target)
-        within = [tau for tau in grid if scores[criterion, tau][0] <= limit]
-        tau = min(within, key=lambda t: scores[criterion, t][1]) if within else 1.0
-        ce, loops = causal_exit(model, data, held, batch_size, K, criterion, tau, device, ctx,
-                                f"{name}: held-back, {criterion} > {tau:g}")
-        tok_s, decode_loops = decode_speed(model, prompt, decode_tokens, K, tau, criterion, device, ctx)
-        out.append(dict(criterion=criterion, target=target, threshold=tau,
-                        calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
-                        ppl=perplexity(ce.mean().item()), full_ppl=perplexity(full_held.mean().item()),
-                        mean_loops=loops.float().mean().item(), decode_tokens=decode_tokens,
-                        decode_tok_per_s=tok_s, fixed_decode_tok_per_s=fixed_tok_s, speedup=tok_s / fixed_tok_s,
-                        decode_mean_loops=decode_loops))
-    return out
 
 
 @torch.no_grad()
@@ -288,7 +184,7 @@ def evaluate_run(path, model, config, data, args, device, dtype):
                interloop_norm=cfg.interloop_norm, trained_K=cfg.n_loops, seed=config.get('seed'), split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
-    exit_loops = last if args.exit else 0
+    exit_loops = last  # (the confidences and acceptances of the trained depth are cheap beside the rest)
     free = evaluate(model, data, windows, batch_size, max_loops, False, exit_loops, args.diag_tokens, device, ctx,
                     f"{name}: K=1..{max_loops}")
     clamped = evaluate(model, data, windows, batch_size, max_loops, True, 0, args.diag_tokens, device, ctx,
@@ -297,12 +193,13 @@ def evaluate_run(path, model, config, data, args, device, dtype):
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
 
-    # throughput at each K, compiled as trained (one graph per K)
+    # throughput at each K, compiled as trained: the shared stack is compiled once, so one graph serves every K
     setting = config.get('compile', 'off') if args.compile == 'as_trained' else args.compile
     fwd = model
     if use_compile(setting, device):
-        torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
-        fwd = torch.compile(model)
+        fwd = LoopedGPT(cfg).to(device).eval()
+        fwd.load_state_dict(model.state_dict())
+        fwd.loop = torch.compile(fwd.loop)
     run['compiled'] = fwd is not model
     x, _ = next(batches(data, windows[:batch_size], batch_size, device))
     peak = peak_flops(device, dtype)
@@ -323,15 +220,24 @@ def evaluate_run(path, model, config, data, args, device, dtype):
     edges = np.logspace(-1, 7, 161)
     counts, _ = np.histogram(free['norm'][last - 1].double().numpy().clip(edges[0], edges[-1]), bins=edges)
     run['final_norm_hist'] = dict(loop=last, edges=edges.tolist(), counts=counts.tolist())
+    ev = (model, data, windows, batch_size, device, ctx, batches, progress)  # what the decoding studies need
     run['early_exit'] = []
+    if last > 1:
+        run['speculative'] = dict(greedy_agree=free['greedy_agree'].mean(1).tolist(),
+                                  sample_accept=free['sample_accept'].mean(1).tolist())
     if args.exit:
-        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + \
-            causal_exits(model, data, windows, batch_size, last, args.exit, device, ctx, name)
+        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + causal_exits(ev, last, args.exit, args.stand_in, name)
         if last > 1:
-            run['stand_in'] = stand_in_error(model, data, windows, batch_size, last, device, ctx)
+            run['stand_in_error'] = stand_in_error(ev, last)
     if args.calibrate:
-        run['calibrated'] = calibrate(model, data, windows, batch_size, last, args.calibrate, args.decode_tokens,
-                                      device, ctx, name)
+        try:
+            run['calibrated'] = calibrate(ev, last, args.calibrate, args.stand_in, args.decode_tokens, name)
+        except ValueError as e:
+            raise EvalError(str(e))
+    if args.speculative and last > 1:
+        x1, _ = next(batches(data, windows[-1:], 1, device))
+        by_j = dict(greedy=run['speculative']['greedy_agree'], sample=run['speculative']['sample_accept'])
+        run['speculative_bench'] = speculative_bench(model, x1[:, :64], last, args.decode_tokens, device, ctx, by_j, name)
     if args.lemma_loops:
         run['lemma'] = lemma(model, data, windows, batch_size, args.lemma_loops, args.lemma_tokens, device, ctx, name)
     if args.curves:
@@ -415,10 +321,6 @@ def describe(run):
     return f"{run['readout']} readout, {run['loss']} CE{extra}, K={run['trained_K']}"
 
 
-def label(group):
-    return group['name'] + (f" ({group['n']} seeds)" if group['n'] > 1 else '')
-
-
 def table(groups):
     clamp = any('clamp' in r for g in groups for r in g['mean']['per_K'])
     head = ['run', 'K', 'ppl'] + (['ppl clamped', 'Δ loss clamp'] if clamp else []) + \
@@ -434,38 +336,6 @@ def table(groups):
                       pm(r['norm_max'], s['norm_max'], '.1f'), pm(r['radial'], None, '.1e'),
                       pm(r['angular'], None, '.1e'), pm(r['tok_per_s'], None, ',.0f')]
             lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines)
-
-
-def exit_table(g):
-    K = g['mean']['final_norm_hist']['loop']
-    full = g['mean']['per_K'][K - 1]
-    lines = [f"\nearly exit, {label(g)} (no exit, K={K}: ppl {pm(full['ppl'], g['std']['per_K'][K - 1]['ppl'])})",
-             '| criterion | threshold | teacher-forced: mean loops | ppl | causal: mean loops | ppl |', '|---|---|---|---|---|---|']
-    rows = {(e['mode'], e['criterion'], e['threshold']): (e, s) for e, s in zip(g['mean']['early_exit'], g['std']['early_exit'])}
-    for (mode, criterion, tau), (tf, tf_s) in rows.items():
-        if mode == 'teacher_forced':
-            ca, ca_s = rows[('causal', criterion, tau)]
-            lines.append(f"| {criterion} | {tau} | {pm(tf['mean_loops'], tf_s['mean_loops'], '.2f')} | "
-                         f"{pm(tf['ppl'], tf_s['ppl'])} | {pm(ca['mean_loops'], ca_s['mean_loops'], '.2f')} | "
-                         f"{pm(ca['ppl'], ca_s['ppl'])} |")
-    if 'stand_in' in g['mean']:
-        keys = g['mean']['stand_in']['keys']
-        lines.append(f"stand-in error, ||k_j - k_{K}|| / ||k_{K}|| (mean over layers) for a token exiting at loop j = "
-                     + ', '.join(f"{j + 1}: {sum(row) / len(row):.3f}" for j, row in enumerate(keys)))
-    return '\n'.join(lines)
-
-
-def calibration_table(g):
-    lines = [f"\ncalibrated halting, {label(g)}: threshold picked on the first half of the tokens, "
-             "reported on the held-back second half",
-             '| criterion | target | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
-             '|---|---|---|---|---|---|---|---|---|']
-    for c, s in zip(g['mean']['calibrated'], g['std']['calibrated']):
-        lines.append(f"| {c['criterion']} | +{100 * c['target']:g}% | {pm(c['threshold'], s['threshold'], '.3f')} | "
-                     f"{pm(c['ppl'], s['ppl'])} | {pm(c['full_ppl'], s['full_ppl'])} | "
-                     f"{pm(c['mean_loops'], s['mean_loops'], '.2f')} | {pm(c['fixed_decode_tok_per_s'], s['fixed_decode_tok_per_s'], ',.0f')} | "
-                     f"{pm(c['decode_tok_per_s'], s['decode_tok_per_s'], ',.0f')} | {pm(c['speedup'], s['speedup'], '.2f')}x |")
     return '\n'.join(lines)
 
 
@@ -514,6 +384,10 @@ def check(args):
     if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
         raise EvalError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
     args.exit = parse_thresholds(args.exit) if args.exit else []
+    args.stand_in = [v.strip() for v in args.stand_in.split(',') if v.strip()]
+    bad = [v for v in args.stand_in if v not in STAND_INS]
+    if bad or not args.stand_in:
+        raise EvalError(f"--stand_in takes {' and/or '.join(STAND_INS)}, comma-separated; got {','.join(bad) or 'nothing'}")
 
 
 def make_out(path):
@@ -586,7 +460,12 @@ def main(argv=None):
                                               'float32 tensors: with a 50k vocabulary, lower --batch_size')
     p.add_argument('--calibrate', default='',
                    help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
-    p.add_argument('--decode_tokens', type=int, default=256, help='tokens sampled to time decoding (--calibrate)')
+    p.add_argument('--stand_in', default='copy,project',
+                   help="the stand-ins --exit and --calibrate score: copy, project or both (comma-separated)")
+    p.add_argument('--speculative', action='store_true',
+                   help='time speculative decoding for every draft depth j, draft length g and draft_stop (batch 1)')
+    p.add_argument('--decode_tokens', type=int, default=256,
+                   help='tokens sampled to time decoding (--calibrate, --speculative)')
     p.add_argument('--lemma_loops', type=int, default=0, help='Lemma 2 out to this many loops (0: off; e.g. 30)')
     p.add_argument('--lemma_tokens', type=int, default=16384, help='tokens the Lemma-2 sweep runs on')
     p.add_argument('--curves', action='store_true', help="the drift over training, from each run's log.jsonl")
@@ -617,6 +496,8 @@ def main(argv=None):
             print(exit_table(g))
         if 'calibrated' in g['mean']:
             print(calibration_table(g))
+        if 'speculative' in g['mean']:
+            print(speculative_table(g))
     if any(g['mean'].get('lemma') for g in groups):
         print(lemma_table(groups))
     if not args.from_results:

@@ -10,13 +10,12 @@ recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough"
 
 Everything the scripts need from the model is here, in one copy: the model and its loss
 variants (every loop's CE through linear_ce.py, which never holds the full logits), the
-KV cache and the decoder with per-token early exit, the per-loop diagnostics (norms,
-radial gradient fraction, angular change, Lemma 2), the checkpoint loader and the FLOPs
-estimate. Device, precision and data helpers live in runtime.py and data.py. This file
-imports nothing from the scripts.
+per-loop diagnostics (norms, radial gradient fraction, angular change, Lemma 2), the
+checkpoint loader and the FLOPs estimate. Decoding (KV cache, early exit, speculative
+decoding) is decoder.py's; device, precision and data helpers live in runtime.py and
+data.py. This file imports nothing from the scripts.
 """
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -71,27 +70,24 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
         self.dropout = config.dropout
 
-    def forward(self, x, cache=None, site=None):
+    def forward(self, x):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        if cache is not None:  # decoding: the earlier tokens' keys and values at this (loop, layer)
-            k, v = cache.update(k, v, *site)  # (B, nh, t0 + T, hs)
         # dropout once, on the attention probabilities, as in the paper's released layer (nanoGPT
         # also drops the projected output; the released code does not, and neither do we).
-        # A single new token attends to every cached one; T > 1 new tokens come only on an empty
-        # cache (a prefill), where the plain causal mask is right.
+        # (decoder.py runs the same weights on a KV cache, for decoding)
         dropout_p = self.dropout if self.training else 0.0
         if x.device.type == 'cpu' and torch.is_autocast_enabled('cpu'):
             # on a CPU, PyTorch's bf16 attention is slow: forward and backward at the demo's shape
             # took 12.2 ms in bf16 and 4.7 ms in float32, so under CPU autocast it runs in float32
             with torch.autocast('cpu', enabled=False):
-                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=T > 1,
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
                                                    dropout_p=dropout_p)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=dropout_p)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
 
@@ -123,46 +119,14 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x, cache=None, site=None, keep=None):
+    def forward(self, x, keep=None):
         # keep (B, T, 1), exit-aware training only: 0 for a token that has exited, whose state
         # then stays put through the block (its residual updates are dropped)
         if keep is None:
-            x = x + self.attn(self.ln_1(x), cache, site)
+            x = x + self.attn(self.ln_1(x))
             return x + self.mlp(self.ln_2(x))
-        x = x + keep * self.attn(self.ln_1(x), cache, site)
+        x = x + keep * self.attn(self.ln_1(x))
         return x + keep * self.mlp(self.ln_2(x))
-
-
-class KVCache:
-    """Keys and values for decoding. A looped model has an attention site for every (loop,
-    layer): K x n_layer of them, all in one tensor (K, n_layer, 2, B, n_head, block_size, hs),
-    so that the stand-ins of a token that exits early are one copy (see LoopedGPT.decode).
-    `length` tokens are cached; `active` (B, T) marks, during a decode call, the new tokens
-    still running (None: all of them)."""
-
-    def __init__(self, config, batch_size, n_loops, device, dtype):
-        hs = config.n_embd // config.n_head
-        self.kv = torch.zeros(n_loops, config.n_layer, 2, batch_size, config.n_head, config.block_size, hs,
-                              device=device, dtype=dtype)
-        self.n_loops, self.length, self.active = n_loops, 0, None
-
-    def update(self, k, v, loop, layer):
-        """Stores the new tokens' keys and values (B, nh, T, hs) at (loop, layer) and returns all
-        keys and values so far. A token that has exited keeps its stand-in instead: what the
-        previous loop stored for it, i.e. its key/value at the loop it exited at."""
-        t0, t1 = self.length, self.length + k.size(2)
-        site = self.kv[loop, layer]
-        if self.active is not None and loop > 0:
-            running = self.active[:, None, :, None]  # (B, 1, T, 1)
-            k = torch.where(running, k, self.kv[loop - 1, layer, 0, :, :, t0:t1])
-            v = torch.where(running, v, self.kv[loop - 1, layer, 1, :, :, t0:t1])
-        site[0, :, :, t0:t1] = k
-        site[1, :, :, t0:t1] = v
-        return site[0, :, :, :t1], site[1, :, :, :t1]
-
-    def fill_stand_ins(self, loop, t0, t1):
-        """Every token in t0:t1 stopped by `loop` (0-based): loops after it read their stand-ins."""
-        self.kv[loop + 1:, :, :, :, :, t0:t1] = self.kv[loop:loop + 1, :, :, :, :, t0:t1]
 
 
 class LoopedGPT(nn.Module):
@@ -220,8 +184,7 @@ class LoopedGPT(nn.Module):
                 # was read out; the readout and the penalty see the un-normalized H_{k-1}.
                 x = self.interloop_norm(x)
             keep = None if exit_at is None else (exit_at >= k)[..., None].to(x.dtype)  # (B, T, 1)
-            for block in self.transformer.h:
-                x = block(x, keep=keep)
+            x = self.loop(x, keep)
             if keep is not None:  # a frozen token keeps its state (also past the inter-loop norm)
                 x = torch.where(keep.bool(), x, h)
             if clamp and k == 1:
@@ -233,6 +196,13 @@ class LoopedGPT(nn.Module):
                 x = x * (norm_1 / x.norm(dim=-1, keepdim=True))
             h = x
             yield h
+
+    def loop(self, x, keep=None):
+        """One pass of the shared stack, (B, T, C) -> (B, T, C): the same weights at every loop,
+        so one compiled graph of it serves every K (eval_depth.py's timing compiles this)."""
+        for block in self.transformer.h:
+            x = block(x, keep=keep)
+        return x
 
     def hidden_states(self, idx, n_loops=None, clamp=False):
         """[H_0, H_1, ..., H_K], each (B, T, C): loop_states as a list."""
@@ -328,105 +298,6 @@ class LoopedGPT(nn.Module):
         return self.readout_loss(states, targets, [True] * len(states))[1]
 
     # ---------------------------------------------------------------------------------
-    # decoding: a KV cache, and per-token early exit that really skips loops
-
-    @torch.no_grad()
-    def decode(self, idx, cache, exit_threshold=0.0, criterion='max_prob'):
-        """Runs new tokens idx (B, T) at positions cache.length .. cache.length + T - 1 through
-        up to cache.n_loops loops, attending to the cached tokens, and caches their keys and
-        values. T > 1 only on an empty cache (a prefill, or a whole window scored at once).
-
-        Per-token early exit (0 < exit_threshold < 1): after each loop, a token whose readout is
-        confident enough (exit_confidence > threshold) stops there, and is answered by that
-        readout, read as the model run with that many loops (so an exit at loop 1 is exactly
-        the 1-loop model). Its later loops never run. Later tokens still attend to it at those
-        loops, through a stand-in: its key/value at the loop it exited at, same layer. That is
-        a choice (recurrent-depth decoders make it too): the shared stack means this is the
-        key/value the token would give if its state stopped moving at its exit, and a drifted
-        state nearly does (its angular step shrinks as 1/s, Lemma 2). Where loops keep working,
-        or at loop 1 (whose keys come from the embedding), it is far off: eval_depth.py --exit
-        measures what the stand-in costs, and what it misses (stand_in_error). When every new
-        token has stopped, the loop ends: a single decoded token that exits at loop j costs j
-        loops.
-
-        Returns (logits (B, T, vocab) from each token's last loop, loops used (B, T) int)."""
-        B, T = idx.size()
-        K, t0 = cache.n_loops, cache.length
-        if t0 + T > self.config.block_size:
-            raise ValueError(f"positions up to {t0 + T} exceed block_size {self.config.block_size}")
-        if T > 1 and t0 > 0:  # the attention's causal mask is only right from position 0
-            raise ValueError(f"decode takes several tokens only on an empty cache (it holds {t0}): feed them one at a time")
-        pos = torch.arange(t0, t0 + T, dtype=torch.long, device=idx.device)
-        h = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
-        logits, loops = None, torch.full((B, T), K, dtype=torch.long, device=idx.device)
-        running = torch.ones(B, T, dtype=torch.bool, device=idx.device)
-        cache.active = None  # (set again below once some tokens have stopped)
-        for k in range(K):
-            x = self.interloop_norm(h) if k > 0 and self.interloop_norm is not None else h
-            for layer, block in enumerate(self.transformer.h):
-                x = block(x, cache, (k, layer))
-            h = x if cache.active is None else torch.where(running[..., None], x, h)  # stopped tokens stay put
-            if k == K - 1 or not 0 < exit_threshold < 1:  # (no confidence exceeds 1: nothing could stop)
-                continue
-            out = self.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
-            stop = running & (exit_confidence(out, criterion) > exit_threshold)
-            logits = out if logits is None else torch.where(stop[..., None], out, logits)
-            loops = torch.where(stop, k + 1, loops)
-            running = running & ~stop
-            n_running = int(running.sum())
-            if n_running == 0:  # every new token has stopped: later loops read stand-ins
-                cache.fill_stand_ins(k, t0, t0 + T)
-                break
-            cache.active = running if n_running < running.numel() else None  # None: nobody to hold back
-        else:  # the tokens still running are answered by the last loop
-            out = self.logits(h, last=True)
-            logits = out if logits is None else torch.where(running[..., None], out, logits)
-        cache.length, cache.active = t0 + T, None
-        return logits, loops
-
-    def new_cache(self, batch_size, n_loops=None, device=None):
-        """An empty KVCache for decode(), in the dtype of the keys and values (autocast's, if on)."""
-        device = device or self.lm_head.weight.device
-        device_type = torch.device(device).type
-        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
-            else self.lm_head.weight.dtype
-        return KVCache(self.config, batch_size, n_loops or self.config.n_loops, device, dtype)
-
-    @torch.inference_mode()  # (no autograd bookkeeping at all: 12% faster than no_grad, decoding on a CPU)
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=None, kv_cache=True,
-                 exit_threshold=0.0, criterion='max_prob'):
-        """Samples max_new_tokens after idx (B, T), as nanoGPT's generate, at any depth and with
-        per-token early exit (decode). Returns (idx with the new tokens, loops used (B, new)).
-
-        The context is a window of the last tokens, as in nanoGPT, but it cannot slide one token
-        at a time: positions are learned and absolute, so every cached key would have to move.
-        When the window is full, it restarts from its last 3/4 (one prefill) and grows again, so
-        once it has filled, the model sees between 3/4 of block_size and block_size tokens. kv_cache=False
-        recomputes the whole window at every step through the same decode: the same windows,
-        the same exits, so greedy text (top_k=1) is the same with and without the cache."""
-        bs = self.config.block_size
-        keep = max(1, bs - bs // 4)
-        window = max(0, idx.size(1) - keep) if idx.size(1) > bs else 0  # where the context starts
-        cache, used = None, []
-        for _ in range(max_new_tokens):
-            if idx.size(1) - window > bs:
-                window = idx.size(1) - keep  # the window would pass block_size: restart from its last 3/4
-                cache = None
-            if cache is None or not kv_cache:  # a (re)fill: the whole window in one pass
-                cache = self.new_cache(idx.size(0), n_loops, idx.device)
-                logits, loops = self.decode(idx[:, window:], cache, exit_threshold, criterion)
-            else:  # one token, attending to the cache
-                logits, loops = self.decode(idx[:, -1:], cache, exit_threshold, criterion)
-            logits = logits[:, -1, :].float() / max(temperature, 1e-8)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float('Inf')
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-            idx = torch.cat((idx, idx_next), dim=1)
-            used.append(loops[:, -1])
-        return idx, torch.stack(used, dim=1) if used else torch.zeros(idx.size(0), 0, dtype=torch.long)
-
-    # ---------------------------------------------------------------------------------
     # size and cost
 
     def get_num_params(self, non_embedding=True):
@@ -478,19 +349,6 @@ class LoopedGPT(nn.Module):
 
 # -------------------------------------------------------------------------------------
 # diagnostics: shared by train.py (every eval_interval), eval_depth.py and sample.py
-
-EXIT_CRITERIA = ('max_prob', 'entropy')
-
-
-def exit_confidence(logits, criterion):
-    """How sure a readout is, in [0, 1], from its logits (..., vocab): 'max_prob' the top
-    probability; 'entropy' 1 - H(p) / ln(vocab). An early exit stops where it exceeds a threshold."""
-    if criterion == 'max_prob':
-        return F.softmax(logits.float(), dim=-1).amax(-1)
-    if criterion == 'entropy':
-        logp = F.log_softmax(logits.float(), dim=-1)
-        return 1 + (logp.exp() * logp).sum(-1) / math.log(logits.size(-1))
-    raise ValueError(f"unknown exit criterion {criterion!r}: use {' or '.join(EXIT_CRITERIA)}")
 
 def token_diagnostics(model, states, targets, every_loop_last=False, radial=True, chunk=2048):
     """Per-token, per-loop diagnostics from the states of one batch ([H_0 .. H_K], as from

@@ -1,16 +1,20 @@
 """
 Samples text from a trained looped GPT at any depth, with per-token early exit that really
-skips loops (KV cache: a token that exits at loop j runs j loops).
+skips loops (KV cache: a token that exits at loop j runs j loops), or with lossless
+speculative decoding that drafts with the model's own first loops (decoder.py).
 
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start="The tower was built"
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --n_loops=8        # deeper than trained
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --exit_criterion=entropy
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --stand_in=project
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --draft_loops=1 --draft_tokens=3   # speculative
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start=FILE:prompt.txt --kv_cache=False
 
 Settings are the globals below, overridden by config files and --key=value as in train.py.
 The text is decoded with the tokenizer that prepare.py recorded in the training data's
 meta.json. After the samples, one line on stderr:
-tokens=<n> seconds=<s> tok_per_s=<x> mean_loops=<m>
+tokens=<n> seconds=<s> tok_per_s=<x> mean_loops=<m>, and with speculation
+accept_rate=<drafts kept / drafted> tokens_per_pass=<tokens emitted per verify pass>.
 """
 
 import os
@@ -21,7 +25,8 @@ import torch
 
 from configurator import ConfigError, configure
 from data import get_tokenizer, load_meta
-from model import EXIT_CRITERIA, LoopedGPT
+from decoder import EXIT_CRITERIA, STAND_INS, generate
+from model import LoopedGPT
 from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
@@ -34,11 +39,15 @@ top_k = 200                   # sample among the k likeliest tokens only; 0: all
 seed = 1337
 device = 'auto'               # 'auto' | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
 dtype = 'auto'                # 'auto' (bfloat16 on GPUs, float32 on CPUs) | 'float32' | 'bfloat16' | 'float16'
-compile = 'off'               # torch.compile the shared blocks: 'auto' (on for CUDA) | 'on' | 'off'
+compile = 'off'               # torch.compile the one-token loop step: 'auto' (on for CUDA) | 'on' | 'off'
 n_loops = None                # K, loops per token; None: the trained K. Any K >= 1
 kv_cache = True               # False: recompute the whole context at every step (for checking and timing)
-exit_criterion = 'max_prob'   # 'max_prob' | 'entropy' (1 - entropy / ln V), as eval_depth.py --exit
+exit_criterion = 'max_prob'   # 'max_prob' | 'entropy' (1 - entropy / ln V) | 'converge' (exp -KL(p_k || p_k-1))
 exit_threshold = 0.0          # a token stops after the first loop whose confidence exceeds this; 0: off
+stand_in = 'copy'             # what later tokens read at an exited token's skipped loops: 'copy' | 'project'
+draft_loops = 0               # speculative decoding: draft with the first j loops (1 <= j < K); 0: off
+draft_tokens = 3              # the most tokens drafted per verify pass (with draft_loops)
+draft_stop = 0.0              # stop drafting at a draft whose loop-j confidence (exit_criterion) is below this; 0: off
 data_dir = ''                 # where prepare.py wrote the run's data (for meta.json); '': the run's own
 # -----------------------------------------------------------------------------
 SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and k.islower()
@@ -63,6 +72,20 @@ def check(config):
             raise SampleError(f"{key} must be at least 1; got {config[key]}")
     if config['top_k'] < 0 or not config['temperature'] > 0:
         raise SampleError(f"temperature must be > 0 and top_k >= 0; got {config['temperature']}, {config['top_k']}")
+    if config['stand_in'] not in STAND_INS:
+        raise SampleError(f"stand_in must be one of {', '.join(STAND_INS)}; got {config['stand_in']!r}")
+    if not 0 <= config['draft_stop'] <= 1:
+        raise SampleError(f"draft_stop must lie in [0, 1] (0: draft every time); got {config['draft_stop']}")
+    j = config['draft_loops']
+    if type(j) is not int or j < 0:
+        raise SampleError(f"draft_loops must be a whole number >= 0 (0: no speculative decoding); got {j!r}")
+    if j and config['draft_tokens'] < 1:
+        raise SampleError(f"draft_tokens must be at least 1 with draft_loops set; got {config['draft_tokens']}")
+    if j and config['exit_threshold'] > 0:
+        raise SampleError("speculative decoding (draft_loops) gives the K-loop model's output, which per-token exits "
+                          "change: set exit_threshold=0, or draft_loops=0")
+    if j and not config['kv_cache']:
+        raise SampleError("speculative decoding needs the KV cache: drop kv_cache=False, or set draft_loops=0")
     if config['compile'] not in ('auto', 'on', 'off'):
         raise SampleError(f"compile must be auto, on or off; got {config['compile']!r}")
 
@@ -114,27 +137,34 @@ def main(argv):
     ids = tokenizer.encode(prompt_text(config['start']))
     if not ids:
         raise SampleError("the prompt encodes to no tokens: give --start some text")
+    K = config['n_loops'] or model.config.n_loops
+    if config['draft_loops'] >= K:
+        raise SampleError(f"draft_loops must lie in [1, K-1] = [1, {K - 1}]: the draft is the model's first loops "
+                          f"and K = {K} here; got {config['draft_loops']}")
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
-    if use_compile(config['compile'], dev):
-        for i, block in enumerate(model.transformer.h):  # the cache grows: shapes are dynamic
-            model.transformer.h[i] = torch.compile(block, dynamic=True)
     torch.manual_seed(config['seed'])
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     n_tokens, loops, seconds = 0, 0, 0.0
+    spec = dict(passes=0, drafted=0, accepted=0)
     for _ in range(config['num_samples']):
         t0 = time.perf_counter()
         with ctx:
-            y, used = model.generate(x, config['max_new_tokens'], config['temperature'], config['top_k'] or None,
-                                     config['n_loops'], config['kv_cache'], config['exit_threshold'],
-                                     config['exit_criterion'])
+            y, used, stats = generate(model, x, config['max_new_tokens'], config['temperature'], config['top_k'] or None,
+                                      config['n_loops'], config['kv_cache'], config['exit_threshold'],
+                                      config['exit_criterion'], config['stand_in'], config['draft_loops'],
+                                      config['draft_tokens'], config['draft_stop'], use_compile(config['compile'], dev))
         sync(dev)
         seconds += time.perf_counter() - t0
         n_tokens += used.numel()
         loops += used.sum().item()
+        spec = {k: spec[k] + stats[k] for k in spec}
         print(tokenizer.decode(y[0].tolist(), errors='replace'))
         print('---------------', flush=True)
-    print(f"tokens={n_tokens} seconds={seconds:.3f} tok_per_s={n_tokens / seconds:.1f} mean_loops={loops / n_tokens:.3f}",
-          file=sys.stderr)
+    line = f"tokens={n_tokens} seconds={seconds:.3f} tok_per_s={n_tokens / seconds:.1f} mean_loops={loops / n_tokens:.3f}"
+    if config['draft_loops']:
+        line += (f" accept_rate={spec['accepted'] / max(spec['drafted'], 1):.3f}"
+                 f" tokens_per_pass={spec['accepted'] / max(spec['passes'], 1) + 1:.3f}")
+    print(line, file=sys.stderr)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,8 @@
 """
-Decoding: the KV cache gives the full forward's logits, and per-token early exit means what
-it says (an exit at loop j costs j loops; later tokens read the exited token's stand-in).
+Decoding (decoder.py): the static KV cache gives the full forward's logits, per-token early
+exit means what it says (an exit at loop j costs j loops; later tokens read the exited
+token's stand-in, copied or recomputed), and speculative decoding with the model's own first
+loops gives the K-loop model's output: the same greedy text, the same distribution.
 
     python -m pytest -q test_decode.py
 """
@@ -11,7 +13,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from model import LoopedGPT, LoopedGPTConfig, exit_confidence
+import decoder
+from decoder import decode, exit_confidence, generate, new_cache
+from model import LoopedGPT, LoopedGPTConfig
 
 V, T, D, K = 64, 16, 32, 3
 
@@ -32,12 +36,12 @@ def test_cached_logits_equal_the_full_forward_at_every_step(readout, n_loops):
     model = tiny(readout=readout, interloop_norm=(readout == 'norm'))
     x = tokens()
     with torch.no_grad():
-        cache = model.new_cache(2, n_loops)
-        got, loops = model.decode(x[:, :5], cache)  # a prefill of 5 tokens ...
+        cache = new_cache(model, 2, n_loops)
+        got, loops = decode(model, x[:, :5], cache)  # a prefill of 5 tokens ...
         assert torch.allclose(got, model(x[:, :5], n_loops=n_loops), atol=1e-4)
         assert (loops == n_loops).all()
         for t in range(5, T):  # ... then one token at a time
-            got, _ = model.decode(x[:, t:t + 1], cache)
+            got, _ = decode(model, x[:, t:t + 1], cache)
             want = model(x[:, :t + 1], n_loops=n_loops)[:, -1:]
             assert torch.allclose(got, want, atol=1e-4), t
     assert cache.length == T
@@ -49,8 +53,8 @@ def test_cached_greedy_text_equals_uncached_across_window_restarts():
     mixed = []
     for threshold in (0.0, 0.05, 0.1):
         kw = dict(max_new_tokens=3 * T, top_k=1, exit_threshold=threshold)  # past block_size: restarts
-        cached, loops_c = model.generate(prompt, kv_cache=True, **kw)
-        uncached, loops_u = model.generate(prompt, kv_cache=False, **kw)
+        cached, loops_c, _ = generate(model, prompt, kv_cache=True, **kw)
+        uncached, loops_u, _ = generate(model, prompt, kv_cache=False, **kw)
         assert torch.equal(cached, uncached) and torch.equal(loops_c, loops_u), threshold
         assert cached.size(1) == 4 + 3 * T
         mixed.append(len(set(loops_c.flatten().tolist())) > 1)
@@ -61,9 +65,9 @@ def test_an_always_firing_exit_decodes_exactly_like_one_loop():
     model = tiny(readout='final_norm')
     prompt = tokens(B=1, n=3)
     torch.manual_seed(5)
-    fired, loops = model.generate(prompt, 2 * T, temperature=1.0, exit_threshold=1e-9)
+    fired, loops, _ = generate(model, prompt, 2 * T, temperature=1.0, exit_threshold=1e-9)
     torch.manual_seed(5)
-    one, _ = model.generate(prompt, 2 * T, temperature=1.0, n_loops=1)
+    one, _, _ = generate(model, prompt, 2 * T, temperature=1.0, n_loops=1)
     assert torch.equal(fired, one) and (loops == 1).all()
 
 
@@ -71,9 +75,9 @@ def test_a_never_firing_exit_decodes_exactly_like_fixed_k():
     model = tiny()
     prompt = tokens(B=1, n=3)
     torch.manual_seed(6)
-    never, loops = model.generate(prompt, 2 * T, exit_threshold=1.0)  # no confidence exceeds 1
+    never, loops, _ = generate(model, prompt, 2 * T, exit_threshold=1.0)  # no confidence exceeds 1
     torch.manual_seed(6)
-    fixed, _ = model.generate(prompt, 2 * T)
+    fixed, _, _ = generate(model, prompt, 2 * T)
     assert torch.equal(never, fixed) and (loops == K).all()
 
 
@@ -125,10 +129,10 @@ def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
         threshold = exit_confidence(h1, criterion).median().item()  # about half stop at loop 1
         want = [reference_causal_exit(model, row, threshold, criterion) for row in x]
         # the whole windows at once (as eval_depth.py scores them), two rows exiting differently
-        got_logits, got_loops = model.decode(x, model.new_cache(2), threshold, criterion)
+        got_logits, got_loops = decode(model, x, new_cache(model, 2), threshold, criterion)
         # and one token at a time through the cache (as sample.py decodes)
-        cache = model.new_cache(2)
-        steps = [model.decode(x[:, t:t + 1], cache, threshold, criterion) for t in range(T)]
+        cache = new_cache(model, 2)
+        steps = [decode(model, x[:, t:t + 1], cache, threshold, criterion) for t in range(T)]
     step_logits, step_loops = torch.cat([s[0] for s in steps], 1), torch.cat([s[1] for s in steps], 1)
     for b, (want_logits, want_loops) in enumerate(want):
         assert torch.equal(got_loops[b], want_loops) and torch.equal(step_loops[b], want_loops)
@@ -142,13 +146,13 @@ def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
 def test_generate_windows_use_every_position_and_keep_three_quarters(monkeypatch):
     model = tiny()
     calls = []
-    decode = LoopedGPT.decode
+    real = decoder.decode
 
-    def spy(self, idx, cache, *args):
+    def spy(model, idx, cache, *args):
         calls.append((cache.length, idx.size(1)))
-        return decode(self, idx, cache, *args)
-    monkeypatch.setattr(LoopedGPT, 'decode', spy)
-    model.generate(tokens(B=1, n=T), 3 * T, top_k=1)  # a prompt of exactly block_size tokens
+        return real(model, idx, cache, *args)
+    monkeypatch.setattr(decoder, 'decode', spy)
+    generate(model, tokens(B=1, n=T), 3 * T, top_k=1)  # a prompt of exactly block_size tokens
     assert calls[0] == (0, T)  # it fits: no restart before the first token
     assert max(t0 + n for t0, n in calls) == T  # position block_size - 1 is used ...
     keep = T - T // 4
@@ -157,19 +161,124 @@ def test_generate_windows_use_every_position_and_keep_three_quarters(monkeypatch
     assert len(calls) == 3 * T
 
 
-def test_decode_refuses_several_tokens_on_a_filled_cache():
-    model = tiny()
-    cache = model.new_cache(1)
-    with torch.no_grad():
-        model.decode(tokens(B=1, n=4), cache)
-        with pytest.raises(ValueError, match='empty cache'):
-            model.decode(tokens(B=1, n=2), cache)
-
-
 def test_decode_refuses_positions_past_the_block():
     model = tiny()
-    cache = model.new_cache(1)
+    cache = new_cache(model, 1)
     with torch.no_grad():
-        model.decode(tokens(B=1, n=T), cache)
+        decode(model, tokens(B=1, n=T), cache)
         with pytest.raises(ValueError, match='block_size'):
-            model.decode(tokens(B=1, n=1), cache)
+            decode(model, tokens(B=1, n=1), cache)
+
+
+# ---------------------------------------------------------------------------------------
+# the verify pass and rollback
+
+@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+def test_several_tokens_on_a_filled_cache_equal_one_at_a_time(readout):
+    model = tiny(readout=readout, interloop_norm=(readout == 'norm'))
+    x = tokens()
+    with torch.no_grad():
+        a, b = new_cache(model, 2), new_cache(model, 2)
+        decode(model, x[:, :5], a)
+        decode(model, x[:, :5], b)
+        together, _ = decode(model, x[:, 5:11], a)  # six new tokens at once on 5 cached ones
+        apart = torch.cat([decode(model, x[:, t:t + 1], b)[0] for t in range(5, 11)], 1)
+        assert torch.allclose(together, apart, atol=1e-5)
+        assert torch.allclose(together, model(x[:, :11])[:, 5:], atol=1e-4)
+        for k in range(K):
+            assert torch.allclose(a.keys[k][..., :11, :], b.keys[k][..., :11, :], atol=1e-5)
+
+
+def test_a_rejected_draft_leaves_the_cache_of_the_accepted_tokens():
+    model = tiny(readout='raw', init_std=0.3)  # (the default init drafts what loop K says)
+    x = tokens(B=1)
+    torch.manual_seed(0)
+    stepper = decoder.Stepper(model)
+    with torch.no_grad():
+        cache = new_cache(model, 1)
+        decode(model, x[:, :4], cache)
+        held, last = x[0, :4].tolist(), x[:, 4:5]  # tokens in the cache; the newest, not yet run
+        while True:  # passes until one rejects a draft
+            new, drafted, accepted = decoder.speculative_pass(model, last, cache, 1, 3, 1.0, None, 0.0,
+                                                              'max_prob', stepper)
+            assert new.size(1) == accepted + 1
+            held += [int(last)] + new[0, :-1].tolist()
+            last = new[:, -1:]
+            assert cache.length == len(held)
+            if accepted < drafted:
+                break
+            assert cache.length < T - 4, 'no draft was ever rejected'
+        ref = new_cache(model, 1)
+        for t, tok in enumerate(held):  # the same tokens decoded one at a time
+            decode(model, torch.tensor([[tok]]), ref)
+        n = cache.length
+        for k in range(K):  # keys and values at every loop and layer
+            assert torch.allclose(cache.keys[k][..., :n, :], ref.keys[k][..., :n, :], atol=1e-4)
+            assert torch.allclose(cache.values[k][..., :n, :], ref.values[k][..., :n, :], atol=1e-4)
+        # and what lies past the length (the rejected drafts) is never read
+        assert torch.allclose(decode(model, last, cache)[0], decode(model, last, ref)[0], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# speculative decoding
+
+@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+@pytest.mark.parametrize('j,g', [(1, 1), (1, 3), (K - 1, 1), (K - 1, 3)])
+@pytest.mark.parametrize('draft_stop', [0.0, 0.05])
+def test_greedy_speculative_text_equals_fixed_k(readout, j, g, draft_stop):
+    model = tiny(readout=readout, init_std=0.1, interloop_norm=(readout == 'norm'))
+    prompt = tokens(B=1, n=4)
+    kw = dict(max_new_tokens=3 * T, top_k=1)  # past block_size: window restarts inside drafts
+    fixed, _, _ = generate(model, prompt, **kw)
+    spec, loops, stats = generate(model, prompt, draft_loops=j, draft_tokens=g, draft_stop=draft_stop, **kw)
+    assert torch.equal(spec, fixed)
+    assert stats['passes'] > 0 and 0 <= stats['accepted'] <= stats['drafted'] <= g * stats['passes']
+    assert loops.shape == (1, 3 * T)
+
+
+def exact_joint(model, prompt, loops):
+    """P(the next len(loops) tokens), enumerated with the full forward, new token i drawn from
+    the model run with loops[i] loops (temperature 1): a (V,) * len(loops) tensor."""
+    n_new, vocab = len(loops), model.config.vocab_size
+    probs = torch.zeros((vocab,) * n_new)
+    for seq in torch.cartesian_prod(*[torch.arange(vocab)] * n_new).view(-1, n_new):
+        ids = torch.cat([prompt[0], seq])[None, :-1]
+        p = 1.0
+        with torch.no_grad():
+            for i, k in enumerate(loops):
+                p = p * F.softmax(model(ids, n_loops=k)[0, prompt.size(1) - 1 + i], -1)[seq[i]]
+        probs[tuple(seq)] = p
+    return probs
+
+
+def test_speculative_sampling_gives_the_k_loop_distribution():
+    model = tiny(readout='raw', init_std=0.3, vocab_size=4)
+    prompt = torch.tensor([[1, 2]])
+    want = exact_joint(model, prompt, [K, K, K])  # fixed-K sampling of 3 new tokens
+    accept_all = exact_joint(model, prompt, [K, 1, 1])  # a rule that kept every 1-loop draft
+    n, got = 3000, torch.zeros_like(want)
+    torch.manual_seed(1)
+    for _ in range(n):  # the first new token comes from the prefill, the next two from one pass
+        out, _, stats = generate(model, prompt, 3, temperature=1.0, draft_loops=1, draft_tokens=2)
+        got[tuple(out[0, -3:])] += 1 / n
+    tv = (got - want).abs().sum() / 2
+    wrong = (accept_all - want).abs().sum() / 2
+    assert wrong > 0.15, 'the test model is too easy: its 1-loop draft already matches loop K'
+    assert tv < 0.05, (tv, wrong)
+
+
+def test_accepting_drafts_by_the_rule():
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    q = torch.tensor([[0.0, 1.0, 0.0]])
+    torch.manual_seed(0)
+    # a draft the target never makes is rejected, and the token comes from max(p - q, 0) alone
+    emitted, n = decoder.accept_drafts(torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 0, 1.0]]),
+                                       torch.tensor([2]))
+    assert emitted.tolist() == [0] and n == 0
+    # a draft the target is sure of is kept, and the bonus token comes from the last row
+    emitted, n = decoder.accept_drafts(torch.tensor([[0, 0, 1.0], [0, 1.0, 0]]), torch.tensor([[0, 0, 1.0]]),
+                                       torch.tensor([2]))
+    assert emitted.tolist() == [2, 1] and n == 1
+    # accepted with probability p/q = 0.5: about half the time
+    kept = sum(decoder.accept_drafts(p, q, torch.tensor([1]))[1] for _ in range(2000)) / 2000
+    assert abs(kept - 0.5) < 0.05

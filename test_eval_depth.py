@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import eval_decode
 import eval_depth
 from conftest import assert_one_line_error, run_script, train_args
 from model import LoopedGPT
@@ -138,7 +139,8 @@ def test_teacher_forced_exit_picks_the_first_confident_loop():
     ce = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0],
                        [10.0, 20.0, 30.0, 40.0, 50.0],
                        [100.0, 200.0, 300.0, 400.0, 500.0]])
-    out = eval_depth.teacher_forced_exit({'conf_max_prob': conf, 'conf_entropy': conf, 'ce': ce}, [0.5], 3)
+    out = eval_decode.teacher_forced_exit({'conf_max_prob': conf, 'conf_entropy': conf, 'conf_converge': conf, 'ce': ce},
+                                          [0.5], 3)
     # token 0 exits at loop 1, token 1 at loop 2, token 2 never (last loop), token 3 at loop 1,
     # token 4 at loop 2: a confidence equal to the threshold does not exceed it
     assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1 + 2) / 5)
@@ -147,18 +149,21 @@ def test_teacher_forced_exit_picks_the_first_confident_loop():
 
 def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
-    def fake_exit(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
+    def fake_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
         n = sum(length for _, length in windows)
         tau = threshold if threshold > 0 else 1.0
         return torch.full((n,), 3.0 - tau), torch.full((n,), 1.0 + 3 * tau)
-    monkeypatch.setattr(eval_depth, 'causal_exit', fake_exit)
-    monkeypatch.setattr(eval_depth, 'decode_speed', lambda model, prompt, n, K, tau, *a: (100.0 / (1 + 3 * tau if tau else 4), 1.0))
+    monkeypatch.setattr(eval_decode, 'causal_exit', fake_exit)
+    monkeypatch.setattr(eval_decode, 'decode_speed', lambda model, prompt, n, K, device, ctx, exit_threshold=0.0, **kw:
+                        (100.0 / (1 + 3 * exit_threshold if exit_threshold else 4), 1.0, {}))
     data = np.arange(2000) % 50
     windows = eval_depth.score_windows(2000, 100)
-    got = eval_depth.calibrate(None, data, windows, 4, 4, [0.1, 0.01], 16, 'cpu', None, 'x')
+    ev = (None, data, windows, 4, 'cpu', None, eval_depth.batches, eval_depth.progress)
+    got = eval_decode.calibrate(ev, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
     # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
     # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
-    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95), (0.1, 0.95), (0.01, 0.999), (0.01, 0.999)]
+    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 6 + [(0.01, 0.999)] * 6
+    assert [c['stand_in'] for c in got[:6]] == ['copy'] * 3 + ['project'] * 3
     for c in got:
         assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= (1 + c['target']) * c['full_ppl']
         assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
@@ -166,13 +171,13 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
 
     # causal exits need not improve with the threshold: here exiting everything after loop 1 is
     # as good as full depth, and middling thresholds are worse. The fewest loops win.
-    def dip(model, data, windows, batch_size, K, criterion, threshold, device, ctx, desc):
+    def dip(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
         n = sum(length for _, length in windows)
         ce = 2.0 if threshold < 0.05 else 2.5 if threshold < 0.995 else 2.0
         return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
-    monkeypatch.setattr(eval_depth, 'causal_exit', dip)
-    got = eval_depth.calibrate(None, data, windows, 4, 4, [0.01], 16, 'cpu', None, 'x')
-    assert [c['threshold'] for c in got] == [1e-6, 1e-6]
+    monkeypatch.setattr(eval_decode, 'causal_exit', dip)
+    got = eval_decode.calibrate(ev, 4, [0.01], ['copy'], 16, 'x')
+    assert [c['threshold'] for c in got] == [1e-6] * 3
 
 
 def test_lemma_and_curves_are_written_per_run(evaluated, runs):
@@ -258,14 +263,17 @@ def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
 
 
 def test_stand_in_error_is_the_distance_between_loop_keys():
-    # layer 0 of loop j reads H_{j-1}: its key there is computed straight from hidden_states
+    # layer 0 of loop j reads H_{j-1}: its key there is computed straight from hidden_states. The
+    # copied stand-in of a token exiting at loop j is that key; the projected one is layer 0's key
+    # of H_j, the state it exits with
     torch.manual_seed(0)
     from model import LoopedGPTConfig
     model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
                                       dropout=0.0, init_std=0.02)).eval()
     data = np.arange(400) % 50
     windows = eval_depth.score_windows(len(data), 16)
-    got = eval_depth.stand_in_error(model, data, windows, 2, 3, 'cpu', torch.no_grad())
+    ev = (model, data, windows, 2, 'cpu', torch.no_grad(), eval_depth.batches, eval_depth.progress)
+    got = eval_decode.stand_in_error(ev, 3)
     x, _ = next(eval_depth.batches(data, windows[:2], 2, 'cpu'))
     with torch.no_grad():
         hs = model.hidden_states(x, 3)
@@ -276,6 +284,9 @@ def test_stand_in_error_is_the_distance_between_loop_keys():
             return attn.attn.c_attn(attn.ln_1(h)).split(C, dim=2)[1].view(2, 16, 2, 8).transpose(1, 2)
         last = key(hs[2])
         for j in (1, 2):
-            want = ((key(hs[j - 1]) - last).norm(dim=-1) / last.norm(dim=-1)).mean().item()
-            assert got['keys'][j - 1][0] == pytest.approx(want, rel=1e-5)
-    assert len(got['keys']) == 2 and len(got['values'][0]) == 2
+            for stand_in, h in (('copy', hs[j - 1]), ('project', hs[j])):
+                want = ((key(h) - last).norm(dim=-1) / last.norm(dim=-1)).mean().item()
+                assert got[stand_in]['keys'][j - 1][0] == pytest.approx(want, rel=1e-5)
+    assert got['project']['keys'][1][0] == pytest.approx(0.0, abs=1e-6)  # exiting at K-1: loop K's layer 0 is exact
+    for stand_in in ('copy', 'project'):
+        assert len(got[stand_in]['keys']) == 2 and len(got[stand_in]['values'][0]) == 2

@@ -43,6 +43,19 @@ def test_greedy_text_is_the_same_without_the_cache_and_exits_change_the_loops(ru
     assert always.stdout == one_loop.stdout and SUMMARY.search(always.stderr).group(4) == '1.000'
     deeper = sample(run, *common, '--n_loops=6')
     assert deeper.returncode == 0 and SUMMARY.search(deeper.stderr).group(4) == '6.000'
+    projected = sample(run, *common, '--exit_threshold=1e-9', '--stand_in=project')
+    assert projected.stdout == one_loop.stdout  # (every token stops at loop 1: no stand-in is read)
+
+
+def test_speculative_greedy_text_is_the_k_loop_text_and_the_summary_says_how_it_went(run):
+    common = ('--start=the norm', '--num_samples=1', '--max_new_tokens=60', '--top_k=1')
+    fixed = sample(run, *common)
+    for extra in (('--draft_loops=1', '--draft_tokens=3'), ('--draft_loops=2', '--draft_tokens=1', '--draft_stop=0.5')):
+        spec = sample(run, *common, *extra)
+        assert spec.returncode == 0, spec.stderr
+        assert spec.stdout == fixed.stdout
+        rate, per_pass = re.search(r'accept_rate=([\d.]+) tokens_per_pass=([\d.]+)$', spec.stderr, re.M).groups()
+        assert 0 <= float(rate) <= 1 and 1 <= float(per_pass) <= 1 + int(extra[1].split('=')[1])
 
 
 def test_bad_input_is_one_clear_line(run, tmp_path):
@@ -58,3 +71,12 @@ def test_bad_input_is_one_clear_line(run, tmp_path):
     assert_one_line_error(sample(run, '--start='), 'sample.py', 'prompt is empty')
     assert_one_line_error(sample(run, f'--start=FILE:{tmp_path / "none.txt"}'), 'sample.py', 'prompt file')
     assert_one_line_error(sample(run, '--num_sample=2'), 'sample.py', "'num_sample'")
+    assert_one_line_error(sample(run, '--stand_in=mean'), 'sample.py', 'stand_in', 'project')
+    for bad in ('--draft_loops=3', '--draft_loops=-1'):  # K = 3: a draft has 1 or 2 loops
+        assert_one_line_error(sample(run, bad), 'sample.py', 'draft_loops')
+    assert_one_line_error(sample(run, '--draft_loops=2', '--n_loops=2'), 'sample.py', 'draft_loops', '[1, 1]')
+    assert_one_line_error(sample(run, '--draft_loops=1', '--draft_tokens=0'), 'sample.py', 'draft_tokens')
+    for bad in ('1.5', '-0.1'):
+        assert_one_line_error(sample(run, '--draft_loops=1', f'--draft_stop={bad}'), 'sample.py', 'draft_stop')
+    assert_one_line_error(sample(run, '--draft_loops=1', '--exit_threshold=0.5'), 'sample.py', 'exit_threshold')
+    assert_one_line_error(sample(run, '--draft_loops=1', '--kv_cache=False'), 'sample.py', 'KV cache')

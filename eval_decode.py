@@ -1,0 +1,333 @@
+"""
+The decoding studies of eval_depth.py: does depth pay as a compute knob in real decoding?
+Early exit scored teacher-forced and causally (with copied or recomputed stand-ins),
+calibrated halting with measured decode speed, and speculative decoding with the model's own
+first loops (acceptance from the states, and measured tok/s against what it predicts).
+
+    python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project
+    python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01,0.05
+    python eval_depth.py out-raw_perloop-cpu-long-s1 --speculative
+
+eval_depth.py runs these and prints their tables; this file holds them so that each file
+answers one question.
+"""
+
+import itertools
+import time
+
+import torch
+
+from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, speculative_pass
+from report import perplexity, pm
+from runtime import sync
+
+
+def teacher_forced_exit(per_token, thresholds, K):
+    """Each token stops at the first loop k <= K whose confidence exceeds the threshold (else at
+    K) and is scored by that loop's readout, every loop having run on the true prefix at full
+    depth: the paper's measurement. What it saves is only what a decoder could save if exited
+    tokens cost nothing later; causal_exit measures what one does."""
+    out = []
+    for criterion in EXIT_CRITERIA:
+        for tau in thresholds:
+            confident = per_token[f'conf_{criterion}'][:K] > tau
+            confident[-1] = True  # the last loop always answers
+            exit_at = confident.float().argmax(dim=0)  # first loop over the threshold, (N,)
+            ce = per_token['ce'][:K].gather(0, exit_at[None]).squeeze(0)
+            out.append(dict(mode='teacher_forced', criterion=criterion, threshold=tau,
+                            mean_loops=(exit_at + 1).float().mean().item(), loss=ce.mean().item(),
+                            ppl=perplexity(ce.mean().item())))
+    return out
+
+
+@torch.no_grad()
+def causal_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+    """The split scored as the decoder runs it (decoder.decode on each window): a token that
+    stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
+    there. ev: the evaluation's (model, data, windows, batch_size, device, ctx). Returns
+    per-token CE and loops used, (N,) each."""
+    model, data, all_windows, batch_size, device, ctx, batches, progress = ev
+    windows = all_windows if windows is None else windows
+    ce, loops = [], []
+    with progress(windows, batch_size, desc) as bar:
+        for x, y in batches(data, windows, batch_size, device):
+            with ctx:
+                logits, used = decode(model, x, new_cache(model, x.size(0), K, device), threshold, criterion, stand_in)
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            ce.append(-logp.gather(-1, y[..., None]).flatten().cpu())
+            loops.append(used.flatten().cpu())
+            bar.update(1)
+    return torch.cat(ce), torch.cat(loops)
+
+
+def causal_exits(ev, K, thresholds, stand_ins, name):
+    out = []
+    for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, thresholds):
+        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, desc=f"{name}: causal exit, {stand_in}, {criterion} > {tau}")
+        out.append(dict(mode='causal', stand_in=stand_in, criterion=criterion, threshold=tau,
+                        mean_loops=loops.float().mean().item(), loss=ce.mean().item(), ppl=perplexity(ce.mean().item())))
+    return out
+
+
+@torch.no_grad()
+def stand_in_error(ev, K):
+    """What a stand-in misses, on the first batch: for a token exiting at loop j < K, the token
+    mean of ||k' - k_K|| / ||k_K|| at each layer, where k_K is its key at the last loop (run at
+    full depth) and k' the stand-in read there: 'copy' its key at loop j, 'project' the layer's
+    key of its exit state H_j. The same for values. [loop j][layer] lists."""
+    model, data, windows, batch_size, device, ctx, batches, _ = ev
+    x, _ = next(batches(data, windows[:batch_size], batch_size, device))
+    cache = new_cache(model, x.size(0), K, device)
+    T = x.size(1)
+    with ctx:
+        decode(model, x, cache)
+        states = model.hidden_states(x, K)  # H_0 .. H_K
+    true = [torch.stack([cache.keys[K - 1][..., :T, :], cache.values[K - 1][..., :T, :]], 1).float()]  # (L, 2, B, nh, T, hs)
+    out = {}
+    for stand_in in ('copy', 'project'):
+        rows = {'keys': [], 'values': []}
+        for j in range(K - 1):
+            if stand_in == 'copy':
+                got = torch.stack([cache.keys[j][..., :T, :], cache.values[j][..., :T, :]], 1).float()
+            else:
+                h = states[j + 1]
+                h = model.interloop_norm(h) if model.interloop_norm is not None else h
+                kv = []
+                for block in model.transformer.h:
+                    _, k, v = block.attn.c_attn(block.ln_1(h)).split(h.size(-1), dim=2)
+                    kv.append(torch.stack([t.view(*t.shape[:2], block.attn.n_head, -1).transpose(1, 2) for t in (k, v)]))
+                got = torch.stack(kv).float()
+            err = ((got - true[0]).norm(dim=-1) / true[0].norm(dim=-1).clamp_min(1e-12)).mean(dim=(2, 3, 4))  # (L, 2)
+            rows['keys'].append(err[:, 0].tolist())
+            rows['values'].append(err[:, 1].tolist())
+        out[stand_in] = rows
+    return out
+
+
+@torch.no_grad()
+def decode_speed(model, prompt, n_new, K, device, ctx, seed=0, **kw):
+    """Tokens per second of real sampling (cached, batch 1), the mean loops the new tokens used,
+    and the speculative stats (passes, drafted, accepted)."""
+    torch.manual_seed(seed)
+    with ctx:
+        generate(model, prompt, 8, n_loops=K, **kw)  # warm-up
+        sync(device)
+        t0 = time.perf_counter()
+        _, used, stats = generate(model, prompt, n_new, n_loops=K, **kw)
+        sync(device)
+    return n_new / (time.perf_counter() - t0), used.float().mean().item(), stats
+
+
+# thresholds calibrated halting tries; 1e-6: every token stops after loop 1 (the 1-loop model)
+CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
+
+
+def calibrate(ev, K, targets, stand_ins, decode_tokens, name, grid=CALIBRATION_GRID):
+    """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
+    the first half of the scored windows; for each target, stand-in and criterion, the one that
+    uses the fewest loops there while keeping perplexity within (1 + target) of full depth is
+    picked (threshold 1, where nothing exits, if none does). A grid and not a bisection: with
+    causal exits a higher threshold can hurt. The pick is reported on the held-back second half:
+    perplexity and mean loops of the causal exit, and the measured speed-up of real decoding
+    over fixed K. (The reference is this model's own full depth; eval_depth.py's tables can set
+    it against another run's.)"""
+    model, data, windows, batch_size, device, ctx, batches, _ = ev
+    half = len(windows) // 2
+    if half == 0:
+        raise ValueError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
+                         "calibration and held-back halves: raise --max_tokens")
+    pick, held = windows[:half], windows[half:]
+    full_pick = causal_exit(ev, K, 'max_prob', 0.0, 'copy', pick, f"{name}: full depth")[0]
+    full_held = causal_exit(ev, K, 'max_prob', 0.0, 'copy', held, f"{name}: full depth")[0]
+    scores = {}  # (stand_in, criterion, threshold) -> (ppl, mean loops) on the calibration half
+    for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, grid):
+        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, pick, f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
+        scores[stand_in, criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
+    x, _ = next(batches(data, held[:1], 1, device))
+    prompt = x[:, :64]
+    fixed_tok_s = decode_speed(model, prompt, decode_tokens, K, device, ctx)[0]
+    full_ppl_pick = perplexity(full_pick.mean().item())
+    out = []
+    for target, stand_in, criterion in itertools.product(targets, stand_ins, EXIT_CRITERIA):
+        limit = full_ppl_pick * (1 + target)
+        within = [tau for tau in grid if scores[stand_in, criterion, tau][0] <= limit]
+        tau = min(within, key=lambda t: scores[stand_in, criterion, t][1]) if within else 1.0
+        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
+        tok_s, decode_loops, _ = decode_speed(model, prompt, decode_tokens, K, device, ctx, exit_threshold=tau,
+                                              criterion=criterion, stand_in=stand_in)
+        out.append(dict(stand_in=stand_in, criterion=criterion, target=target, threshold=tau,
+                        calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
+                        ppl=perplexity(ce.mean().item()), full_ppl=perplexity(full_held.mean().item()),
+                        mean_loops=loops.float().mean().item(), decode_tokens=decode_tokens,
+                        decode_tok_per_s=tok_s, fixed_decode_tok_per_s=fixed_tok_s, speedup=tok_s / fixed_tok_s,
+                        decode_mean_loops=decode_loops))
+    return out
+
+
+# -------------------------------------------------------------------------------------
+# speculative decoding
+
+def acceptance(logits_j, logits_K):
+    """Per token: whether loop j's argmax is loop K's (greedy acceptance), and the sampling
+    acceptance sum_x min(p_j(x), p_K(x)) at temperature 1 (the chance that a token drafted
+    from p_j is kept). (..., vocab) -> two (...,) float tensors."""
+    p, q = torch.softmax(logits_K.float(), -1), torch.softmax(logits_j.float(), -1)
+    return (logits_j.argmax(-1) == logits_K.argmax(-1)).float(), torch.minimum(p, q).sum(-1)
+
+
+def tokens_per_pass(a, g):
+    """Expected tokens a pass emits with g drafts, each kept with probability a (independently):
+    1 + a + ... + a^g = (1 - a^(g+1)) / (1 - a)."""
+    return g + 1.0 if a >= 1 else (1 - a ** (g + 1)) / (1 - a)
+
+
+def predicted_speedup(a, j, g, K, draft_cost=None, verify_cost=None):
+    """The speed-up over fixed K of passes drafting g tokens with j loops: tokens per pass over
+    the pass's cost in fixed-K tokens. A pass runs g+1 draft steps (the newest token and the g
+    drafts, loops 1..j) and one verify pass (loops j+1..K over all of them). Ideal costs (only
+    the loops count, the verify's g+1 tokens cost one token's worth): draft j/K, verify (K-j)/K."""
+    draft_cost = j / K if draft_cost is None else draft_cost
+    verify_cost = (K - j) / K if verify_cost is None else verify_cost
+    return tokens_per_pass(a, g) / ((g + 1) * draft_cost + verify_cost)
+
+
+@torch.no_grad()
+def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
+    """Measured seconds of a fixed-K token, a j-loop draft step, and a verify pass over g+1
+    tokens (loops j+1..K), on a cache holding the prompt (batch 1)."""
+    stepper = Stepper(model)
+    cache = new_cache(model, 1, K, device)
+    t = prompt.size(1)
+    with ctx:
+        decode(model, prompt, cache)
+        tok = prompt[:, -1:]
+
+        def timed(fn):
+            fn()
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            sync(device)
+            return (time.perf_counter() - t0) / reps
+
+        def fixed():
+            cache.length = t
+            torch.multinomial(next_token_probs(decode(model, tok, cache)[0][:, -1], 1.0, None), 1)
+
+        def draft():
+            h = embed(model, tok, t)
+            pos = torch.tensor([t], device=device)
+            for k in range(j):
+                h = stepper.loop(h, pos, cache, k)
+            torch.multinomial(next_token_probs(model.logits(h, last=True)[0, -1], 1.0, None), 1)
+
+        h0 = embed(model, prompt[:, -1:].expand(1, g + 1), t)
+
+        def verify():
+            h = h0
+            pos = torch.arange(t, t + g + 1, device=device)
+            for k in range(j, K):
+                h = stepper.loop(h, pos, cache, k)
+            next_token_probs(model.logits(h, last=True)[0], 1.0, None)
+
+        return timed(fixed), timed(draft), timed(verify)
+
+
+SPEC_GRID = dict(g=(1, 2, 3, 4, 6), draft_stop=(0.0, 0.3, 0.5))
+
+
+def speculative_bench(model, prompt, K, n_new, device, ctx, acceptance_by_j, name, grid=SPEC_GRID):
+    """Decode speed of speculative decoding for every (j, g, draft_stop), greedy (top_k=1) and
+    sampled (temperature 1), against fixed K (same prompt and seed), with the speed-up its
+    measured acceptance and step costs predict."""
+    out = []
+    fixed = {mode: decode_speed(model, prompt, n_new, K, device, ctx, temperature=1.0,
+                                top_k=1 if mode == 'greedy' else None)[0] for mode in ('greedy', 'sample')}
+    for j in range(1, K):
+        for g in grid['g']:
+            t_fixed, t_draft, t_verify = step_costs(model, prompt, K, j, g, device, ctx)
+            for stop, mode in itertools.product(grid['draft_stop'], ('greedy', 'sample')):
+                tok_s, _, st = decode_speed(model, prompt, n_new, K, device, ctx, temperature=1.0,
+                                            top_k=1 if mode == 'greedy' else None, draft_loops=j, draft_tokens=g,
+                                            draft_stop=stop)
+                per_pass = n_new / max(st['passes'], 1)
+                drafted = st['drafted'] / max(st['passes'], 1)
+                # what the measured costs predict: tokens per pass over the pass's measured time
+                predicted = per_pass * t_fixed / ((drafted + 1) * t_draft + t_verify)
+                out.append(dict(j=j, g=g, draft_stop=stop, mode=mode, tok_per_s=tok_s, fixed_tok_per_s=fixed[mode],
+                                speedup=tok_s / fixed[mode], accept_rate=st['accepted'] / max(st['drafted'], 1),
+                                tokens_per_pass=per_pass, drafted_per_pass=drafted, predicted_speedup=predicted,
+                                ideal_speedup=predicted_speedup(acceptance_by_j[mode][j - 1], j, g, K),
+                                t_fixed=t_fixed, t_draft=t_draft, t_verify=t_verify))
+    return out
+
+
+# -------------------------------------------------------------------------------------
+# tables
+
+def label(group):
+    return group['name'] + (f" ({group['n']} seeds)" if group['n'] > 1 else '')
+
+
+def exit_table(g):
+    K = g['mean']['final_norm_hist']['loop']
+    full = g['mean']['per_K'][K - 1]
+    stand_ins = sorted({e.get('stand_in', 'copy') for e in g['mean']['early_exit'] if e['mode'] == 'causal'})
+    lines = [f"\nearly exit, {label(g)} (no exit, K={K}: ppl {pm(full['ppl'], g['std']['per_K'][K - 1]['ppl'])})",
+             '| criterion | threshold | teacher-forced: mean loops | ppl | ' +
+             ' | '.join(f"causal, {s}: mean loops | ppl" for s in stand_ins) + ' |',
+             '|---|---|---|---|' + '---|---|' * len(stand_ins)]
+    rows = {(e['mode'], e.get('stand_in', 'copy') if e['mode'] == 'causal' else None, e['criterion'], e['threshold']): (e, s)
+            for e, s in zip(g['mean']['early_exit'], g['std']['early_exit'])}
+    for (mode, _, criterion, tau), (tf, tf_s) in rows.items():
+        if mode != 'teacher_forced':
+            continue
+        cells = [criterion, f"{tau}", pm(tf['mean_loops'], tf_s['mean_loops'], '.2f'), pm(tf['ppl'], tf_s['ppl'])]
+        for s in stand_ins:
+            ca, ca_s = rows[('causal', s, criterion, tau)]
+            cells += [pm(ca['mean_loops'], ca_s['mean_loops'], '.2f'), pm(ca['ppl'], ca_s['ppl'])]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    err = g['mean'].get('stand_in_error')
+    for s, rows_ in (err or {}).items():
+        keys = rows_['keys']
+        lines.append(f"stand-in error ({s}), ||k' - k_{K}|| / ||k_{K}|| (mean over layers) for a token exiting at loop j = "
+                     + ', '.join(f"{j + 1}: {sum(row) / len(row):.3f}" for j, row in enumerate(keys)))
+    return '\n'.join(lines)
+
+
+def calibration_table(g):
+    lines = [f"\ncalibrated halting, {label(g)}: threshold picked on the first half of the tokens, "
+             "reported on the held-back second half",
+             '| stand-in | criterion | target | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
+             '|---|---|---|---|---|---|---|---|---|---|']
+    for c, s in zip(g['mean']['calibrated'], g['std']['calibrated']):
+        lines.append(f"| {c.get('stand_in', 'copy')} | {c['criterion']} | +{100 * c['target']:g}% | {pm(c['threshold'], s['threshold'], '.3f')} | "
+                     f"{pm(c['ppl'], s['ppl'])} | {pm(c['full_ppl'], s['full_ppl'])} | "
+                     f"{pm(c['mean_loops'], s['mean_loops'], '.2f')} | {pm(c['fixed_decode_tok_per_s'], s['fixed_decode_tok_per_s'], ',.0f')} | "
+                     f"{pm(c['decode_tok_per_s'], s['decode_tok_per_s'], ',.0f')} | {pm(c['speedup'], s['speedup'], '.2f')}x |")
+    return '\n'.join(lines)
+
+
+def speculative_table(g):
+    spec = g['mean']['speculative']
+    K = len(spec['greedy_agree']) + 1
+    lines = [f"\nspeculative decoding, {label(g)}: acceptance of loop j's readout by loop {K}'s, and the ideal "
+             "speed-up (1 - a^(g+1)) / (1 - a) / ((g+1) j/K + (K-j)/K) at the best g",
+             '| j | greedy agree | sample accept | ideal speed-up, greedy | sampled |', '|---|---|---|---|---|']
+    for j in range(1, K):
+        best = {m: max(predicted_speedup(spec[key][j - 1], j, n, K) for n in SPEC_GRID['g'])
+                for m, key in (('greedy', 'greedy_agree'), ('sample', 'sample_accept'))}
+        lines.append(f"| {j} | {spec['greedy_agree'][j - 1]:.3f} | {spec['sample_accept'][j - 1]:.3f} | "
+                     f"{best['greedy']:.2f}x | {best['sample']:.2f}x |")
+    bench = g['mean'].get('speculative_bench')
+    if bench:
+        lines += ['', '| mode | j | g | draft_stop | tok/s | fixed K | speed-up | predicted (measured costs) | '
+                      'accept rate | tokens/pass |', '|---|---|---|---|---|---|---|---|---|---|']
+        for mode in ('greedy', 'sample'):
+            rows = sorted((r for r in bench if r['mode'] == mode), key=lambda r: -r['speedup'])[:5]
+            for r in rows:
+                lines.append(f"| {mode} | {r['j']} | {r['g']} | {r['draft_stop']:g} | {r['tok_per_s']:,.0f} | "
+                             f"{r['fixed_tok_per_s']:,.0f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | "
+                             f"{r['accept_rate']:.3f} | {r['tokens_per_pass']:.2f} |")
+    return '\n'.join(lines)
