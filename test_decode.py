@@ -282,3 +282,65 @@ def test_accepting_drafts_by_the_rule():
     # accepted with probability p/q = 0.5: about half the time
     kept = sum(decoder.accept_drafts(p, q, torch.tensor([1]))[1] for _ in range(2000)) / 2000
     assert abs(kept - 0.5) < 0.05
+
+
+# ---------------------------------------------------------------------------------------
+# recomputed stand-ins, the convergence criterion, the compiled step
+
+@pytest.mark.parametrize('interloop_norm', [False, True])
+def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm):
+    # exit-aware training freezes a token after its exit loop and lets the others attend to it;
+    # decoding with projected stand-ins must be that same computation, position by position
+    model = tiny(readout='raw', init_std=0.1, interloop_norm=interloop_norm)
+    x = tokens(B=2)
+    with torch.no_grad():
+        h1 = model.logits(model.hidden_states(x, 1)[1], last=True)
+        threshold = exit_confidence(h1, 'max_prob').median().item()
+        logits, loops = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'project')
+        cache = new_cache(model, 2)  # and one token at a time
+        steps = [decode(model, x[:, t:t + 1], cache, threshold, 'max_prob', 'project') for t in range(T)]
+        states = list(model.loop_states(x, exit_at=loops))  # the masked training forward, same pattern
+        want = torch.stack([model.logits(states[k], last=True) for k in range(1, K + 1)])  # (K, B, T, V)
+        want = want.gather(0, (loops - 1)[None, ..., None].expand(1, *want.shape[1:])).squeeze(0)
+    assert len(set(loops.flatten().tolist())) > 1  # tokens exited at different loops
+    assert torch.allclose(logits, want, atol=1e-4)
+    assert torch.equal(torch.cat([s[1] for s in steps], 1), loops)
+    assert torch.allclose(torch.cat([s[0] for s in steps], 1), want, atol=1e-4)
+    copied, _ = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'copy')
+    assert not torch.allclose(copied, want, atol=1e-3)  # the copy is something else
+
+
+def test_the_convergence_criterion_on_hand_made_distributions():
+    p = torch.tensor([0.5, 0.25, 0.25]).log()
+    assert exit_confidence(p, 'converge', p.clone()).item() == pytest.approx(1.0)  # nothing changed
+    q = torch.tensor([0.25, 0.5, 0.25]).log()
+    kl = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q), by hand
+    assert exit_confidence(p, 'converge', q).item() == pytest.approx(math.exp(-kl))
+    assert exit_confidence(p, 'converge', None).item() == 0.0  # loop 1: nothing to compare with
+    assert exit_confidence(p + 3.0, 'converge', p).item() == pytest.approx(1.0)  # logits, not probabilities
+    with pytest.raises(ValueError, match='converge'):
+        exit_confidence(p, 'margin')
+
+
+def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
+    model = tiny(readout='raw', init_std=0.1)
+    x = tokens(B=2)
+    with torch.no_grad():
+        _, loops = decode(model, x, new_cache(model, 2), 0.5, 'converge', 'project')
+    assert loops.min() >= 2
+
+
+def test_the_compiled_step_equals_the_eager_step():
+    model = tiny(readout='final_norm', init_std=0.1, interloop_norm=True)
+    prompt = tokens(B=1, n=4)
+    for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
+        eager = generate(model, prompt, 2 * T, top_k=1, **kw)
+        compiled = generate(model, prompt, 2 * T, top_k=1, compile=True, **kw)
+        assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1]), kw
+    with torch.no_grad():  # and the logits of one step
+        a, b = new_cache(model, 1), new_cache(model, 1)
+        decode(model, prompt, a)
+        decode(model, prompt, b)
+        want = decode(model, prompt[:, -1:], a)[0]
+        got = decode(model, prompt[:, -1:], b, stepper=decoder.Stepper(model, compile=True))[0]
+    assert torch.allclose(want, got, atol=1e-5)

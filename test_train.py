@@ -143,7 +143,9 @@ def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
     (['--norm_penalty=-1'], 'reward large norms'), (['--learning_rate=-3e-4'], "'learning_rate'"),
     (['--dropout=1.0'], "'dropout'"), (['--dropout=-0.1'], "'dropout'"), (['--batch_size=0'], "'batch_size'"),
     (['--block_size=0'], "'block_size'"), (['--eval_iters=0'], "'eval_iters'"), (['--beta2=1.5'], "'beta2'"),
-    (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'")])
+    (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'"),
+    (['--exit_train=1.0'], "'exit_train'"), (['--exit_train=-0.5'], "'exit_train'"),
+    (['--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'")])
 def test_settings_that_make_no_sense_are_one_clear_line(tiny_data, tmp_path, bad, needle):
     r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', *bad))
     assert_one_line_error(r, 'train.py', needle)
