@@ -207,3 +207,26 @@ def test_configurator_types():
     for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n']):
         with pytest.raises(ConfigError):
             configure(s, bad)
+
+
+def test_mfu_peaks_tell_pcie_and_nvl_boards_from_sxm():
+    from runtime import peak_flops_of
+    assert peak_flops_of('NVIDIA H100 PCIe') == 756e12
+    assert peak_flops_of('NVIDIA H100 NVL') == peak_flops_of('NVIDIA H200 NVL') == 835e12
+    assert peak_flops_of('NVIDIA H100 80GB HBM3') == peak_flops_of('NVIDIA H200') == 989e12
+    assert peak_flops_of('Tesla V100-SXM2-16GB') is None
+
+
+def test_loss_path_is_a_checked_setting():
+    import linear_ce
+    import train as train_module
+    assert train_module.loss_path == 'fused' and train_module.CHOICES['loss_path'] == linear_ce.PATHS
+
+
+def test_gpu_check_stops_with_one_line_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip('this machine has CUDA')
+    r = subprocess.run(['bash', os.path.join(HERE, 'gpu_check.sh'), '/nonexistent/never-made'],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ''
+    assert len(r.stderr.strip().splitlines()) == 1 and 'no CUDA GPU' in r.stderr
