@@ -167,9 +167,11 @@ def linear_cross_entropy(x, weight, targets, chunk=None):
 
 def plain_cross_entropy(x, weight, targets):
     """The plain path, with linear_cross_entropy's arguments and returns: the logits of all
-    rows materialised (N, V), then F.cross_entropy (float32), autograd for the gradients.
+    rows materialised (N, V), then F.cross_entropy (float32 at least), autograd for the gradients.
     Under torch.compile inductor fuses the softmax, the loss and its gradient itself."""
-    ce = F.cross_entropy(F.linear(x, weight).float(), targets, ignore_index=-1, reduction='none')
+    logits = F.linear(x, weight)  # float32 at least (float64 stays: the diagnostics' radial fraction needs it)
+    ce = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
+                         ignore_index=-1, reduction='none')
     return ce.sum(), ce.detach()
 
 
