@@ -88,49 +88,87 @@ def new_cache(model, batch_size, n_loops=None, device=None):
 # -------------------------------------------------------------------------------------
 # one loop on the cache
 
-def run_loop(model, x, pos, slots, keys, values, running=None):
-    """Loop through every layer of the shared stack for T new tokens at positions pos (T,),
-    each attending to the cached positions up to its own (a causal mask offset by the cache).
-    x: (B, T, C), the state entering the loop. keys, values: this loop's cache (n_layer, B,
-    n_head, block_size, hs), written at pos. running (B, T) bool: tokens that have stopped keep
-    what their slots hold (their stand-ins) and their output is not used. Returns (B, T, C)."""
+def stack_weights(model):
+    """The shared stack's weights as plain tensors, one tuple per layer, read once: a decoding
+    step then makes no nn.Module calls (their Python overhead was a large part of a step)."""
+    return [(b.ln_1.weight, b.ln_1.eps, b.attn.c_attn.weight, b.attn.c_proj.weight, b.ln_2.weight, b.ln_2.eps,
+             b.mlp.w_gate.weight, b.mlp.w_up.weight, b.mlp.w_down.weight) for b in model.transformer.h]
+
+
+def _block(x, w, nh, attend):
+    """One pre-norm block, written out with the layer's weights w; attend(q, k, v) -> (B, nh, T, hs)
+    stores the new keys/values and attends over the cache."""
+    ln1, eps1, w_qkv, w_proj, ln2, eps2, w_gate, w_up, w_down = w
     B, T, C = x.shape
-    mask = slots[None, :] <= pos[:, None]  # (T, block_size): fixed shape whatever the length
-    for layer, block in enumerate(model.transformer.h):
-        q, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, block.attn.n_head, -1).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        if running is not None:
-            keep = running[:, None, :, None]  # (B, 1, T, 1)
-            k = torch.where(keep, k, keys[layer].index_select(2, pos))
-            v = torch.where(keep, v, values[layer].index_select(2, pos))
-        keys[layer].index_copy_(2, pos, k.to(keys[layer].dtype))
-        values[layer].index_copy_(2, pos, v.to(values[layer].dtype))
-        y = F.scaled_dot_product_attention(q, keys[layer].to(q.dtype), values[layer].to(q.dtype), attn_mask=mask)
-        x = x + block.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        x = x + block.mlp(block.ln_2(x))
+    qkv = F.linear(F.rms_norm(x, (C,), ln1, eps1), w_qkv).view(B, T, 3, nh, C // nh)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
+    x = x + F.linear(attend(q, k, v).transpose(1, 2).reshape(B, T, C), w_proj)
+    a = F.rms_norm(x, (C,), ln2, eps2)
+    return x + F.linear(F.silu(F.linear(a, w_gate)) * F.linear(a, w_up), w_down)
+
+
+def run_loop(layers, nh, x, t0, keys, values, running=None):
+    """One loop, every layer of the shared stack, for T new tokens at positions t0..t0+T-1, each
+    attending to the cached positions up to its own (a causal mask offset by the cache). x: (B, T, C)
+    the state entering the loop; keys, values: this loop's cache (n_layer, B, n_head, block_size, hs),
+    written at t0..t0+T-1. running (B, T) bool: a token that has stopped keeps what its slots hold
+    (its stand-in) and its output is not used. Eager: attends over the filled part of the cache."""
+    T = x.size(1)
+    t1 = t0 + T
+    # one new token sees every cached one; several on an empty cache, the plain causal mask; several
+    # on a filled cache (a verify pass), a causal mask offset by t0
+    mask = None if T == 1 or t0 == 0 else \
+        torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(diagonal=t0)
+    for layer, w in enumerate(layers):
+        def attend(q, k, v):
+            kc, vc = keys[layer], values[layer]
+            if running is not None:
+                keep = running[:, None, :, None]  # (B, 1, T, 1)
+                k, v = torch.where(keep, k, kc[:, :, t0:t1]), torch.where(keep, v, vc[:, :, t0:t1])
+            kc[:, :, t0:t1] = k
+            vc[:, :, t0:t1] = v
+            return F.scaled_dot_product_attention(q, kc[:, :, :t1].to(q.dtype), vc[:, :, :t1].to(q.dtype),
+                                                  attn_mask=mask, is_causal=T > 1 and t0 == 0)
+        x = _block(x, w, nh, attend)
+    return x
+
+
+def static_loop(layers, nh, x, pos, slots, keys, values):
+    """run_loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
+    and attention runs over all block_size slots with a mask, so one graph serves every position
+    and, each loop's cache being an argument of the same shape, every loop."""
+    mask = slots[None, :] <= pos[:, None]  # (1, block_size)
+    for layer, w in enumerate(layers):
+        def attend(q, k, v):
+            keys[layer].index_copy_(2, pos, k.to(keys[layer].dtype))
+            values[layer].index_copy_(2, pos, v.to(values[layer].dtype))
+            return F.scaled_dot_product_attention(q, keys[layer].to(q.dtype), values[layer].to(q.dtype), attn_mask=mask)
+        x = _block(x, w, nh, attend)
     return x
 
 
 class Stepper:
-    """Runs loops on the cache: eagerly, or (compile=True) with one compiled graph for a single
-    token's loop, which serves every loop (each loop's cache is an argument of the same shape)
-    and every position (a tensor). Several tokens at once (a prefill, a verify pass) run eagerly."""
+    """Runs loops on the cache: eagerly, or (compile=True) a single token's loop through one
+    compiled graph (static_loop) that serves every loop and position; several tokens at once (a
+    prefill, a verify pass) and tokens held back by exits run eagerly."""
 
     def __init__(self, model, compile=False):
-        self.model = model
-        self.one = torch.compile(run_loop, fullgraph=True, dynamic=False) if compile else run_loop
+        self.model, self.nh = model, model.config.n_head
+        self.layers = stack_weights(model)
+        self.static = torch.compile(static_loop, fullgraph=True, dynamic=False) if compile else None
 
-    def loop(self, x, pos, cache, k, running=None):
-        fn = self.one if x.size(1) == 1 and running is None else run_loop
+    def loop(self, x, t0, cache, k, running=None):
         if k > 0 and self.model.interloop_norm is not None:
             x = self.model.interloop_norm(x)  # the scale-removing recurrence, before every loop but the first
-        return fn(self.model, x, pos, cache.slots, cache.keys[k], cache.values[k], running)
+        if self.static is not None and x.size(1) == 1 and running is None:
+            pos = cache.slots[t0:t0 + 1]
+            return self.static(self.layers, self.nh, x, pos, cache.slots, cache.keys[k], cache.values[k])
+        return run_loop(self.layers, self.nh, x, t0, cache.keys[k], cache.values[k], running)
 
 
 def embed(model, idx, t0):
     """Token and position embeddings of idx (B, T) at positions t0.. : H_0, (B, T, C)."""
-    pos = torch.arange(t0, t0 + idx.size(1), device=idx.device)
-    return model.transformer.wte(idx) + model.transformer.wpe(pos)
+    return model.transformer.wte.weight[idx] + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
 
 
 def fill_stand_ins(model, cache, h, pos, stopped, loop, stand_in):
@@ -178,14 +216,13 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     if t0 + T > model.config.block_size:
         raise ValueError(f"positions up to {t0 + T} exceed block_size {model.config.block_size}")
     stepper = stepper or Stepper(model)
-    pos = torch.arange(t0, t0 + T, device=idx.device)
     h = embed(model, idx, t0)  # (B, T, C)
     exits = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
     logits, prev = None, None
     loops = torch.full((B, T), K, dtype=torch.long, device=idx.device)
     running, some_stopped = torch.ones(B, T, dtype=torch.bool, device=idx.device), False
     for k in range(K):
-        x = stepper.loop(h, pos, cache, k, running if some_stopped else None)
+        x = stepper.loop(h, t0, cache, k, running if some_stopped else None)
         h = torch.where(running[..., None], x, h) if some_stopped else x  # stopped tokens stay put
         if k == K - 1 or not exits:
             continue
@@ -197,7 +234,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         running = running & ~stop
         n_running = int(running.sum())  # the host must know: skipping work is the point
         if n_running < running.numel():
-            fill_stand_ins(model, cache, h, pos, stop, k, stand_in)
+            fill_stand_ins(model, cache, h, torch.arange(t0, t0 + T, device=idx.device), stop, k, stand_in)
             some_stopped = True
         if n_running == 0:  # every new token has stopped: later loops read stand-ins
             break
@@ -252,10 +289,9 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     states, qs, drafts = [], [], []
     tok = last
     for i in range(g + 1):
-        pos = torch.tensor([t + i], device=last.device)
         h, prev = embed(model, tok, t + i), None
         for k in range(j):
-            h = stepper.loop(h, pos, cache, k)
+            h = stepper.loop(h, t + i, cache, k)
             if draft_stop > 0 and criterion == 'converge' and k == j - 2:
                 prev = model.logits(h, last=True)
         states.append(h)
@@ -269,13 +305,12 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
         tok = torch.multinomial(q, 1)[None]  # (1, 1)
         drafts.append(tok[0, 0])
     n = len(drafts)
-    pos = torch.arange(t, t + n + 1, device=last.device)
     h = torch.cat(states, dim=1)  # (1, n+1, C): the newest token and the drafts after loop j
     for k in range(j, K):
-        h = stepper.loop(h, pos, cache, k)
+        h = stepper.loop(h, t, cache, k)
     p = next_token_probs(model.logits(h, last=True)[0], temperature, top_k)  # (n+1, vocab)
     emitted, accepted = accept_drafts(p, torch.stack(qs) if qs else p[:0],
-                                      torch.stack(drafts) if drafts else pos[:0])
+                                      torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=p.device))
     cache.length = t + len(emitted)  # the newest token and the accepted drafts stay cached
     return emitted[None], n, accepted
 

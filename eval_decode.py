@@ -217,18 +217,16 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
 
         def draft():
             h = embed(model, tok, t)
-            pos = torch.tensor([t], device=device)
             for k in range(j):
-                h = stepper.loop(h, pos, cache, k)
+                h = stepper.loop(h, t, cache, k)
             torch.multinomial(next_token_probs(model.logits(h, last=True)[0, -1], 1.0, None), 1)
 
         h0 = embed(model, prompt[:, -1:].expand(1, g + 1), t)
 
         def verify():
             h = h0
-            pos = torch.arange(t, t + g + 1, device=device)
             for k in range(j, K):
-                h = stepper.loop(h, pos, cache, k)
+                h = stepper.loop(h, t, cache, k)
             next_token_probs(model.logits(h, last=True)[0], 1.0, None)
 
         return timed(fixed), timed(draft), timed(verify)

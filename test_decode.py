@@ -216,7 +216,7 @@ def test_a_rejected_draft_leaves_the_cache_of_the_accepted_tokens():
             assert torch.allclose(cache.keys[k][..., :n, :], ref.keys[k][..., :n, :], atol=1e-4)
             assert torch.allclose(cache.values[k][..., :n, :], ref.values[k][..., :n, :], atol=1e-4)
         # and what lies past the length (the rejected drafts) is never read
-        assert torch.allclose(decode(model, last, cache)[0], decode(model, last, ref)[0], atol=1e-5)
+        assert torch.allclose(decode(model, last, cache)[0], decode(model, last, ref)[0], rtol=1e-5, atol=1e-3)
 
 
 # ---------------------------------------------------------------------------------------
