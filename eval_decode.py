@@ -122,15 +122,16 @@ def decode_speed(model, prompt, n_new, K, device, ctx, seed=0, **kw):
 CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
 
-def calibrate(ev, K, targets, stand_ins, decode_tokens, name, grid=CALIBRATION_GRID):
+def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, grid=CALIBRATION_GRID):
     """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
     the first half of the scored windows; for each target, stand-in and criterion, the one that
     uses the fewest loops there while keeping perplexity within (1 + target) of full depth is
     picked (threshold 1, where nothing exits, if none does). A grid and not a bisection: with
     causal exits a higher threshold can hurt. The pick is reported on the held-back second half:
     perplexity and mean loops of the causal exit, and the measured speed-up of real decoding
-    over fixed K. (The reference is this model's own full depth; eval_depth.py's tables can set
-    it against another run's.)"""
+    over fixed K. The reference is this model's own full depth, or `reference` (dict name, pick,
+    held: another run's full-depth ppl on the two halves, as eval_depth.py passes for an
+    exit-trained run: its normally trained twin)."""
     model, data, windows, batch_size, device, ctx, batches, _ = ev
     half = len(windows) // 2
     if half == 0:
@@ -147,9 +148,11 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, grid=CALIBRATION_G
     prompt = x[:, :64]
     fixed_tok_s = decode_speed(model, prompt, decode_tokens, K, device, ctx)[0]
     full_ppl_pick = perplexity(full_pick.mean().item())
+    own = dict(name='own', pick=full_ppl_pick, held=perplexity(full_held.mean().item()))
+    ref = reference or own
     out = []
     for target, stand_in, criterion in itertools.product(targets, stand_ins, EXIT_CRITERIA):
-        limit = full_ppl_pick * (1 + target)
+        limit = ref['pick'] * (1 + target)
         within = [tau for tau in grid if scores[stand_in, criterion, tau][0] <= limit]
         tau = min(within, key=lambda t: scores[stand_in, criterion, t][1]) if within else 1.0
         ce, loops = causal_exit(ev, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
@@ -157,7 +160,8 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, grid=CALIBRATION_G
                                               criterion=criterion, stand_in=stand_in)
         out.append(dict(stand_in=stand_in, criterion=criterion, target=target, threshold=tau,
                         calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
-                        ppl=perplexity(ce.mean().item()), full_ppl=perplexity(full_held.mean().item()),
+                        ppl=perplexity(ce.mean().item()), full_ppl=own['held'], full_ppl_pick=own['pick'],
+                        reference=ref['name'], reference_ppl=ref['held'],
                         mean_loops=loops.float().mean().item(), decode_tokens=decode_tokens,
                         decode_tok_per_s=tok_s, fixed_decode_tok_per_s=fixed_tok_s, speedup=tok_s / fixed_tok_s,
                         decode_mean_loops=decode_loops))
@@ -297,10 +301,11 @@ def exit_table(g):
 def calibration_table(g):
     lines = [f"\ncalibrated halting, {label(g)}: threshold picked on the first half of the tokens, "
              "reported on the held-back second half",
-             '| stand-in | criterion | target | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
+             '| stand-in | criterion | target (of) | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
              '|---|---|---|---|---|---|---|---|---|---|']
     for c, s in zip(g['mean']['calibrated'], g['std']['calibrated']):
-        lines.append(f"| {c.get('stand_in', 'copy')} | {c['criterion']} | +{100 * c['target']:g}% | {pm(c['threshold'], s['threshold'], '.3f')} | "
+        of = '' if c.get('reference', 'own') == 'own' else f" ({c['reference']}: {c['reference_ppl']:.3f})"
+        lines.append(f"| {c.get('stand_in', 'copy')} | {c['criterion']} | +{100 * c['target']:g}%{of} | {pm(c['threshold'], s['threshold'], '.3f')} | "
                      f"{pm(c['ppl'], s['ppl'])} | {pm(c['full_ppl'], s['full_ppl'])} | "
                      f"{pm(c['mean_loops'], s['mean_loops'], '.2f')} | {pm(c['fixed_decode_tok_per_s'], s['fixed_decode_tok_per_s'], ',.0f')} | "
                      f"{pm(c['decode_tok_per_s'], s['decode_tok_per_s'], ',.0f')} | {pm(c['speedup'], s['speedup'], '.2f')}x |")

@@ -172,7 +172,7 @@ def load_run(path, device, split, data_dir):
     return model.eval(), config, data
 
 
-def evaluate_run(path, model, config, data, args, device, dtype):
+def evaluate_run(path, model, config, data, args, device, dtype, reference=None):
     cfg = model.config
     ctx = autocast(device, dtype)
     max_loops = args.max_loops or 2 * cfg.n_loops
@@ -231,7 +231,7 @@ def evaluate_run(path, model, config, data, args, device, dtype):
             run['stand_in_error'] = stand_in_error(ev, last)
     if args.calibrate:
         try:
-            run['calibrated'] = calibrate(ev, last, args.calibrate, args.stand_in, args.decode_tokens, name)
+            run['calibrated'] = calibrate(ev, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference)
         except ValueError as e:
             raise EvalError(str(e))
     if args.speculative and last > 1:
@@ -417,10 +417,18 @@ def evaluate_runs(args):
             read_curve(run_folder(path))
     make_out(args.out)
     runs = []
+    # calibrated halting of an exit-trained run is measured against its normally trained twin (the same
+    # settings and seed with exit_train=0), when that run is evaluated too: so the normal runs go first
+    loaded.sort(key=lambda r: r[2].get('exit_train', 0.0) > 0)
+    twins = {}
     for path, model, config, data in loaded:
-        run = evaluate_run(path, model, config, data, args, device, dtype)
+        twin = twins.get(condition({**config, 'exit_train': 0.0}) + (('seed', repr(config.get('seed'))),))
+        run = evaluate_run(path, model, config, data, args, device, dtype, twin)
         print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
         runs.append(run)
+        if run.get('calibrated') and not config.get('exit_train'):
+            twins[condition(config) + (('seed', repr(config.get('seed'))),)] = dict(
+                name=run['name'], pick=run['calibrated'][0]['full_ppl_pick'], held=run['calibrated'][0]['full_ppl'])
     groups, notes = group_runs(runs, [config for _, _, config, _ in loaded])
     return runs, groups, notes
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from linear_ce import linear_cross_entropy
+from linear_ce import readout_ce
 
 READOUTS = ('norm', 'raw', 'final_norm')
 LOSSES = ('perloop', 'terminal')
@@ -239,10 +239,10 @@ class LoopedGPT(nn.Module):
         head = self.lm_head.weight if head is None else head
         if targets.dim() == 3:  # (len(states), B, T): targets of their own for each state
             y = targets.reshape(len(states), -1)[0]
-            total, ce = linear_cross_entropy(r, head.to(r.dtype), targets.reshape(-1))
+            total, ce = readout_ce(r, head.to(r.dtype), targets.reshape(-1))
         else:
             y = targets.reshape(-1)
-            total, ce = linear_cross_entropy(r, head.to(r.dtype), y.repeat(len(states)))
+            total, ce = readout_ce(r, head.to(r.dtype), y.repeat(len(states)))
         n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
         return total / n_valid, ce.view(len(states), -1).float()
 
