@@ -63,15 +63,15 @@ def exit_confidence(logits, criterion, prev=None):
 
 
 class KVCache:
-    """Keys and values of every (loop, layer) site, for up to block_size positions: keys[loop]
-    and values[loop] are (n_layer, B, n_head, block_size, hs), separate tensors so that one
-    compiled loop step serves every loop. `length` positions hold cached tokens; rolling back
-    (speculative decoding) is only moving it back."""
+    """Keys and values of every (loop, layer) site, for up to block_size positions: kv[loop] is
+    (n_layer, 2, B, n_head, block_size, hs), a tensor per loop so that one compiled step serves
+    every loop; keys[loop] and values[loop] are views of it, (n_layer, B, n_head, block_size, hs).
+    `length` positions hold cached tokens; rolling back (speculative decoding) is moving it back."""
 
     def __init__(self, config, batch_size, n_loops, device, dtype):
-        shape = (config.n_layer, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_loops)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_loops)]
+        shape = (config.n_layer, 2, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
+        self.kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_loops)]
+        self.keys, self.values = [kv[:, 0] for kv in self.kv], [kv[:, 1] for kv in self.kv]
         self.n_loops, self.length = n_loops, 0
         self.slots = torch.arange(config.block_size, device=device)  # (block_size,)
 
@@ -90,80 +90,120 @@ def new_cache(model, batch_size, n_loops=None, device=None):
 
 def stack_weights(model):
     """The shared stack's weights as plain tensors, one tuple per layer, read once: a decoding
-    step then makes no nn.Module calls (their Python overhead was a large part of a step)."""
-    return [(b.ln_1.weight, b.ln_1.eps, b.attn.c_attn.weight, b.attn.c_proj.weight, b.ln_2.weight, b.ln_2.eps,
-             b.mlp.w_gate.weight, b.mlp.w_up.weight, b.mlp.w_down.weight) for b in model.transformer.h]
+    step then makes no nn.Module calls (their Python overhead was a large part of a step). The
+    MLP's gate and up projections are one (C, 2 x hidden) matrix, one matmul instead of two, and
+    the output projections are transposed once, for addmm (residual add and matmul in one op)."""
+    return [(b.ln_1.weight, b.ln_1.eps, b.attn.c_attn.weight.t(), b.attn.c_proj.weight.t(), b.ln_2.weight, b.ln_2.eps,
+             torch.cat([b.mlp.w_gate.weight, b.mlp.w_up.weight]).t(), b.mlp.w_down.weight.t())
+            for b in model.transformer.h]
 
 
 def _block(x, w, nh, attend):
-    """One pre-norm block, written out with the layer's weights w; attend(q, k, v) -> (B, nh, T, hs)
-    stores the new keys/values and attends over the cache."""
-    ln1, eps1, w_qkv, w_proj, ln2, eps2, w_gate, w_up, w_down = w
-    B, T, C = x.shape
-    qkv = F.linear(F.rms_norm(x, (C,), ln1, eps1), w_qkv).view(B, T, 3, nh, C // nh)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
-    x = x + F.linear(attend(q, k, v).transpose(1, 2).reshape(B, T, C), w_proj)
-    a = F.rms_norm(x, (C,), ln2, eps2)
-    return x + F.linear(F.silu(F.linear(a, w_gate)) * F.linear(a, w_up), w_down)
+    """One pre-norm block (model.Block, in eval), written out with the layer's weights w, on x
+    (N, C) = (B*T, C) rows; attend(qkv) takes (3, B, nh, T, hs), stores the new keys and values
+    and returns the attention output (B, nh, T, hs)."""
+    ln1, eps1, w_qkv, w_proj, ln2, eps2, w_gate_up, w_down = w
+    N, C = x.shape
+    qkv = (F.rms_norm(x, (C,), ln1, eps1) @ w_qkv).view(-1, attend.T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+    x = torch.addmm(x, attend(qkv).transpose(1, 2).reshape(N, C), w_proj)
+    gate, up = (F.rms_norm(x, (C,), ln2, eps2) @ w_gate_up).chunk(2, dim=-1)
+    return torch.addmm(x, F.silu(gate) * up, w_down)
 
 
-def run_loop(layers, nh, x, t0, keys, values, running=None):
+class _Attend:
+    """Eager attention on one loop's cache kv (n_layer, 2, B, nh, block_size, hs) for T new tokens
+    at t0: the keys and values are written at t0..t0+T-1 (a stopped token's stay: its stand-in),
+    then the queries attend over positions < t0+T, causally among the new tokens."""
+
+    def __init__(self, kv, t0, T, running):
+        self.kv, self.t0, self.T, self.t1, self.layer = kv, t0, T, t0 + T, 0
+        self.keep = None if running is None else running[None, :, None, :, None]  # (1, B, 1, T, 1)
+        # one new token sees every cached one; several on an empty cache, the plain causal mask;
+        # several on a filled cache (a verify pass), a causal mask offset by t0
+        self.mask = None if T == 1 or t0 == 0 else \
+            torch.ones(T, self.t1, dtype=torch.bool, device=kv.device).tril(diagonal=t0)
+
+    def __call__(self, qkv):
+        site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
+        self.layer += 1
+        new = qkv[1:]
+        if self.keep is not None:
+            new = torch.where(self.keep, new, site[:, :, :, self.t0:self.t1])
+        site[:, :, :, self.t0:self.t1] = new
+        k, v = site[0, :, :, :self.t1], site[1, :, :, :self.t1]
+        q = qkv[0]
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, is_causal=self.T > 1 and self.t0 == 0)
+
+
+def run_loop(layers, nh, x, t0, kv, running=None):
     """One loop, every layer of the shared stack, for T new tokens at positions t0..t0+T-1, each
     attending to the cached positions up to its own (a causal mask offset by the cache). x: (B, T, C)
-    the state entering the loop; keys, values: this loop's cache (n_layer, B, n_head, block_size, hs),
-    written at t0..t0+T-1. running (B, T) bool: a token that has stopped keeps what its slots hold
-    (its stand-in) and its output is not used. Eager: attends over the filled part of the cache."""
-    T = x.size(1)
-    t1 = t0 + T
-    # one new token sees every cached one; several on an empty cache, the plain causal mask; several
-    # on a filled cache (a verify pass), a causal mask offset by t0
-    mask = None if T == 1 or t0 == 0 else \
-        torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(diagonal=t0)
-    for layer, w in enumerate(layers):
-        def attend(q, k, v):
-            kc, vc = keys[layer], values[layer]
-            if running is not None:
-                keep = running[:, None, :, None]  # (B, 1, T, 1)
-                k, v = torch.where(keep, k, kc[:, :, t0:t1]), torch.where(keep, v, vc[:, :, t0:t1])
-            kc[:, :, t0:t1] = k
-            vc[:, :, t0:t1] = v
-            return F.scaled_dot_product_attention(q, kc[:, :, :t1].to(q.dtype), vc[:, :, :t1].to(q.dtype),
-                                                  attn_mask=mask, is_causal=T > 1 and t0 == 0)
+    the state entering the loop; kv: this loop's cache. running (B, T) bool: a token that has
+    stopped keeps what its slots hold (its stand-in) and its output is not used."""
+    B, T, C = x.shape
+    attend = _Attend(kv, t0, T, running)
+    x = x.reshape(B * T, C)
+    for w in layers:
         x = _block(x, w, nh, attend)
-    return x
+    return x.view(B, T, C)
 
 
-def static_loop(layers, nh, x, pos, slots, keys, values):
-    """run_loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
-    and attention runs over all block_size slots with a mask, so one graph serves every position
-    and, each loop's cache being an argument of the same shape, every loop."""
+class _StaticAttend:
+    """_Attend in fixed shapes, for torch.compile: one token at position pos (a (1,) tensor), written
+    with index_copy_, attending over all block_size slots with a mask."""
+
+    def __init__(self, kv, pos, mask):
+        self.kv, self.pos, self.mask, self.T, self.layer = kv, pos, mask, 1, 0
+
+    def __call__(self, qkv):
+        site = self.kv[self.layer]
+        self.layer += 1
+        site.index_copy_(3, self.pos, qkv[1:].to(site.dtype))
+        q = qkv[0]
+        return F.scaled_dot_product_attention(q, site[0].to(q.dtype), site[1].to(q.dtype), attn_mask=self.mask)
+
+
+def static_loops(layers, nh, x, pos, slots, kvs, norm_w, norm_eps, first_norm):
+    """Loops for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
+    attention runs over all block_size slots with a mask, and kvs are the loops' caches (a list),
+    so one graph serves every position and every run of that many loops. norm_w: the inter-loop
+    RMSNorm's gain (None: none), applied before each loop (before the first too if first_norm)."""
+    B, T, C = x.shape
     mask = slots[None, :] <= pos[:, None]  # (1, block_size)
-    for layer, w in enumerate(layers):
-        def attend(q, k, v):
-            keys[layer].index_copy_(2, pos, k.to(keys[layer].dtype))
-            values[layer].index_copy_(2, pos, v.to(values[layer].dtype))
-            return F.scaled_dot_product_attention(q, keys[layer].to(q.dtype), values[layer].to(q.dtype), attn_mask=mask)
-        x = _block(x, w, nh, attend)
-    return x
+    x = x.reshape(B * T, C)
+    for i, kv in enumerate(kvs):
+        if norm_w is not None and (i > 0 or first_norm):
+            x = F.rms_norm(x, (C,), norm_w, norm_eps)
+        attend = _StaticAttend(kv, pos, mask)
+        for w in layers:
+            x = _block(x, w, nh, attend)
+    return x.view(B, T, C)
 
 
 class Stepper:
-    """Runs loops on the cache: eagerly, or (compile=True) a single token's loop through one
-    compiled graph (static_loop) that serves every loop and position; several tokens at once (a
-    prefill, a verify pass) and tokens held back by exits run eagerly."""
+    """Runs loops on the cache: eagerly, or (compile=True) a single token's loops through one
+    compiled graph (static_loops), the same for every position and every loop it starts at;
+    several tokens at once (a prefill, a verify pass) and tokens held back by exits run eagerly."""
 
     def __init__(self, model, compile=False):
         self.model, self.nh = model, model.config.n_head
         self.layers = stack_weights(model)
-        self.static = torch.compile(static_loop, fullgraph=True, dynamic=False) if compile else None
+        norm = model.interloop_norm
+        self.norm = (norm.weight, norm.eps) if norm is not None else (None, None)
+        self.static = torch.compile(static_loops, fullgraph=True, dynamic=False) if compile else None
 
-    def loop(self, x, t0, cache, k, running=None):
-        if k > 0 and self.model.interloop_norm is not None:
-            x = self.model.interloop_norm(x)  # the scale-removing recurrence, before every loop but the first
+    def loops(self, x, t0, cache, first, last, running=None):
+        """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0."""
         if self.static is not None and x.size(1) == 1 and running is None:
             pos = cache.slots[t0:t0 + 1]
-            return self.static(self.layers, self.nh, x, pos, cache.slots, cache.keys[k], cache.values[k])
-        return run_loop(self.layers, self.nh, x, t0, cache.keys[k], cache.values[k], running)
+            return self.static(self.layers, self.nh, x, pos, cache.slots, cache.kv[first:last], *self.norm, first > 0)
+        for k in range(first, last):
+            if k > 0 and self.model.interloop_norm is not None:
+                x = self.model.interloop_norm(x)  # the scale-removing recurrence, before every loop but the first
+            x = run_loop(self.layers, self.nh, x, t0, cache.kv[k], running)
+        return x
 
 
 def embed(model, idx, t0):
@@ -218,11 +258,15 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     stepper = stepper or Stepper(model)
     h = embed(model, idx, t0)  # (B, T, C)
     exits = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
-    logits, prev = None, None
     loops = torch.full((B, T), K, dtype=torch.long, device=idx.device)
+    if not exits:  # every loop at once (one compiled call, where compiled)
+        out = model.logits(stepper.loops(h, t0, cache, 0, K), last=True)
+        cache.length = t0 + T
+        return out, loops
+    logits, prev = None, None
     running, some_stopped = torch.ones(B, T, dtype=torch.bool, device=idx.device), False
     for k in range(K):
-        x = stepper.loop(h, t0, cache, k, running if some_stopped else None)
+        x = stepper.loops(h, t0, cache, k, k + 1, running if some_stopped else None)
         h = torch.where(running[..., None], x, h) if some_stopped else x  # stopped tokens stay put
         if k == K - 1 or not exits:
             continue
@@ -248,9 +292,16 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
 # -------------------------------------------------------------------------------------
 # sampling, fixed depth or speculative
 
+def sample(probs):
+    """One draw from each row of probs (..., vocab) -> (..., 1): the exponential race, argmax of
+    p_i / E_i with E_i ~ Exp(1), which picks i with probability p_i / sum(p) exactly, and costs a
+    few elementwise ops (torch.multinomial was a tenth of a decoding step on a CPU)."""
+    return (probs / torch.empty_like(probs).exponential_()).argmax(-1, keepdim=True)
+
+
 def next_token_probs(logits, temperature, top_k):
     """(..., vocab) logits -> the distribution sampled from, after temperature and top_k."""
-    logits = logits.float() / max(temperature, 1e-8)
+    logits = logits.float() if temperature == 1.0 else logits.float() / max(temperature, 1e-8)
     if top_k is not None:
         v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
         logits = logits.masked_fill(logits < v[..., [-1]], -float('inf'))
@@ -273,9 +324,9 @@ def accept_drafts(p, q, drafts):
         if bad.numel():
             i = int(bad[0])
             residual = (p[i] - q[i]).clamp_min(0)
-            fix = torch.multinomial(residual / residual.sum(), 1) if residual.sum() > 0 else drafts[i:i + 1]
+            fix = sample(residual) if residual.sum() > 0 else drafts[i:i + 1]
             return torch.cat([drafts[:i], fix]), i
-    return torch.cat([drafts, torch.multinomial(p[n], 1)]), n
+    return torch.cat([drafts, sample(p[n])]), n
 
 
 @torch.no_grad()
@@ -290,10 +341,12 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     tok = last
     for i in range(g + 1):
         h, prev = embed(model, tok, t + i), None
-        for k in range(j):
-            h = stepper.loop(h, t + i, cache, k)
-            if draft_stop > 0 and criterion == 'converge' and k == j - 2:
-                prev = model.logits(h, last=True)
+        if draft_stop > 0 and criterion == 'converge' and j > 1:  # the readout of loop j-1 too
+            h = stepper.loops(h, t + i, cache, 0, j - 1)
+            prev = model.logits(h, last=True)
+            h = stepper.loops(h, t + i, cache, j - 1, j)
+        else:
+            h = stepper.loops(h, t + i, cache, 0, j)
         states.append(h)
         if i == g:
             break
@@ -302,12 +355,11 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
             break  # not sure enough to draft: the verify pass gives this position's token
         q = next_token_probs(logits[0], temperature, top_k)
         qs.append(q)
-        tok = torch.multinomial(q, 1)[None]  # (1, 1)
+        tok = sample(q)[None]  # (1, 1)
         drafts.append(tok[0, 0])
     n = len(drafts)
     h = torch.cat(states, dim=1)  # (1, n+1, C): the newest token and the drafts after loop j
-    for k in range(j, K):
-        h = stepper.loop(h, t, cache, k)
+    h = stepper.loops(h, t, cache, j, K)
     p = next_token_probs(model.logits(h, last=True)[0], temperature, top_k)  # (n+1, vocab)
     emitted, accepted = accept_drafts(p, torch.stack(qs) if qs else p[:0],
                                       torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=p.device))
@@ -358,7 +410,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
             logits, loops = decode(model, idx[:, window:], cache, exit_threshold, criterion, stand_in, stepper)
         else:  # one token, attending to the cache
             logits, loops = decode(model, idx[:, -1:], cache, exit_threshold, criterion, stand_in, stepper)
-        idx_next = torch.multinomial(next_token_probs(logits[:, -1, :], temperature, top_k), num_samples=1)
+        idx_next = sample(next_token_probs(logits[:, -1, :], temperature, top_k))
         idx = torch.cat((idx, idx_next), dim=1)
         used.append(loops[:, -1])
     loops = torch.stack(used, dim=1) if used else torch.zeros(idx.size(0), 0, dtype=torch.long)

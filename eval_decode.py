@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, speculative_pass
+from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample
 from report import perplexity, pm
 from runtime import sync
 
@@ -217,20 +217,17 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
 
         def fixed():
             cache.length = t
-            torch.multinomial(next_token_probs(decode(model, tok, cache)[0][:, -1], 1.0, None), 1)
+            sample(next_token_probs(decode(model, tok, cache)[0][:, -1], 1.0, None))
 
         def draft():
             h = embed(model, tok, t)
-            for k in range(j):
-                h = stepper.loop(h, t, cache, k)
-            torch.multinomial(next_token_probs(model.logits(h, last=True)[0, -1], 1.0, None), 1)
+            h = stepper.loops(h, t, cache, 0, j)
+            sample(next_token_probs(model.logits(h, last=True)[0, -1], 1.0, None))
 
         h0 = embed(model, prompt[:, -1:].expand(1, g + 1), t)
 
         def verify():
-            h = h0
-            for k in range(j, K):
-                h = stepper.loop(h, t, cache, k)
+            h = stepper.loops(h0, t, cache, j, K)
             next_token_probs(model.logits(h, last=True)[0], 1.0, None)
 
         return timed(fixed), timed(draft), timed(verify)

@@ -344,3 +344,11 @@ def test_the_compiled_step_equals_the_eager_step():
         want = decode(model, prompt[:, -1:], a)[0]
         got = decode(model, prompt[:, -1:], b, stepper=decoder.Stepper(model, compile=True))[0]
     assert torch.allclose(want, got, atol=1e-5)
+
+
+def test_the_exponential_race_samples_the_distribution():
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    torch.manual_seed(0)
+    draws = decoder.sample(p.expand(20000, 4).contiguous()).flatten()
+    freq = torch.bincount(draws, minlength=4).float() / draws.numel()
+    assert torch.allclose(freq, p, atol=0.01) and freq[3] == 0  # a zero-probability token is never drawn
