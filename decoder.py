@@ -208,7 +208,7 @@ class Stepper:
 
 def embed(model, idx, t0):
     """Token and position embeddings of idx (B, T) at positions t0.. : H_0, (B, T, C)."""
-    return model.transformer.wte.weight[idx] + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
+    return F.embedding(idx, model.transformer.wte.weight) + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
 
 
 def fill_stand_ins(model, cache, h, pos, stopped, loop, stand_in):

@@ -7,7 +7,7 @@
 #    tokens/s, MFU, peak memory, per-loop vs terminal CE;
 # 2. a short train.py run (44M shape, compiled) on byte-level data made from this repository's
 #    own text files (no network needed), logging ms/iter, MFU and peak memory;
-# 3. decoding speed of that checkpoint with sample.py, eager and (where it has the setting) compiled.
+# 3. decoding speed of that checkpoint with sample.py: fixed K eager and compiled, and speculative.
 # STEPS=10 WARMUP=3 ITERS=200 override the lengths. Each step's output is in OUT/*.log; a step
 # that fails is reported and the others still run. Needs CUDA: elsewhere it stops with one line.
 set -uo pipefail
@@ -52,11 +52,13 @@ step prepare "$PY" prepare.py --train_file "$OUT/text/train.txt" --val_file "$OU
 step train "$PY" train.py config/norm_perloop.py --data_dir="$OUT/data" --dataset=tiny-bytes \
     --out_dir="$OUT/run" --max_iters="$ITERS" --eval_interval="$ITERS" --eval_iters=5 --log_interval=20 --compile=on
 
-# 3. decoding speed (tok_per_s), eager and compiled
+# 3. decoding speed (tok_per_s), fixed K eager and compiled, and speculative with the first loop as draft
 step sample "$PY" sample.py --out_dir="$OUT/run" --max_new_tokens=256 --num_samples=1
-if grep -q "^compile *=" sample.py; then
-    step sample-compiled "$PY" sample.py --out_dir="$OUT/run" --max_new_tokens=256 --num_samples=1 --compile=on
-fi
+step sample-compiled "$PY" sample.py --out_dir="$OUT/run" --max_new_tokens=256 --num_samples=1 --compile=on
+step sample-speculative "$PY" sample.py --out_dir="$OUT/run" --max_new_tokens=256 --num_samples=1 \
+    --draft_loops=1 --draft_tokens=3 --temperature=1.0 --top_k=0
+step sample-speculative-compiled "$PY" sample.py --out_dir="$OUT/run" --max_new_tokens=256 --num_samples=1 \
+    --draft_loops=1 --draft_tokens=3 --temperature=1.0 --top_k=0 --compile=on
 
 echo
 echo "=== summary (logs in $OUT/)"
