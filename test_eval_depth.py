@@ -118,6 +118,20 @@ def test_clamp_leaves_k1_unchanged_and_changes_later_loops(evaluated):
         assert any(row['clamp']['delta_loss'] != 0.0 for row in run['per_K'][1:])
 
 
+def test_stand_ins_speculative_acceptance_and_calibration_are_reported(evaluated):
+    _, _, results = evaluated
+    for run in results:
+        causal = [e for e in run['early_exit'] if e['mode'] == 'causal']
+        assert {e['stand_in'] for e in causal} == {'copy', 'project'}
+        assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge'}
+        assert set(run['stand_in_error']) == {'copy', 'project'}
+        assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
+        spec = run['speculative']  # loop j's acceptance by loop K, j = 1..K-1
+        K = run['trained_K']
+        assert len(spec['greedy_agree']) == len(spec['sample_accept']) == K - 1
+        assert all(0 <= a <= 1 for a in spec['greedy_agree'] + spec['sample_accept'])
+
+
 def test_early_exit_thresholds_at_the_extremes(evaluated):
     _, _, results = evaluated
     for run in results:  # an exit at loop k reads out as the model run with k loops
@@ -234,6 +248,8 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
     r = run_script('eval_depth.py', runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
     assert_one_line_error(r, 'eval_depth.py', 'two windows')
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--batch_size=-1'), 'eval_depth.py', '--batch_size')
+    for bad in ('mean', 'copy,recompute', ','):
+        assert_one_line_error(run_script('eval_depth.py', runs[0], f'--stand_in={bad}'), 'eval_depth.py', '--stand_in')
     (tmp_path / 'a-file').write_text('')
     assert_one_line_error(run_script('eval_depth.py', runs[0], '--out', tmp_path / 'a-file'), 'eval_depth.py', '--out')
     no_evals = tmp_path / 'no-evals'
@@ -290,3 +306,16 @@ def test_stand_in_error_is_the_distance_between_loop_keys():
     assert got['project']['keys'][1][0] == pytest.approx(0.0, abs=1e-6)  # exiting at K-1: loop K's layer 0 is exact
     for stand_in in ('copy', 'project'):
         assert len(got[stand_in]['keys']) == 2 and len(got[stand_in]['values'][0]) == 2
+
+
+def test_speculative_acceptance_and_its_predicted_speed_up_by_hand():
+    p_j = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]]).log()
+    p_K = torch.tensor([[0.5, 0.4, 0.1], [0.2, 0.2, 0.6]]).log()
+    agree, accept = eval_decode.acceptance(p_j, p_K)
+    assert agree.tolist() == [1.0, 0.0]  # argmax 0 == 0; argmax 1 != 2
+    assert accept.tolist() == pytest.approx([0.5 + 0.2 + 0.1, 0.1 + 0.2 + 0.3])  # sum of the minima
+    # g = 1 draft kept with a = 0.5: 1.5 tokens a pass; with j = 1 of K = 4 a pass costs
+    # 2 draft steps of 1/4 and a verify of 3/4 of a token: 1.5 / 1.25 = 1.2x
+    assert eval_decode.tokens_per_pass(0.5, 1) == pytest.approx(1.5)
+    assert eval_decode.predicted_speedup(0.5, 1, 1, 4) == pytest.approx(1.2)
+    assert eval_decode.tokens_per_pass(1.0, 3) == 4.0
