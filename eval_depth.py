@@ -181,7 +181,8 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
     last = min(cfg.n_loops, max_loops)  # the trained K, or the deepest loop evaluated if fewer
     name = os.path.basename(os.path.normpath(run_folder(path)))
     run = dict(name=name, path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
-               interloop_norm=cfg.interloop_norm, trained_K=cfg.n_loops, seed=config.get('seed'), split=args.split,
+               interloop_norm=cfg.interloop_norm, exit_train=cfg.exit_train, trained_K=cfg.n_loops,
+               seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
     exit_loops = last  # (the confidences and acceptances of the trained depth are cheap beside the rest)
@@ -436,12 +437,22 @@ def evaluate_runs(args):
 def from_results(path, names):
     """The runs, groups and notes of an earlier results.json; with names, only the groups so
     named or holding a run so named (folder names, as in the tables)."""
-    try:
-        with open(path) as f:
-            results = json.load(f)
-        runs, groups, notes = results['runs'], results['groups'], results.get('notes', [])
-    except (OSError, ValueError, KeyError) as e:
-        raise EvalError(f"cannot read {path} as eval_depth.py's results.json ({type(e).__name__})")
+    paths = path.split(',')
+    runs, groups, notes = [], [], []
+    for one in paths:
+        try:
+            with open(one) as f:
+                results = json.load(f)
+            runs += results['runs']
+            groups += results['groups']
+            notes += results.get('notes', [])
+        except (OSError, ValueError, KeyError) as e:
+            raise EvalError(f"cannot read {one} as eval_depth.py's results.json ({type(e).__name__})")
+    if len(paths) > 1:  # runs from several evaluations: grouped anew by their training settings
+        if not all('config' in run for run in runs):
+            raise EvalError("--from_results with several files needs results.json files that record each run's "
+                            "training config (written by this version of eval_depth.py)")
+        groups, notes = group_runs(runs, [run['config'] for run in runs])
     if names:
         names = {os.path.basename(os.path.normpath(n)) for n in names}
         groups = [g for g in groups if g['name'] in names or names & set(g['runs'])]
@@ -457,7 +468,8 @@ def main(argv=None):
     p.add_argument('runs', nargs='*', help='run folders (holding ckpt.pt) or checkpoint files; with --from_results, '
                                            'the groups or runs to show (default: all)')
     p.add_argument('--from_results', default=None,
-                   help='print the tables and draw the plots of an earlier results.json, without evaluating')
+                   help='print the tables and draw the plots of an earlier results.json, without evaluating (several, '
+                        'comma-separated: their runs are grouped together, e.g. seeds evaluated apart)')
     p.add_argument('--split', default='val', choices=['val', 'test'])
     p.add_argument('--max_loops', type=int, default=None, help='evaluate K = 1..max_loops (default: 2x trained K)')
     p.add_argument('--max_tokens', type=int, default=0, help='score only the first N tokens (0: the whole split)')

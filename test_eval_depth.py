@@ -319,3 +319,12 @@ def test_speculative_acceptance_and_its_predicted_speed_up_by_hand():
     assert eval_decode.tokens_per_pass(0.5, 1) == pytest.approx(1.5)
     assert eval_decode.predicted_speedup(0.5, 1, 1, 4) == pytest.approx(1.2)
     assert eval_decode.tokens_per_pass(1.0, 3) == 4.0
+
+
+def test_several_results_files_are_grouped_together(evaluated):
+    _, out, _ = evaluated
+    one = str(out / 'results.json')
+    runs, groups, _ = eval_depth.from_results(f"{one},{one}", [])  # the same two runs, twice
+    assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
+    with pytest.raises(eval_depth.EvalError, match='cannot read'):
+        eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
