@@ -33,7 +33,7 @@ def evaluated(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp('eval')
     r = run_script('eval_depth.py', *runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out,
                    '--bench_iters=2', '--batch_size=4', '--lemma_loops=6', '--lemma_tokens=256', '--curves',
-                   '--calibrate=0.05', '--decode_tokens=8')
+                   '--calibrate=0.05', '--decode_tokens=8', timeout=900)  # (78 calibration passes: minutes on a busy CPU)
     assert r.returncode == 0, r.stderr
     with open(out / 'results.json') as f:
         return r, out, json.load(f)['runs']
