@@ -19,7 +19,7 @@ import torch
 
 from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample
 from report import perplexity, pm
-from runtime import sync
+from runtime import autocast, sync
 
 
 def teacher_forced_exit(per_token, thresholds, K):
@@ -118,6 +118,35 @@ def decode_speed(model, prompt, n_new, K, device, ctx, seed=0, **kw):
     return n_new / (time.perf_counter() - t0), used.float().mean().item(), stats
 
 
+def speedup(model, prompt, n_new, K, device, ctx, reps=3, **kw):
+    """Fixed-K and adaptive (kw) decoding timed in turn, reps times each, best of each: a load
+    that comes and goes on the machine hits both alike. Returns (fixed tok/s, tok/s, mean loops)."""
+    fixed, adaptive = [], []
+    for _ in range(reps):
+        fixed.append(decode_speed(model, prompt, n_new, K, device, ctx)[0])
+        tok_s, loops, _ = decode_speed(model, prompt, n_new, K, device, ctx, **kw)
+        adaptive.append(tok_s)
+    return max(fixed), max(adaptive), loops
+
+
+def retime(runs, device, data_dir=None):
+    """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
+    speed-ups are the one part of an evaluation that a busy machine distorts."""
+    from eval_depth import batches, load_run, score_windows  # (eval_depth imports this file)
+    for run in runs:
+        if not run.get('calibrated'):
+            continue
+        model, _, data = load_run(run['path'], device, run['split'], data_dir)
+        windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
+        x, _ = next(batches(data, windows[len(windows) // 2:][:1], 1, device))  # calibrate's prompt
+        for c in run['calibrated']:
+            fixed, tok_s, loops = speedup(model, x[:, :64], c['decode_tokens'], run['trained_K'], device,
+                                          autocast(device, run['dtype']), exit_threshold=c['threshold'],
+                                          criterion=c['criterion'], stand_in=c.get('stand_in', 'copy'))
+            c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
+                     retimed=True)
+
+
 # thresholds calibrated halting tries; 1e-6: every token stops after loop 1 (the 1-loop model)
 CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
@@ -146,7 +175,6 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, gr
         scores[stand_in, criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
     x, _ = next(batches(data, held[:1], 1, device))
     prompt = x[:, :64]
-    fixed_tok_s = decode_speed(model, prompt, decode_tokens, K, device, ctx)[0]
     full_ppl_pick = perplexity(full_pick.mean().item())
     own = dict(name='own', pick=full_ppl_pick, held=perplexity(full_held.mean().item()))
     ref = reference or own
@@ -156,8 +184,8 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, gr
         within = [tau for tau in grid if scores[stand_in, criterion, tau][0] <= limit]
         tau = min(within, key=lambda t: scores[stand_in, criterion, t][1]) if within else 1.0
         ce, loops = causal_exit(ev, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
-        tok_s, decode_loops, _ = decode_speed(model, prompt, decode_tokens, K, device, ctx, exit_threshold=tau,
-                                              criterion=criterion, stand_in=stand_in)
+        fixed_tok_s, tok_s, decode_loops = speedup(model, prompt, decode_tokens, K, device, ctx, exit_threshold=tau,
+                                                   criterion=criterion, stand_in=stand_in)
         out.append(dict(stand_in=stand_in, criterion=criterion, target=target, threshold=tau,
                         calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
                         ppl=perplexity(ce.mean().item()), full_ppl=own['held'], full_ppl_pick=own['pick'],

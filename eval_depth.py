@@ -29,7 +29,7 @@ import torch
 import plots
 from data import gather_windows, load_tokens
 from decoder import EXIT_CRITERIA, STAND_INS, exit_confidence
-from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, label, speculative_bench,
+from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, label, retime, speculative_bench,
                          speculative_table, stand_in_error, teacher_forced_exit)
 from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
 from report import mean_std, perplexity, pm, write_json
@@ -482,6 +482,9 @@ def main(argv=None):
                    help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
     p.add_argument('--stand_in', default='copy,project',
                    help="the stand-ins --exit and --calibrate score: copy, project or both (comma-separated)")
+    p.add_argument('--retime', action='store_true',
+                   help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine), "
+                        "and write the results to --out")
     p.add_argument('--speculative', action='store_true',
                    help='time speculative decoding for every draft depth j, draft length g and draft_stop (batch 1)')
     p.add_argument('--decode_tokens', type=int, default=256,
@@ -504,6 +507,12 @@ def main(argv=None):
         if args.from_results:
             runs, groups, notes = from_results(args.from_results, args.runs)
             make_out(args.out)
+            if args.retime:
+                try:
+                    retime(runs, setup_device(args.device), args.data_dir)
+                except ValueError as e:
+                    raise EvalError(str(e))
+                groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
             runs, groups, notes = evaluate_runs(args)
     except EvalError as e:
@@ -520,7 +529,7 @@ def main(argv=None):
             print(speculative_table(g))
     if any(g['mean'].get('lemma') for g in groups):
         print(lemma_table(groups))
-    if not args.from_results:
+    if not args.from_results or args.retime:
         write_json(os.path.join(args.out, 'results.json'),
                    dict(command=' '.join(sys.argv), runs=runs, groups=groups, notes=notes))
     for path in plots.all_plots(groups, runs, args.out):
