@@ -8,7 +8,10 @@ are grouped into mean ± std.
     python eval_depth.py out-*-cpu-s* --clamp --exit 0.5,0.9 --lemma_loops 30 --curves --out eval-cpu
     python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01      # halting within 1% of full depth
     python eval_depth.py out-raw_perloop/ckpt.pt --split test --max_tokens 100000
+    python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project --speculative
+    python eval_depth.py --from_results a/results.json,b/results.json --retime --out merged   # seeds evaluated apart
 
+The decoding studies (stand-ins, calibration, speculative decoding) live in eval_decode.py.
 Writes a markdown table to stdout and, in --out, results.json (every run, and every group
 of seeds) and PNG plots. Perplexity is over the whole split in non-overlapping windows of
 the trained block size: every token but the first is scored exactly once.
