@@ -213,28 +213,29 @@ def embed(model, idx, t0):
     return F.embedding(idx, model.transformer.wte.weight) + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
 
 
+def projected_kv(model, h):
+    """The 'project' stand-in of tokens with exit state h (B, T, C): each layer's key and value
+    of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
+    Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
+    x = model.interloop_norm(h) if model.interloop_norm is not None else h
+    B, T, C = x.shape
+    kv = [block.attn.c_attn(block.ln_1(x))[..., C:].view(B, T, 2, block.attn.n_head, -1).permute(2, 0, 3, 1, 4)
+          for block in model.transformer.h]
+    return torch.stack(kv)
+
+
 def fill_stand_ins(model, cache, h, pos, stopped, loop, stand_in):
     """Tokens `stopped` (B, T) stopped after loop `loop` (0-based) with state h (B, T, C):
     write their stand-ins into every later loop's slots at pos (see the file's docstring)."""
     K = cache.n_loops
     if loop + 1 >= K:
         return
-    if stand_in == 'copy':
-        k_src = cache.keys[loop].index_select(3, pos)  # (n_layer, B, nh, T, hs)
-        v_src = cache.values[loop].index_select(3, pos)
-    else:  # 'project': each layer's key/value of the exit state, as the layer would see it next loop
-        x = model.interloop_norm(h) if model.interloop_norm is not None else h
-        B, T, C = x.shape
-        k_src, v_src = [], []
-        for block in model.transformer.h:
-            _, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)
-            k_src.append(k.view(B, T, block.attn.n_head, -1).transpose(1, 2))
-            v_src.append(v.view(B, T, block.attn.n_head, -1).transpose(1, 2))
-        k_src, v_src = torch.stack(k_src), torch.stack(v_src)
-    sel = stopped[None, :, None, :, None]  # (1, B, 1, T, 1)
+    # (n_layer, 2, B, nh, T, hs): the copy is this loop's own, the projection that of the exit state
+    src = cache.kv[loop].index_select(4, pos) if stand_in == 'copy' else projected_kv(model, h)
+    sel = stopped[None, None, :, None, :, None]  # (1, 1, B, 1, T, 1)
     for later in range(loop + 1, K):
-        for store, src in ((cache.keys[later], k_src), (cache.values[later], v_src)):
-            store.index_copy_(3, pos, torch.where(sel, src.to(store.dtype), store.index_select(3, pos)))
+        store = cache.kv[later]
+        store.index_copy_(4, pos, torch.where(sel, src.to(store.dtype), store.index_select(4, pos)))
 
 
 # -------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample
+from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, projected_kv, sample
 from report import perplexity, pm
 from runtime import autocast, sync
 
@@ -49,10 +49,12 @@ def causal_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
     model, data, all_windows, batch_size, device, ctx, batches, progress = ev
     windows = all_windows if windows is None else windows
     ce, loops = [], []
+    stepper = Stepper(model)  # (its weights read once for the whole pass)
     with progress(windows, batch_size, desc) as bar:
         for x, y in batches(data, windows, batch_size, device):
             with ctx:
-                logits, used = decode(model, x, new_cache(model, x.size(0), K, device), threshold, criterion, stand_in)
+                logits, used = decode(model, x, new_cache(model, x.size(0), K, device), threshold, criterion, stand_in,
+                                      stepper)
             logp = torch.log_softmax(logits.float(), dim=-1)
             ce.append(-logp.gather(-1, y[..., None]).flatten().cpu())
             loops.append(used.flatten().cpu())
@@ -82,22 +84,13 @@ def stand_in_error(ev, K):
     with ctx:
         decode(model, x, cache)
         states = model.hidden_states(x, K)  # H_0 .. H_K
-    true = [torch.stack([cache.keys[K - 1][..., :T, :], cache.values[K - 1][..., :T, :]], 1).float()]  # (L, 2, B, nh, T, hs)
+    true = cache.kv[K - 1][..., :T, :].float()  # (n_layer, 2, B, nh, T, hs)
     out = {}
     for stand_in in ('copy', 'project'):
         rows = {'keys': [], 'values': []}
         for j in range(K - 1):
-            if stand_in == 'copy':
-                got = torch.stack([cache.keys[j][..., :T, :], cache.values[j][..., :T, :]], 1).float()
-            else:
-                h = states[j + 1]
-                h = model.interloop_norm(h) if model.interloop_norm is not None else h
-                kv = []
-                for block in model.transformer.h:
-                    _, k, v = block.attn.c_attn(block.ln_1(h)).split(h.size(-1), dim=2)
-                    kv.append(torch.stack([t.view(*t.shape[:2], block.attn.n_head, -1).transpose(1, 2) for t in (k, v)]))
-                got = torch.stack(kv).float()
-            err = ((got - true[0]).norm(dim=-1) / true[0].norm(dim=-1).clamp_min(1e-12)).mean(dim=(2, 3, 4))  # (L, 2)
+            got = (cache.kv[j][..., :T, :] if stand_in == 'copy' else projected_kv(model, states[j + 1])).float()
+            err = ((got - true).norm(dim=-1) / true.norm(dim=-1).clamp_min(1e-12)).mean(dim=(2, 3, 4))  # (L, 2)
             rows['keys'].append(err[:, 0].tolist())
             rows['values'].append(err[:, 1].tolist())
         out[stand_in] = rows
@@ -245,7 +238,7 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
 
         def fixed():
             cache.length = t
-            sample(next_token_probs(decode(model, tok, cache)[0][:, -1], 1.0, None))
+            sample(next_token_probs(decode(model, tok, cache, stepper=stepper)[0][:, -1], 1.0, None))
 
         def draft():
             h = embed(model, tok, t)
