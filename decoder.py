@@ -63,14 +63,16 @@ def exit_confidence(logits, criterion, prev=None):
 
 
 class KVCache:
-    """Keys and values of every (loop, layer) site, for up to block_size positions: kv[loop] is
-    (n_layer, 2, B, n_head, block_size, hs), a tensor per loop so that one compiled step serves
-    every loop; keys[loop] and values[loop] are views of it, (n_layer, B, n_head, block_size, hs).
+    """Keys and values of every (loop, layer) site, for up to block_size positions, in one tensor
+    `all`, (n_loops, n_layer, 2, B, n_head, block_size, hs), so that a stand-in is written into every
+    later loop with one copy; kv[loop] is a view of one loop's, (n_layer, 2, B, n_head, block_size,
+    hs), so that one compiled step serves every loop. keys[loop] and values[loop] are views too.
     `length` positions hold cached tokens; rolling back (speculative decoding) is moving it back."""
 
     def __init__(self, config, batch_size, n_loops, device, dtype):
-        shape = (config.n_layer, 2, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
-        self.kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_loops)]
+        shape = (n_loops, config.n_layer, 2, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
+        self.all = torch.zeros(shape, device=device, dtype=dtype)
+        self.kv = list(self.all.unbind(0))
         self.keys, self.values = [kv[:, 0] for kv in self.kv], [kv[:, 1] for kv in self.kv]
         self.n_loops, self.length = n_loops, 0
         self.slots = torch.arange(config.block_size, device=device)  # (block_size,)
@@ -195,6 +197,13 @@ class Stepper:
         norm = model.interloop_norm
         self.norm = (norm.weight, norm.eps) if norm is not None else (None, None)
         self.static = torch.compile(static_loops, fullgraph=True, dynamic=False) if compile else None
+        # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
+        # so every layer's key/value projection, its input norm's gain folded in, side by side
+        # (C, n_layer x 2C) serves all layers at once (n_layer norms and matmuls were 0.1 ms a token)
+        C = model.config.n_embd
+        blocks = model.transformer.h
+        self.kv_eps = blocks[0].ln_1.eps  # (every layer's norm is built alike)
+        self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t() for b in blocks], dim=1)
 
     def loops(self, x, t0, cache, first, last, running=None):
         """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0."""
@@ -202,10 +211,20 @@ class Stepper:
             pos = cache.slots[t0:t0 + 1]
             return self.static(self.layers, self.nh, x, pos, cache.slots, cache.kv[first:last], *self.norm, first > 0)
         for k in range(first, last):
-            if k > 0 and self.model.interloop_norm is not None:
-                x = self.model.interloop_norm(x)  # the scale-removing recurrence, before every loop but the first
+            if k > 0 and self.norm[0] is not None:  # the scale-removing recurrence, before every loop but the first
+                x = F.rms_norm(x, (x.size(-1),), *self.norm)  # (model.interloop_norm, without its module call)
             x = run_loop(self.layers, self.nh, x, t0, cache.kv[k], running)
         return x
+
+    def project(self, h):
+        """The 'project' stand-in of tokens with exit state h (B, T, C): each layer's key and
+        value of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
+        Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
+        B, T, C = h.shape
+        if self.norm[0] is not None:
+            h = F.rms_norm(h, (C,), *self.norm)
+        kv = F.rms_norm(h, (C,), None, self.kv_eps) @ self.kv_proj.to(h.dtype)  # (B, T, n_layer x 2C)
+        return kv.view(B, T, -1, 2, self.nh, C // self.nh).permute(2, 3, 0, 4, 1, 5)
 
 
 def embed(model, idx, t0):
@@ -213,29 +232,23 @@ def embed(model, idx, t0):
     return F.embedding(idx, model.transformer.wte.weight) + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
 
 
-def projected_kv(model, h):
-    """The 'project' stand-in of tokens with exit state h (B, T, C): each layer's key and value
-    of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
-    Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
-    x = model.interloop_norm(h) if model.interloop_norm is not None else h
-    B, T, C = x.shape
-    kv = [block.attn.c_attn(block.ln_1(x))[..., C:].view(B, T, 2, block.attn.n_head, -1).permute(2, 0, 3, 1, 4)
-          for block in model.transformer.h]
-    return torch.stack(kv)
+def fill_stand_ins(cache, src, t0, loop, stopped=None):
+    """Tokens at positions t0.. that stopped after loop `loop` (0-based): write their stand-ins
+    src (n_layer, 2, B, nh, T, hs) into every later loop's slots, in one copy (see the file's
+    docstring). stopped (B, T) bool: only those tokens' (None: every token's)."""
+    later = cache.all[loop + 1:, ..., t0:t0 + src.size(-2), :]  # (K - loop - 1, n_layer, 2, B, nh, T, hs)
+    src = src.to(later.dtype)
+    if stopped is not None:
+        src = torch.where(stopped[None, None, :, None, :, None], src, later)
+    later.copy_(src)  # (broadcast over the later loops)
 
 
-def fill_stand_ins(model, cache, h, pos, stopped, loop, stand_in):
-    """Tokens `stopped` (B, T) stopped after loop `loop` (0-based) with state h (B, T, C):
-    write their stand-ins into every later loop's slots at pos (see the file's docstring)."""
-    K = cache.n_loops
-    if loop + 1 >= K:
-        return
-    # (n_layer, 2, B, nh, T, hs): the copy is this loop's own, the projection that of the exit state
-    src = cache.kv[loop].index_select(4, pos) if stand_in == 'copy' else projected_kv(model, h)
-    sel = stopped[None, None, :, None, :, None]  # (1, 1, B, 1, T, 1)
-    for later in range(loop + 1, K):
-        store = cache.kv[later]
-        store.index_copy_(4, pos, torch.where(sel, src.to(store.dtype), store.index_select(4, pos)))
+def stand_ins(stepper, cache, h, t0, loop, stand_in):
+    """The stand-ins of the tokens at t0.. with state h (B, T, C) after loop `loop`: this
+    loop's own keys and values ('copy') or their projection ('project')."""
+    if stand_in == 'copy':
+        return cache.kv[loop][..., t0:t0 + h.size(1), :]
+    return stepper.project(h)
 
 
 # -------------------------------------------------------------------------------------
@@ -266,12 +279,25 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         out = model.logits(stepper.loops(h, t0, cache, 0, K), last=True)
         cache.length = t0 + T
         return out, loops
+    if B * T == 1:  # one token (a decoding step): one number decides, nothing to mask
+        prev = None
+        for k in range(K):
+            h = stepper.loops(h, t0, cache, k, k + 1)
+            out = model.logits(h, last=True)  # the token as the model run with k+1 loops
+            # (compared as a tensor, in its dtype, exactly as the many-token path below compares)
+            if k < K - 1 and bool(exit_confidence(out, criterion, prev) > exit_threshold):
+                fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k)
+                loops.fill_(k + 1)
+                break
+            prev = out
+        cache.length = t0 + 1
+        return out, loops
     logits, prev = None, None
     running, some_stopped = torch.ones(B, T, dtype=torch.bool, device=idx.device), False
     for k in range(K):
         x = stepper.loops(h, t0, cache, k, k + 1, running if some_stopped else None)
         h = torch.where(running[..., None], x, h) if some_stopped else x  # stopped tokens stay put
-        if k == K - 1 or not exits:
+        if k == K - 1:
             continue
         out = model.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
         stop = running & (exit_confidence(out, criterion, prev) > exit_threshold)
@@ -281,7 +307,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         running = running & ~stop
         n_running = int(running.sum())  # the host must know: skipping work is the point
         if n_running < running.numel():
-            fill_stand_ins(model, cache, h, torch.arange(t0, t0 + T, device=idx.device), stop, k, stand_in)
+            fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k, stop)
             some_stopped = True
         if n_running == 0:  # every new token has stopped: later loops read stand-ins
             break

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, projected_kv, sample
+from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins
 from report import perplexity, pm
 from runtime import autocast, sync
 
@@ -80,16 +80,16 @@ def stand_in_error(ev, K):
     model, data, windows, batch_size, device, ctx, batches, _ = ev
     x, _ = next(batches(data, windows[:batch_size], batch_size, device))
     cache = new_cache(model, x.size(0), K, device)
-    T = x.size(1)
+    T, stepper = x.size(1), Stepper(model)
     with ctx:
-        decode(model, x, cache)
+        decode(model, x, cache, stepper=stepper)
         states = model.hidden_states(x, K)  # H_0 .. H_K
     true = cache.kv[K - 1][..., :T, :].float()  # (n_layer, 2, B, nh, T, hs)
     out = {}
     for stand_in in ('copy', 'project'):
         rows = {'keys': [], 'values': []}
         for j in range(K - 1):
-            got = (cache.kv[j][..., :T, :] if stand_in == 'copy' else projected_kv(model, states[j + 1])).float()
+            got = stand_ins(stepper, cache, states[j + 1], 0, j, stand_in).float()
             err = ((got - true).norm(dim=-1) / true.norm(dim=-1).clamp_min(1e-12)).mean(dim=(2, 3, 4))  # (L, 2)
             rows['keys'].append(err[:, 0].tolist())
             rows['values'].append(err[:, 1].tolist())

@@ -130,14 +130,21 @@ def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
         want = [reference_causal_exit(model, row, threshold, criterion) for row in x]
         # the whole windows at once (as eval_depth.py scores them), two rows exiting differently
         got_logits, got_loops = decode(model, x, new_cache(model, 2), threshold, criterion)
-        # and one token at a time through the cache (as sample.py decodes)
+        # and one token at a time through the cache, two rows at once and (as sample.py decodes,
+        # through decode's one-token path) each row alone
         cache = new_cache(model, 2)
         steps = [decode(model, x[:, t:t + 1], cache, threshold, criterion) for t in range(T)]
+        alone = []
+        for b in range(2):
+            cache = new_cache(model, 1)
+            alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, criterion) for t in range(T)])
     step_logits, step_loops = torch.cat([s[0] for s in steps], 1), torch.cat([s[1] for s in steps], 1)
     for b, (want_logits, want_loops) in enumerate(want):
         assert torch.equal(got_loops[b], want_loops) and torch.equal(step_loops[b], want_loops)
         assert torch.allclose(got_logits[b], want_logits, atol=1e-4)
         assert torch.allclose(step_logits[b], want_logits, atol=1e-4)
+        assert torch.equal(torch.cat([s[1][0] for s in alone[b]]), want_loops)
+        assert torch.allclose(torch.cat([s[0][0] for s in alone[b]]), want_logits, atol=1e-4)
     # stand-ins were read: some token ran deeper than an earlier token of its row had
     assert any(got_loops[b, t] > got_loops[b, :t].min() for b in range(2) for t in range(1, T))
     assert not torch.equal(got_loops[0], got_loops[1])  # the two rows exit differently
@@ -299,6 +306,10 @@ def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_patte
         logits, loops = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'project')
         cache = new_cache(model, 2)  # and one token at a time
         steps = [decode(model, x[:, t:t + 1], cache, threshold, 'max_prob', 'project') for t in range(T)]
+        alone = []  # each row alone, one token at a time: decode's one-token path
+        for b in range(2):
+            cache = new_cache(model, 1)
+            alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, 'max_prob', 'project') for t in range(T)])
         states = list(model.loop_states(x, exit_at=loops))  # the masked training forward, same pattern
         want = torch.stack([model.logits(states[k], last=True) for k in range(1, K + 1)])  # (K, B, T, V)
         want = want.gather(0, (loops - 1)[None, ..., None].expand(1, *want.shape[1:])).squeeze(0)
@@ -306,6 +317,9 @@ def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_patte
     assert torch.allclose(logits, want, atol=1e-4)
     assert torch.equal(torch.cat([s[1] for s in steps], 1), loops)
     assert torch.allclose(torch.cat([s[0] for s in steps], 1), want, atol=1e-4)
+    for b in range(2):
+        assert torch.equal(torch.cat([s[1] for s in alone[b]], 1)[0], loops[b])
+        assert torch.allclose(torch.cat([s[0] for s in alone[b]], 1)[0], want[b], atol=1e-4)
     copied, _ = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'copy')
     assert not torch.allclose(copied, want, atol=1e-3)  # the copy is something else
 
