@@ -10,7 +10,7 @@ print(decoder.generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1
 sample.py and eval_depth.py call this file; model.py knows nothing of it. As in gpt-fast, the
 cache has a fixed shape (every step attends over all block_size positions with a mask), so one
 compiled step serves every token, loop and layer. A looped model has K x n_layer attention
-sites, all in the cache: keys[loop] and values[loop], each (n_layer, B, n_head, block_size, hs).
+sites, all in the cache: kv[loop], (n_layer, 2, B, n_head, block_size, hs), the loop's keys and values.
 
 Exits. A token that stops at loop j is never run through loops j+1..K, but later tokens still
 attend to it there, through a stand-in key/value at each later (loop, layer):
@@ -66,14 +66,13 @@ class KVCache:
     """Keys and values of every (loop, layer) site, for up to block_size positions, in one tensor
     `all`, (n_loops, n_layer, 2, B, n_head, block_size, hs), so that a stand-in is written into every
     later loop with one copy; kv[loop] is a view of one loop's, (n_layer, 2, B, n_head, block_size,
-    hs), so that one compiled step serves every loop. keys[loop] and values[loop] are views too.
+    hs), so that one compiled step serves every loop (kv[loop][:, 0] its keys, [:, 1] its values).
     `length` positions hold cached tokens; rolling back (speculative decoding) is moving it back."""
 
     def __init__(self, config, batch_size, n_loops, device, dtype):
         shape = (n_loops, config.n_layer, 2, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
         self.all = torch.zeros(shape, device=device, dtype=dtype)
         self.kv = list(self.all.unbind(0))
-        self.keys, self.values = [kv[:, 0] for kv in self.kv], [kv[:, 1] for kv in self.kv]
         self.n_loops, self.length = n_loops, 0
         self.slots = torch.arange(config.block_size, device=device)  # (block_size,)
 

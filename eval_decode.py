@@ -122,6 +122,13 @@ def speedup(model, prompt, n_new, K, device, ctx, reps=3, **kw):
     return max(fixed), max(adaptive), loops
 
 
+def held_prompt(batches, data, windows, device):
+    """The prompt calibrated halting times decoding from: the first 64 tokens of the first
+    held-back window (the second half of the scored windows), batch 1."""
+    x, _ = next(batches(data, windows[len(windows) // 2:][:1], 1, device))
+    return x[:, :64]
+
+
 def retime(runs, device, data_dir=None):
     """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
     speed-ups are the one part of an evaluation that a busy machine distorts."""
@@ -131,9 +138,9 @@ def retime(runs, device, data_dir=None):
             continue
         model, _, data = load_run(run['path'], device, run['split'], data_dir)
         windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
-        x, _ = next(batches(data, windows[len(windows) // 2:][:1], 1, device))  # calibrate's prompt
+        prompt = held_prompt(batches, data, windows, device)  # calibrate's prompt
         for c in run['calibrated']:
-            fixed, tok_s, loops = speedup(model, x[:, :64], c['decode_tokens'], run['trained_K'], device,
+            fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device,
                                           autocast(device, run['dtype']), exit_threshold=c['threshold'],
                                           criterion=c['criterion'], stand_in=c.get('stand_in', 'copy'))
             c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
@@ -166,8 +173,7 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, gr
     for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, grid):
         ce, loops = causal_exit(ev, K, criterion, tau, stand_in, pick, f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
         scores[stand_in, criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
-    x, _ = next(batches(data, held[:1], 1, device))
-    prompt = x[:, :64]
+    prompt = held_prompt(batches, data, windows, device)
     full_ppl_pick = perplexity(full_pick.mean().item())
     own = dict(name='own', pick=full_ppl_pick, held=perplexity(full_held.mean().item()))
     ref = reference or own

@@ -193,7 +193,7 @@ def test_several_tokens_on_a_filled_cache_equal_one_at_a_time(readout):
         assert torch.allclose(together, apart, atol=1e-5)
         assert torch.allclose(together, model(x[:, :11])[:, 5:], atol=1e-4)
         for k in range(K):
-            assert torch.allclose(a.keys[k][..., :11, :], b.keys[k][..., :11, :], atol=1e-5)
+            assert torch.allclose(a.kv[k][:, 0, ..., :11, :], b.kv[k][:, 0, ..., :11, :], atol=1e-5)  # keys
 
 
 def test_a_rejected_draft_leaves_the_cache_of_the_accepted_tokens():
@@ -220,8 +220,8 @@ def test_a_rejected_draft_leaves_the_cache_of_the_accepted_tokens():
             decode(model, torch.tensor([[tok]]), ref)
         n = cache.length
         for k in range(K):  # keys and values at every loop and layer
-            assert torch.allclose(cache.keys[k][..., :n, :], ref.keys[k][..., :n, :], atol=1e-4)
-            assert torch.allclose(cache.values[k][..., :n, :], ref.values[k][..., :n, :], atol=1e-4)
+            assert torch.allclose(cache.kv[k][:, 0, ..., :n, :], ref.kv[k][:, 0, ..., :n, :], atol=1e-4)  # keys
+            assert torch.allclose(cache.kv[k][:, 1, ..., :n, :], ref.kv[k][:, 1, ..., :n, :], atol=1e-4)  # values
         # and what lies past the length (the rejected drafts) is never read
         assert torch.allclose(decode(model, last, cache)[0], decode(model, last, ref)[0], rtol=1e-5, atol=1e-3)
 
