@@ -249,10 +249,13 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # forward and losses
 
-    def forward(self, idx, targets=None, n_loops=None, clamp=False):
-        """idx, targets: (B, T) token ids. Without targets: the last loop's logits (B, T, vocab).
-        With targets: (None, loss, stats), where stats holds per-loop tensors (K,) that are
-        not read here, so the caller decides when to sync: 'ce' (NaN for loops the loss does
+    def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False):
+        """idx, targets: (B, T) token ids. Returns (logits, loss), as nanoGPT's model does.
+        Without targets: the last loop's logits (B, T, vocab) and None. With targets: None and
+        the training loss; the logits are not made (linear_ce computes every loop's CE a chunk
+        of tokens at a time, never holding K full-vocabulary logit tensors).
+        stats=True (with targets) adds a third item, per-loop tensors (K,) from the same pass,
+        not read here so the caller decides when to sync: 'ce' (NaN for loops the loss does
         not read) and 'h_norm' (mean ||H_k|| over tokens, float32)."""
         K = self.config.n_loops if n_loops is None else n_loops
         exit_at = None
@@ -263,7 +266,7 @@ class LoopedGPT(nn.Module):
             exit_at = torch.where(torch.rand(targets.shape, device=idx.device) < self.config.exit_train, draw, K)
         states = list(self.loop_states(idx, n_loops, clamp, exit_at))[1:]  # H_1 .. H_K
         if targets is None:
-            return self.logits(states[-1], last=True)
+            return self.logits(states[-1], last=True), None
 
         # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
         read = list(range(K)) if self.config.loss == 'perloop' else [K - 1]
@@ -283,6 +286,8 @@ class LoopedGPT(nn.Module):
             # is the recurrence that grows the scale.
             loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states]).mean()
 
+        if not stats:
+            return None, loss
         # ce[k]: loop k's mean CE over the tokens it reads (with exit training, those still running)
         valid = (targets.reshape(-1) >= 0).float() if exit_at is None else (per_loop >= 0).flatten(1).float()
         ce = torch.full((K,), float('nan'), device=idx.device)

@@ -38,11 +38,11 @@ def test_cached_logits_equal_the_full_forward_at_every_step(readout, n_loops):
     with torch.no_grad():
         cache = new_cache(model, 2, n_loops)
         got, loops = decode(model, x[:, :5], cache)  # a prefill of 5 tokens ...
-        assert torch.allclose(got, model(x[:, :5], n_loops=n_loops), atol=1e-4)
+        assert torch.allclose(got, model(x[:, :5], n_loops=n_loops)[0], atol=1e-4)
         assert (loops == n_loops).all()
         for t in range(5, T):  # ... then one token at a time
             got, _ = decode(model, x[:, t:t + 1], cache)
-            want = model(x[:, :t + 1], n_loops=n_loops)[:, -1:]
+            want = model(x[:, :t + 1], n_loops=n_loops)[0][:, -1:]
             assert torch.allclose(got, want, atol=1e-4), t
     assert cache.length == T
 
@@ -191,7 +191,7 @@ def test_several_tokens_on_a_filled_cache_equal_one_at_a_time(readout):
         together, _ = decode(model, x[:, 5:11], a)  # six new tokens at once on 5 cached ones
         apart = torch.cat([decode(model, x[:, t:t + 1], b)[0] for t in range(5, 11)], 1)
         assert torch.allclose(together, apart, atol=1e-5)
-        assert torch.allclose(together, model(x[:, :11])[:, 5:], atol=1e-4)
+        assert torch.allclose(together, model(x[:, :11])[0][:, 5:], atol=1e-4)
         for k in range(K):
             assert torch.allclose(a.kv[k][:, 0, ..., :11, :], b.kv[k][:, 0, ..., :11, :], atol=1e-5)  # keys
 
@@ -253,7 +253,7 @@ def exact_joint(model, prompt, loops):
         p = 1.0
         with torch.no_grad():
             for i, k in enumerate(loops):
-                p = p * F.softmax(model(ids, n_loops=k)[0, prompt.size(1) - 1 + i], -1)[seq[i]]
+                p = p * F.softmax(model(ids, n_loops=k)[0][0, prompt.size(1) - 1 + i], -1)[seq[i]]
         probs[tuple(seq)] = p
     return probs
 

@@ -88,7 +88,7 @@ def test_perplexity_equals_an_independent_computation_over_every_token(evaluated
         with torch.no_grad():
             for s in range(0, len(val) - 1, T):  # non-overlapping windows, written out here by hand
                 chunk = torch.from_numpy(val[s:s + T + 1])[None]
-                logits = model(chunk[:, :-1], n_loops=K)
+                logits, _ = model(chunk[:, :-1], n_loops=K)
                 total += F.cross_entropy(logits[0], chunk[0, 1:], reduction='sum').item()
                 count += chunk.size(1) - 1
         assert count == len(val) - 1 == run['tokens_scored']

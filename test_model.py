@@ -131,15 +131,15 @@ def test_flops_estimate_matches_a_counted_forward():
 def test_loss_at_init_is_ln_vocab_with_small_init():
     x, y = batch()
     for readout in ('norm', 'raw'):
-        _, loss, _ = tiny(readout=readout, init_std=0.02)(x, y)
+        _, loss = tiny(readout=readout, init_std=0.02)(x, y)
         assert abs(loss.item() - math.log(V)) < 0.1, (readout, loss.item())
 
 
 def test_default_init_predicts_its_input_token():
     # documents the paper's default init (see LoopedGPT.__init__): far above ln V at init
     x, _ = batch()
-    _, loss, _ = tiny()(x, x)
-    _, loss_shift, _ = tiny()(x, torch.roll(x, 1, dims=1))
+    _, loss = tiny()(x, x)
+    _, loss_shift = tiny()(x, torch.roll(x, 1, dims=1))
     assert loss.item() < math.log(V) < loss_shift.item()
 
 
@@ -162,7 +162,7 @@ def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout):
             # the penalty as released: lambda * the mean over the K loops of mean(H_k^2)
             expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states) / K
             model.train()
-            _, loss, stats = model(x, y)  # train mode: the fused readout loss with its gradients
+            _, loss, stats = model(x, y, stats=True)  # train mode: the fused readout loss with its gradients
             assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
             got_ce = stats['ce']
             if loss_kind == 'perloop':
@@ -183,7 +183,7 @@ def test_final_norm_uses_raw_readout_before_the_last_loop_only():
                 got = model.logits(h, last=(k == K - 1))
                 assert torch.allclose(got, manual_logits(model, h, normalized=(k == K - 1)), atol=1e-4)
                 assert not torch.allclose(got, manual_logits(model, h, normalized=(k != K - 1)), atol=1e-2)
-            assert torch.allclose(model(x, n_loops=K), manual_logits(model, states[-1], True), atol=1e-4)
+            assert torch.allclose(model(x, n_loops=K)[0], manual_logits(model, states[-1], True), atol=1e-4)
 
 
 def test_depth_losses_equal_running_the_model_with_k_loops():
@@ -194,7 +194,7 @@ def test_depth_losses_equal_running_the_model_with_k_loops():
             depth = model.depth_losses(model.hidden_states(x, n_loops=5)[1:], y)
         for K in range(1, 6):
             with torch.no_grad():
-                _, loss, _ = model(x, y, n_loops=K)
+                _, loss = model(x, y, n_loops=K)
             assert depth[K - 1].mean().item() == pytest.approx(loss.item(), rel=1e-5)
 
 
@@ -210,7 +210,7 @@ def test_perloop_backward_never_holds_k_logit_tensors():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        _, loss, _ = model(x, y)
+        _, loss = model(x, y)
     assert big == [], big
     loss.backward()  # and the recompute gives gradients
     assert model.transformer.wte.weight.grad.abs().sum() > 0
@@ -263,8 +263,8 @@ def test_k_can_be_overridden_beyond_training_k():
     x, y = batch()
     with torch.no_grad():
         assert len(model.hidden_states(x, n_loops=8)) == 9
-        assert model(x, n_loops=8).shape == (4, T, V)
-        _, _, stats = model(x, y, n_loops=8)
+        assert model(x, n_loops=8)[0].shape == (4, T, V)
+        _, _, stats = model(x, y, n_loops=8, stats=True)
     assert stats['ce'].shape == (8,) and torch.isfinite(stats['ce']).all()
     assert len(diagnostics(model, x, y, n_loops=7)['norm_mean']) == 7
     with pytest.raises(ValueError, match='n_loops'):
@@ -277,7 +277,7 @@ def test_overfits_one_batch(readout):
     x, y = batch(B=2)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(150):
-        _, loss, _ = model(x, y)
+        _, loss = model(x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -291,10 +291,10 @@ def test_same_seed_same_loss_and_different_seed_different_loss():
                                           n_loops=3, dropout=0.1))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x, y = batch()
-        _, loss, _ = model(x, y)
+        _, loss = model(x, y)
         loss.backward()
         opt.step()
-        _, loss, _ = model(x, y)
+        _, loss = model(x, y)
         return loss.item()
     assert one_step(0) == one_step(0)
     assert one_step(0) != one_step(1)
@@ -307,7 +307,7 @@ def test_from_checkpoint_rebuilds_the_model(tmp_path):
         loaded, ckpt = LoopedGPT.from_checkpoint(str(path))
         x, _ = batch()
         with torch.no_grad():
-            assert torch.equal(loaded.eval()(x), model(x))
+            assert torch.equal(loaded.eval()(x)[0], model(x)[0])
         assert loaded.config == model.config
     with pytest.raises(FileNotFoundError, match='no checkpoint'):
         LoopedGPT.from_checkpoint(str(tmp_path / 'nowhere'))
@@ -396,7 +396,7 @@ def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_th
     # the draw is made from the global generator, so replaying it gives the same pattern
     model.train()
     torch.manual_seed(7)
-    _, loss, stats = model(x, y)
+    _, loss, stats = model(x, y, stats=True)
     torch.manual_seed(7)
     draw = torch.randint(1, 3, y.shape)
     pattern = torch.where(torch.rand(y.shape) < 0.5, draw, 3)
@@ -419,13 +419,26 @@ def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
     a, b = tiny(readout='raw'), tiny(readout='raw', exit_train=0.3)
     a.train(), b.train()
     torch.manual_seed(3)
-    _, loss_a, _ = a(x, y)
+    _, loss_a = a(x, y)
     after_a = torch.rand(1)
     torch.manual_seed(3)
     b.eval()  # exit training acts only in training mode: evaluation is at full depth for every token
-    _, loss_b, _ = b(x, y)
+    _, loss_b = b(x, y)
     after_b = torch.rand(1)
     assert torch.equal(after_a, after_b)  # exit_train=0 (and eval) consume no random numbers
     assert torch.equal(loss_a, loss_b)  # and compute the same loss, bit for bit
     with pytest.raises(ValueError, match='exit_train'):
         tiny(exit_train=1.0)
+
+
+def test_forward_returns_logits_and_loss_as_nanogpt():
+    # a fork that drops the model into nanoGPT's loop (`logits, loss = model(X, Y)`) just works
+    model = tiny().eval()
+    x, y = batch()
+    logits, loss = model(x)
+    assert logits.shape == (*x.shape, V) and loss is None
+    logits, loss = model(x, y)
+    assert logits is None and loss.dim() == 0
+    _, loss_again, stats = model(x, y, stats=True)  # the per-loop numbers from the same pass
+    assert torch.equal(loss, loss_again) and stats['ce'].shape == stats['h_norm'].shape == (model.config.n_loops,)
+    assert stats['ce'].mean().item() == pytest.approx(loss.item(), rel=1e-5)  # per-loop CE: the mean over loops

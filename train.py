@@ -168,7 +168,7 @@ def train_step(model, optimizer, scaler, xs, ys, it, rank, ddp=False):
         if ddp:  # all-reduce the gradients only at the last micro-step
             model.require_backward_grad_sync = (micro == n_micro - 1)
         with ctx:
-            _, loss, stats = model(xs[micro], ys[micro])
+            _, loss, stats = model(xs[micro], ys[micro], stats=True)
             loss = loss / n_micro
         scaler.scale(loss).backward()
         loss_sum = loss_sum + loss.detach()
