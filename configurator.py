@@ -1,16 +1,27 @@
 """
-Config files and --key=value overrides for train.py, as in nanoGPT, with two fixes: an
-unknown key or a value of the wrong type is one clear error that names the key, and an
-int is accepted where a float is expected (--learning_rate=1).
+The command line of train.py, bench.py and sample.py: config files and --key=value
+overrides, as in nanoGPT, plus --help, which lists the script's settings with their comments.
 
     python train.py config/raw_perloop.py config/cpu.py --learning_rate=1e-3
+    python train.py --help
 
 A config file is plain Python assignments, applied in order; it can read the settings
 before it (out_dir = out_dir + '-129m'). A value on the command line is a Python literal,
-or else taken as a string (--dataset=wikitext-2).
+or else taken as a string (--dataset=wikitext-2); `--key value` (with a space) works too.
+Unlike nanoGPT's, an unknown key or a value of the wrong type is one clear error that
+names the key and the script, and an int is accepted where a float is expected
+(--learning_rate=1).
+
+The settings are a script's commented globals between its first two `# ---` lines; --help
+reads them, and their comments, from the script's source, so each comment exists once.
 """
 
 import ast
+import difflib
+import io
+import os
+import sys
+import tokenize
 import types
 
 
@@ -18,34 +29,59 @@ class ConfigError(Exception):
     pass
 
 
-def check(settings, key, value, where):
+def known(settings, key, where, script):
     if key not in settings:
-        raise ConfigError(f"unknown setting '{key}' ({where}); the settings are the globals at the top of train.py")
+        near = difflib.get_close_matches(key, settings, n=1)
+        hint = f"did you mean '{near[0]}'? " if near else ''
+        raise ConfigError(f"unknown setting '{key}' ({where}); {hint}`python {script} --help` lists the settings")
+
+
+def check(settings, key, value, where, script):
+    known(settings, key, where, script)
     default = settings[key]
     if default is None:  # a setting that is unset by default takes any value; its script checks it
         return value
     if type(default) is float and type(value) is int:
         return float(value)
     if type(value) is not type(default):
-        raise ConfigError(f"setting '{key}' takes a {type(default).__name__} (like {default!r}), "
+        kind = type(default).__name__
+        raise ConfigError(f"setting '{key}' takes {'an' if kind[0] in 'aeiou' else 'a'} {kind} (like {default!r}), "
                           f"got {value!r} ({where})")
     return value
 
 
-def configure(settings, argv):
-    """settings: name -> default. argv: config files and --key=value, in order.
-    Returns a new dict; raises ConfigError with a one-line message."""
+def configure(settings, argv, scripts=None):
+    """settings: name -> default. argv: config files and --key=value (or --key value), in order.
+    scripts: the source files whose settings these are, the script being run first (for
+    --help and the error messages); default: the running script, sys.argv[0].
+    Returns a new dict; raises ConfigError with a one-line message. --help or -h anywhere
+    prints the settings with their comments and exits, as argparse does."""
+    scripts = list(scripts or [sys.argv[0]])
+    script = os.path.basename(scripts[0])
+    if '--help' in argv or '-h' in argv:
+        print(help_text(settings, scripts))
+        sys.exit(0)
     settings = dict(settings)
-    for arg in argv:
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
         if arg.startswith('--'):
             key, eq, text = arg[2:].partition('=')
-            if not eq:
-                raise ConfigError(f"expected --key=value, got '{arg}'")
+            if not eq:  # --key value
+                known(settings, key, f"--{key}", script)  # an unknown key is named before its value
+                if i == len(argv) or argv[i].startswith('--'):
+                    raise ConfigError(f"--{key} has no value: write --{key}=VALUE (or --{key} VALUE)")
+                text = argv[i]
+                i += 1
             try:
                 value = ast.literal_eval(text)
             except (ValueError, SyntaxError):
                 value = text  # a bare word is a string
-            settings[key] = check(settings, key, value, f"--{key}")
+            settings[key] = check(settings, key, value, f"--{key}", script)
+        elif arg.startswith('-') and len(arg) > 1:
+            raise ConfigError(f"unknown option '{arg}': settings are --key=value (`python {script} --help`)")
         else:
             try:
                 with open(arg) as f:
@@ -59,5 +95,70 @@ def configure(settings, argv):
                 raise ConfigError(f"config file {arg} failed: {type(e).__name__}: {e}")
             for key, value in assigned.items():
                 if not key.startswith('_') and not isinstance(value, (types.ModuleType, types.FunctionType)):
-                    settings[key] = check(settings, key, value, f"in {arg}")
+                    settings[key] = check(settings, key, value, f"in {arg}", script)
     return settings
+
+
+# -----------------------------------------------------------------------------
+# --help: the settings block of each script's source, as written
+
+def settings_block(path):
+    """The lines between the first two `# ---` lines of a Python file, as (name or None, value
+    text, comment): a setting `name = value  # comment`, or a comment line on its own (a heading)."""
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError:
+        return []
+    lines = source.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.startswith('# ---')][:2]
+    if len(marks) < 2:
+        return []
+    first, last = marks[0] + 1, marks[1]  # 0-based line indices of the block
+    comments = {}  # line number (1-based) -> the comment on it; tokenize knows a '#' inside a string
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip('#').strip()
+    rows = []
+    for i in range(first, last):
+        line = lines[i]
+        if line.startswith('#'):
+            rows.append((None, '', comments.get(i + 1, '')))
+            continue
+        try:
+            node = ast.parse(line).body[0] if line.strip() else None
+        except SyntaxError:
+            node = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = ast.get_source_segment(line, node.value)
+            rows.append((node.targets[0].id, value, comments.get(i + 1, '')))
+    return rows
+
+
+def help_text(settings, scripts):
+    """usage, the script's one-line summary, and every setting with its default and comment."""
+    script = os.path.basename(scripts[0])
+    out = [f"usage: python {script} [config.py ...] [--key=value ...]"]
+    try:
+        with open(scripts[0]) as f:
+            summary = ast.get_docstring(ast.parse(f.read())) or ''
+        out += ['', summary.strip().split('\n\n')[0]]
+    except (OSError, SyntaxError):
+        pass
+    out += ['', "Settings, with their defaults; config files and --key=value override them, in order:"]
+    shown = set()
+    for path in scripts:
+        rows = [r for r in settings_block(path) if r[0] is None or r[0] in settings]
+        if len(scripts) > 1:
+            out += ['', f"[{os.path.basename(path)}]"]
+        width = max([len(f"--{n}={v}") for n, v, _ in rows if n] + [0]) + 2
+        for name, value, comment in rows:
+            if name is None:
+                out.append(f"# {comment}")
+            elif name not in shown:
+                shown.add(name)
+                out.append(f"  {f'--{name}={value}':<{width}}{comment}".rstrip())
+    rest = [k for k in settings if k not in shown]
+    if rest:  # settings no source block names (none in this repo's scripts)
+        out += [''] + [f"  --{k}={settings[k]!r}" for k in rest]
+    return '\n'.join(out)
