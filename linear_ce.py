@@ -17,14 +17,13 @@ three times.
 
 readout_ce picks the path: this one ('fused'), or `plain_cross_entropy` ('plain': the
 logits materialised and F.cross_entropy, which inductor fuses itself under torch.compile).
-The module-level PATH is the default; train.py sets it from its `loss_path` setting.
+The model passes its `loss_path` attribute, which train.py sets from its loss_path setting.
 """
 
 import torch
 from torch.nn import functional as F
 
 PATHS = ('fused', 'plain')
-PATH = 'fused'  # readout_ce's default path; train.py's loss_path setting sets it
 
 # float32 logits per chunk. On a CPU the chunk's buffers are reused from chunk to chunk and
 # 256 MiB (1,335 rows of GPT-2's 50,257 symbols) measured as fast as any size (assets/speed);
@@ -175,9 +174,8 @@ def plain_cross_entropy(x, weight, targets):
     return ce.sum(), ce.detach()
 
 
-def readout_ce(x, weight, targets, path=None):
-    """linear_cross_entropy ('fused') or plain_cross_entropy ('plain'); path None: PATH."""
-    path = path or PATH
+def readout_ce(x, weight, targets, path='fused'):
+    """linear_cross_entropy ('fused') or plain_cross_entropy ('plain')."""
     if path == 'fused':
         return linear_cross_entropy(x, weight, targets)
     if path == 'plain':

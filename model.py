@@ -130,6 +130,10 @@ class Block(nn.Module):
 
 
 class LoopedGPT(nn.Module):
+    # how readout_loss computes the CE (linear_ce.readout_ce): 'fused' or 'plain'. Another way to
+    # compute the same loss, not another model, so it is in neither the config nor the checkpoint;
+    # train.py sets it on the model from its loss_path setting (a constant to torch.compile)
+    loss_path = 'fused'
 
     def __init__(self, config):
         super().__init__()
@@ -239,10 +243,10 @@ class LoopedGPT(nn.Module):
         head = self.lm_head.weight if head is None else head
         if targets.dim() == 3:  # (len(states), B, T): targets of their own for each state
             y = targets.reshape(len(states), -1)[0]
-            total, ce = readout_ce(r, head.to(r.dtype), targets.reshape(-1))
+            total, ce = readout_ce(r, head.to(r.dtype), targets.reshape(-1), self.loss_path)
         else:
             y = targets.reshape(-1)
-            total, ce = readout_ce(r, head.to(r.dtype), y.repeat(len(states)))
+            total, ce = readout_ce(r, head.to(r.dtype), y.repeat(len(states)), self.loss_path)
         n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
         return total / n_valid, ce.view(len(states), -1).float()
 

@@ -5,10 +5,14 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py config/raw_perloop.py config/129m.py      # the 129M shape
     python train.py config/norm_perloop.py config/cpu.py      # the blind spot on a laptop CPU, in minutes
     torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py --batch_size=8 --gradient_accumulation_steps=8
+    python train.py --help                                    # every setting, with its comment
 
 Settings are the globals below. Config files and --key=value override them, in order
 (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
 log lines, one JSON object per line, for plots.
+
+The helpers take what they read as arguments (bench.py and the tests call them), and
+main() runs them top to bottom; nothing here reads a setting from a module global.
 """
 
 import json
@@ -17,6 +21,7 @@ import os
 import sys
 import time
 from dataclasses import fields
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -24,8 +29,8 @@ from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure
-import linear_ce
 from data import gather_chunks, load_tokens
+from linear_ce import PATHS as LOSS_PATHS
 from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics
 from report import json_safe, perplexity
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compile
@@ -34,7 +39,7 @@ from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compi
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
 # normalized readout, per-loop CE. config/<condition>.py changes only what differs.
 # I/O
-out_dir = 'out'
+out_dir = 'out'               # the run folder: ckpt.pt and log.jsonl
 eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
 log_interval = 50             # iterations between train log lines (the only host-device syncs)
 eval_iters = 40               # validation batches per eval: fixed windows, the same every time
@@ -42,16 +47,16 @@ eval_only = False             # evaluate once and exit (with init_from='resume':
 always_save_checkpoint = True # False: save only when the validation loss improves
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
 # data
-data_dir = 'data'
+data_dir = 'data'             # where prepare.py writes its datasets
 dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
 batch_size = 64               # sequences per micro-step (per GPU with DDP)
 block_size = 256              # tokens per sequence
 gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
 # model (see LoopedGPTConfig in model.py)
 n_layer = 8                   # blocks in the shared stack
-n_head = 8
-n_embd = 512
-dropout = 0.1
+n_head = 8                    # attention heads (n_embd a multiple of it)
+n_embd = 512                  # d, the width of the residual stream
+dropout = 0.1                 # in [0, 1): on the attention probabilities, the MLP output and the embeddings
 n_loops = 4                   # K, the loops in training
 readout = 'norm'              # 'norm' | 'raw' | 'final_norm'
 loss = 'perloop'              # 'perloop' | 'terminal'
@@ -61,28 +66,27 @@ init_std = 0.0                # 0: PyTorch's default init, as the paper's releas
 exit_train = 0.0              # exit-aware training: fraction of tokens frozen after a random loop 1..K-1 (0 = off)
 loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one-pass loss) | 'plain' (K logit tensors and F.cross_entropy, fused by inductor under compile)
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
-learning_rate = 3e-4
+learning_rate = 3e-4          # AdamW's peak learning rate
 epochs = 4.0                  # training length in passes over the train tokens (when max_iters = 0)
 max_iters = 0                 # optimizer steps; 0: derived from epochs and the size of the train split
-weight_decay = 0.01
-beta1 = 0.9
-beta2 = 0.999
+weight_decay = 0.01           # AdamW's decoupled weight decay
+beta1 = 0.9                   # AdamW's first-moment decay, in [0, 1)
+beta2 = 0.999                 # AdamW's second-moment decay, in [0, 1)
 grad_clip = 1.0               # max gradient norm; 0 = off
 # learning rate schedule: linear warmup, then constant (the paper) or cosine to min_lr
-warmup_iters = 0
+warmup_iters = 0              # iterations of linear warm-up (0 = none)
 lr_decay = 'constant'         # 'constant' | 'cosine'
 min_lr = 3e-5                 # the end of the cosine
 # system
 device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
 dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with native bf16) | 'float32' | 'bfloat16' | 'float16'
 compile = 'auto'              # torch.compile: 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
-seed = 1337
+seed = 1337                   # seeds the init, the batches and the dropout masks (with rank and iteration)
 # -----------------------------------------------------------------------------
-SETTINGS = [k for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))
-            and k not in ('SETTINGS',)]
+SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))}
 CHOICES = {'readout': READOUTS, 'loss': LOSSES, 'init_from': ('scratch', 'resume'), 'lr_decay': ('constant', 'cosine'),
            'dtype': ('auto', 'float32', 'bfloat16', 'float16'), 'compile': ('auto', 'on', 'off'),
-           'loss_path': linear_ce.PATHS}
+           'loss_path': LOSS_PATHS}
 MODEL_ARGS = [f.name for f in fields(LoopedGPTConfig)]  # vocab_size comes from the data's meta.json
 
 
@@ -93,7 +97,9 @@ class TrainError(Exception):
 # -----------------------------------------------------------------------------
 # helpers (importable: nothing runs at import)
 
-def get_lr(it):
+def get_lr(it, *, learning_rate, min_lr, warmup_iters, max_iters, lr_decay):
+    """The learning rate of iteration `it`: a linear warm-up to learning_rate over warmup_iters,
+    then constant (the paper) or a cosine from learning_rate down to min_lr at max_iters."""
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
     if lr_decay == 'constant':
@@ -102,32 +108,32 @@ def get_lr(it):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 
-def seed_step(it, rank):
+def seed_step(seed, it, rank):
     """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed
     run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
     state to save or gather."""
     torch.manual_seed(int(np.random.SeedSequence([seed, rank, it, 1]).generate_state(1)[0]))
 
 
-def train_batches(data, it, rank, n_micro):
+def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, device):
     """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
     seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
     run sees exactly the batches the uninterrupted run would have. One vectorised gather
     from the memmap: (n_micro, B, T+1)."""
     rng = np.random.default_rng([seed, rank, it])
     starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
-    return windows(data, starts)
+    return windows(data, starts, block_size, device)
 
 
-def eval_batches(data):
+def eval_batches(data, *, eval_iters, batch_size, block_size, device):
     """eval_iters fixed batches of windows spread evenly over the split."""
     starts = np.linspace(0, len(data) - block_size - 1, eval_iters * batch_size).astype(np.int64)
-    return windows(data, starts.reshape(eval_iters, batch_size))
+    return windows(data, starts.reshape(eval_iters, batch_size), block_size, device)
 
 
-def windows(data, starts):
+def windows(data, starts, block_size, device):
     chunk = gather_chunks(data, starts, block_size)  # (..., T+1), contiguous
-    if device_type == 'cuda':  # pinned, so the copy is asynchronous (a view would be copied pageable)
+    if device.startswith('cuda'):  # pinned, so the copy is asynchronous (a view would be copied pageable)
         chunk = chunk.pin_memory().to(device, non_blocking=True)
     else:
         chunk = chunk.to(device)
@@ -135,37 +141,41 @@ def windows(data, starts):
 
 
 @torch.no_grad()
-def evaluate(model, val_batches):
-    """Validation CE at every K from 1 to n_loops (one pass: the model run with K loops is
-    its readout at loop K), and the per-loop diagnostics on the first batch."""
+def evaluate(model, val_batches, ctx):
+    """Validation CE at every K from 1 to the trained K (one pass: the model run with K loops
+    is its readout at loop K), and the per-loop diagnostics on the first batch. ctx: the
+    precision context (autocast or nullcontext) the forward passes run in."""
     model.eval()
-    total = torch.zeros(n_loops, device=device)
-    for x, y in zip(*val_batches):
+    xs, ys = val_batches
+    total = torch.zeros(model.config.n_loops, device=xs.device)
+    for x, y in zip(xs, ys):
         with ctx:
             total += model.depth_losses(model.hidden_states(x)[1:], y).mean(dim=1)
-    val_loss = (total / len(val_batches[0])).tolist()
+    val_loss = (total / len(xs)).tolist()
     with ctx:
-        diag = diagnostics(model, val_batches[0][0], val_batches[1][0])
+        diag = diagnostics(model, xs[0], ys[0])
     model.train()
     return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
 
 
-def make_optimizer(model):
-    """AdamW with the settings above. fused on CUDA and on the CPU: on the CPU it made the 44M
-    step 4% (float32) and 7% (bf16) faster than foreach, same losses (assets/speed/speed.md)."""
-    return torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2),
-                             weight_decay=weight_decay, fused=device_type in ('cuda', 'cpu'))
+def make_optimizer(model, *, learning_rate, betas, weight_decay):
+    """AdamW, with weight decay on every parameter as the paper's released code. fused on CUDA
+    and on the CPU: on the CPU it made the 44M step 4% (float32) and 7% (bf16) faster than
+    foreach, same losses (assets/speed/speed.md)."""
+    device_type = next(model.parameters()).device.type
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay,
+                             fused=device_type in ('cuda', 'cpu'))
 
 
-def train_step(model, optimizer, scaler, xs, ys, it, rank, ddp=False):
-    """One optimizer step on the micro-batches xs, ys (n_micro, B, T) of iteration `it`: forward,
-    backward, clip, AdamW. Returns device tensors, not read here (no sync): the loss, and the
-    per-loop CE and mean ||H_k||, each averaged over the micro-steps. bench.py times this."""
-    seed_step(it, rank)
+def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False):
+    """One optimizer step on the micro-batches xs, ys (n_micro, B, T): forward under ctx (the
+    precision context), backward through the scaler (a no-op unless float16), clip (grad_clip
+    0: off), AdamW. Returns device tensors, not read here (no sync): the loss, and the per-loop
+    CE and mean ||H_k||, each averaged over the micro-steps. bench.py times this."""
     n_micro = len(xs)
     loss_sum, ce, h_norm = 0.0, 0.0, 0.0
     for micro in range(n_micro):
-        if ddp:  # all-reduce the gradients only at the last micro-step
+        if ddp:  # all-reduce the gradients only at the last micro-step (passed through torch.compile's wrapper to DDP)
             model.require_backward_grad_sync = (micro == n_micro - 1)
         with ctx:
             _, loss, stats = model(xs[micro], ys[micro], stats=True)
@@ -183,29 +193,29 @@ def train_step(model, optimizer, scaler, xs, ys, it, rank, ddp=False):
     return loss_sum, ce, h_norm
 
 
-def save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config):
+def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, config):
+    """out_dir/ckpt.pt, written whole or not at all. The batches and the dropout masks are a
+    function of (seed, rank, iteration), so iter_num is all the position there is to save."""
     ckpt = {
         'model_args': {k: getattr(raw_model.config, k) for k in MODEL_ARGS},
         'model': raw_model.state_dict(),      # the uncompiled model: no _orig_mod. prefixes
         'optimizer': optimizer.state_dict(),
         'iter_num': iter_num,
-        'data_position': iter_num,            # batches are a function of (seed, rank, iteration)
         'best_val_loss': best_val_loss,
         'config': config,
-        # no RNG state: every rank reseeds its dropout from (seed, rank, iteration) each step
     }
     path = os.path.join(out_dir, 'ckpt.pt')
     torch.save(ckpt, path + '.tmp')
     os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
 
 
-def log(record, line):
+def log(out_dir, record, line):
     print(line, flush=True)
     with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
         f.write(json.dumps(json_safe(record)) + '\n')
 
 
-def trim_log(iter_num):
+def trim_log(out_dir, iter_num):
     """On resume: keep the log up to the checkpoint (train lines through iter_num, evals before
     it), so that no iteration appears twice once the run continues."""
     path = os.path.join(out_dir, 'log.jsonl')
@@ -224,6 +234,7 @@ def fmt(values, spec='.3f'):
 
 
 # -----------------------------------------------------------------------------
+# the settings, checked
 
 # the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
 AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
@@ -257,200 +268,244 @@ def check_settings(config):
         raise TrainError(str(e))
 
 
-def setup(argv):
-    """Applies config files and overrides to the globals, checks them, and picks the device."""
-    global device, device_type, ptdtype, dtype, ctx
+def setup(argv, settings=SETTINGS, scripts=(__file__,)):
+    """The settings: the defaults above, then config files and --key=value, checked. Returns
+    a dict, as given (saved in the checkpoint: device and dtype stay 'auto' there).
+    bench.py passes its own settings added to these, and its own file first."""
     try:
-        config = configure({k: globals()[k] for k in SETTINGS}, argv)
+        config = configure(settings, argv, scripts)
     except ConfigError as e:
         raise TrainError(str(e))
     check_settings(config)
-    globals().update(config)
-    try:
-        device = setup_device(device)
-    except ValueError as e:
-        raise TrainError(str(e))
-    device_type = torch.device(device).type
-    dtype = resolve_dtype(dtype, device, training=True)
-    ctx = autocast(device, dtype)
-    linear_ce.PATH = loss_path  # the readout loss path model.readout_loss takes (linear_ce.readout_ce)
     return config
 
+
+# -----------------------------------------------------------------------------
+# the parts of a run, in the order main() takes them
 
 def under_torchrun():
     return int(os.environ.get('RANK', -1)) != -1
 
 
-def main(argv):
-    global device, max_iters, gradient_accumulation_steps
-    config = setup(argv)
-
-    # DDP: one process per GPU under torchrun; on one device none of this runs
-    ddp = under_torchrun()
-    rank, world_size = 0, 1
-    if ddp:  # NCCL between GPUs; gloo between CPU processes (how the tests run two ranks)
-        if device_type == 'cuda':
-            device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-            torch.cuda.set_device(device)
-        # device_id binds the NCCL communicator to this rank's GPU up front (no lazy init, no guessing)
-        init_process_group(backend='gloo' if device_type == 'cpu' else 'nccl',
-                           device_id=torch.device(device) if device_type == 'cuda' else None)
-        rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
-        if gradient_accumulation_steps % world_size:
-            raise TrainError(f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
-                             f"multiple of the number of GPUs ({world_size})")
-        gradient_accumulation_steps //= world_size
-    master = rank == 0
-    torch.manual_seed(seed + rank)
-
-    # data
+def start_process(c):
+    """This process's part in the run: (ddp, rank, world_size, device, n_micro), n_micro its
+    micro-steps per optimizer step. Under torchrun one process per GPU (NCCL), or per CPU
+    process (gloo: how the tests run two ranks); on one device none of the DDP part runs."""
     try:
-        train_data, meta = load_tokens(os.path.join(data_dir, dataset), 'train')
-        val_data, _ = load_tokens(os.path.join(data_dir, dataset), 'val')
+        device = setup_device(c.device)
+    except ValueError as e:
+        raise TrainError(str(e))
+    if not under_torchrun():
+        return False, 0, 1, device, c.gradient_accumulation_steps
+    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    if c.gradient_accumulation_steps % world_size:
+        raise TrainError(f"gradient_accumulation_steps ({c.gradient_accumulation_steps}) must be a "
+                         f"multiple of the number of GPUs ({world_size})")
+    cuda = device.startswith('cuda')
+    if cuda:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(device)
+    # device_id binds the NCCL communicator to this rank's GPU up front (no lazy init, no guessing)
+    init_process_group(backend='nccl' if cuda else 'gloo', device_id=torch.device(device) if cuda else None)
+    return True, rank, world_size, device, c.gradient_accumulation_steps // world_size
+
+
+def load_data(c):
+    """(train tokens, val tokens, meta) of c.dataset, each split long enough for a window."""
+    try:
+        train_data, meta = load_tokens(os.path.join(c.data_dir, c.dataset), 'train')
+        val_data, _ = load_tokens(os.path.join(c.data_dir, c.dataset), 'val')
     except FileNotFoundError as e:
         raise TrainError(str(e))
     for name, data in (('train', train_data), ('val', val_data)):
-        if len(data) <= block_size + 1:
-            raise TrainError(f"the {name} split of {dataset} has {len(data)} tokens, too few for block_size {block_size}")
-    tokens_per_iter = gradient_accumulation_steps * world_size * batch_size * block_size
-    if max_iters == 0:
-        # "epochs" of random windows: epochs * train tokens / tokens per step, as the paper's recipe
-        max_iters = math.ceil(epochs * len(train_data) / tokens_per_iter)
+        if len(data) <= c.block_size + 1:
+            raise TrainError(f"the {name} split of {c.dataset} has {len(data)} tokens, too few for block_size {c.block_size}")
+    return train_data, val_data, meta
 
-    # model
-    model_args = {k: meta['vocab_size'] if k == 'vocab_size' else config[k] for k in MODEL_ARGS}
-    ckpt = None
-    iter_num, best_val_loss = 0, float('inf')
-    if init_from == 'resume':
-        path = os.path.join(out_dir, 'ckpt.pt')
-        try:
-            model, ckpt = LoopedGPT.from_checkpoint(path, device)
-        except (FileNotFoundError, ValueError) as e:
-            raise TrainError(f"init_from='resume': {e}")
-        if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
-            raise TrainError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{dataset} has "
-                             f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
-        differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
-                  if ckpt['model_args'][k] != v]
-        if differ:
-            raise TrainError(f"{path} does not match this config: {', '.join(differ)}")
-        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
-    else:
-        model = LoopedGPT(LoopedGPTConfig(**model_args)).to(device)
-    raw_model = model  # kept for saving and for evaluating at other K
-    if master:
-        print(f"number of parameters: {model.get_num_params() / 1e6:.2f}M (counted once; the stack runs {n_loops}x)")
-        print(f"device {device}, {dtype}, {tokens_per_iter:,} tokens per iteration, {max_iters:,} iterations")
 
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == 'float16'))
-    optimizer = make_optimizer(model)
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt['optimizer'])
-    ckpt = None  # free memory
-    start_iter = iter_num  # nothing new to save until the first step from here
+def build_model(c, meta, device):
+    """A new model, or with init_from='resume' out_dir's checkpoint, which must match these
+    settings and this data. Returns (the model, the checkpoint or None)."""
+    model_args = {k: meta['vocab_size'] if k == 'vocab_size' else getattr(c, k) for k in MODEL_ARGS}
+    if c.init_from == 'scratch':
+        return LoopedGPT(LoopedGPTConfig(**model_args)).to(device), None
+    path = os.path.join(c.out_dir, 'ckpt.pt')
+    try:
+        model, ckpt = LoopedGPT.from_checkpoint(path, device)
+    except (FileNotFoundError, ValueError) as e:
+        raise TrainError(f"init_from='resume': {e}")
+    if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
+        raise TrainError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{c.dataset} has "
+                         f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
+    differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
+              if ckpt['model_args'][k] != v]
+    if differ:
+        raise TrainError(f"{path} does not match this config: {', '.join(differ)}")
+    return model, ckpt
 
-    if use_compile(compile, device):
-        if master:
-            print("compiling the model... (takes a minute)")
-        model = torch.compile(model)
+
+def wrap_for_training(raw_model, ddp, compile_it, device):
+    """The module train_step runs: DDP around the model first, then torch.compile around
+    that, so that dynamo's DDPOptimizer splits the compiled graph at DDP's gradient buckets
+    and each bucket's all-reduce overlaps the rest of the backward (compiled first and
+    wrapped after, the backward is one graph and every all-reduce waits for its end).
+    raw_model itself stays unwrapped and uncompiled, for saving and evaluating."""
+    model = raw_model
     if ddp:
         unused = raw_model.config.interloop_norm and raw_model.config.n_loops == 1  # one loop: no norm between loops
-        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None,
+        model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device.startswith('cuda') else None,
                     find_unused_parameters=unused)
+    if compile_it:
+        model = torch.compile(model)
+    return model
+
+
+def eval_and_save(c, raw_model, optimizer, val_batches, ctx, iter_num, best_val_loss, can_save, config):
+    """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
+    always_save_checkpoint). Returns (whether the val loss is finite, the best val loss)."""
+    ev = evaluate(raw_model, val_batches, ctx)
+    K = raw_model.config.n_loops
+    log(c.out_dir, dict(kind='eval', iter=iter_num, **ev),
+        f"eval {iter_num}: val loss K=1..{K} {fmt(ev['val_loss'], '.4f')} | "
+        f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
+        f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
+        f"angular {fmt(ev['angular'], '.2e')}")
+    finite = all(math.isfinite(v) for v in ev['val_loss'])
+    if finite and can_save and (ev['val_loss'][-1] < best_val_loss or c.always_save_checkpoint):
+        best_val_loss = min(best_val_loss, ev['val_loss'][-1])
+        save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, config)
+        print(f"saved {c.out_dir}/ckpt.pt")
+    return finite, best_val_loss
+
+
+def log_train(out_dir, iter_num, acc, n_iters, seconds, lr, tokens_per_iter, flops_per_iter, peak, device):
+    """The train line of the last n_iters iterations: acc holds their summed loss, per-loop CE
+    and |H_k| as device tensors, read here (the one sync per log line). peak: the device's
+    FLOP/s for MFU, summed over the ranks (None: no MFU)."""
+    loss, ce, h_norm = (a / n_iters for a in acc)
+    ce, h_norm, loss = ce.tolist(), h_norm.tolist(), loss.item()
+    tok_s = tokens_per_iter * n_iters / seconds
+    mfu = flops_per_iter * n_iters / seconds / peak if peak else None
+    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.startswith('cuda') else None
+    ms = 1000 * seconds / n_iters
+    log(out_dir, dict(kind='train', iter=iter_num, loss=loss, ce=ce, h_norm=h_norm, lr=lr,
+                      ms_per_iter=ms, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
+        f"iter {iter_num}: loss {loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
+        f"lr {lr:.1e} | {ms:.1f} ms/iter | {tok_s:,.0f} tok/s"
+        + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + (f" | {mem:.1f} GiB" if mem else ""))
+
+
+def non_finite_message(iter_num, out_dir, learning_rate):
+    return (f"the loss became non-finite by iteration {iter_num}: stopping. {out_dir}/ckpt.pt (if any) "
+            f"is the last good checkpoint and was not touched; try a lower learning_rate (now {learning_rate})")
+
+
+# -----------------------------------------------------------------------------
+
+def main(argv):
+    config = setup(argv)
+    c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
+    ddp, rank, world_size, device, n_micro = start_process(c)
+    master = rank == 0
+    dtype = resolve_dtype(c.dtype, device, training=True)
+    ctx = autocast(device, dtype)  # the precision every forward pass runs in
+    torch.manual_seed(c.seed + rank)
+
+    train_data, val_data, meta = load_data(c)
+    tokens_per_iter = n_micro * world_size * c.batch_size * c.block_size
+    # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
+    max_iters = c.max_iters or math.ceil(c.epochs * len(train_data) / tokens_per_iter)
+
+    raw_model, ckpt = build_model(c, meta, device)  # raw_model: kept for saving and for evaluating at other K
+    raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.readout_ce)
+    optimizer = make_optimizer(raw_model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
+                               weight_decay=c.weight_decay)
+    iter_num, best_val_loss = 0, float('inf')
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt['optimizer'])
+        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+    ckpt = None  # free memory
+    start_iter = iter_num  # nothing new to save until the first step from here
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=(dtype == 'float16'))
+    if master:
+        print(f"number of parameters: {raw_model.get_num_params() / 1e6:.2f}M (counted once; the stack runs {c.n_loops}x)")
+        print(f"device {device}, {dtype}, {tokens_per_iter:,} tokens per iteration, {max_iters:,} iterations")
+        if use_compile(c.compile, device):
+            print("compiling the model... (takes a minute)")
+    model = wrap_for_training(raw_model, ddp, use_compile(c.compile, device), device)
 
     flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
     peak = peak_flops(device, dtype)
-    val_batches = eval_batches(val_data)
+    peak = peak * world_size if peak else None
+    val_batches = eval_batches(val_data, eval_iters=c.eval_iters, batch_size=c.batch_size,
+                               block_size=c.block_size, device=device)
     if master:
-        os.makedirs(out_dir, exist_ok=True)
-        if not eval_only:  # (eval_only appends its one line to the existing log)
-            if init_from == 'resume':
-                trim_log(iter_num)
-            elif os.path.exists(os.path.join(out_dir, 'log.jsonl')):
-                os.remove(os.path.join(out_dir, 'log.jsonl'))  # a new run, a new log
+        os.makedirs(c.out_dir, exist_ok=True)
+        if not c.eval_only:  # (eval_only appends its one line to the existing log)
+            if c.init_from == 'resume':
+                trim_log(c.out_dir, iter_num)
+            elif os.path.exists(os.path.join(c.out_dir, 'log.jsonl')):
+                os.remove(os.path.join(c.out_dir, 'log.jsonl'))  # a new run, a new log
 
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
     # per log line; `finite` is checked there too, so a NaN costs no sync per step.
-    acc_loss = torch.zeros((), device=device)
-    acc_ce = torch.zeros(n_loops, device=device)
-    acc_norm = torch.zeros(n_loops, device=device)
+    acc = (torch.zeros((), device=device), torch.zeros(c.n_loops, device=device), torch.zeros(c.n_loops, device=device))
     finite = torch.ones((), dtype=torch.bool, device=device)
     acc_iters, t0 = 0, time.time()
     while True:
-        if iter_num % eval_interval == 0 or iter_num == max_iters or eval_only:
+        if iter_num % c.eval_interval == 0 or iter_num == max_iters or c.eval_only:
             t_eval = time.time()
             failed = master and not finite.item()
             if master and not failed:
-                ev = evaluate(raw_model, val_batches)
-                log(dict(kind='eval', iter=iter_num, **ev),
-                    f"eval {iter_num}: val loss K=1..{n_loops} {fmt(ev['val_loss'], '.4f')} | "
-                    f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
-                    f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
-                    f"angular {fmt(ev['angular'], '.2e')}")
-                failed = not all(math.isfinite(v) for v in ev['val_loss'])
-                if not failed and not eval_only and iter_num > start_iter and (
-                        ev['val_loss'][-1] < best_val_loss or always_save_checkpoint):
-                    best_val_loss = min(best_val_loss, ev['val_loss'][-1])
-                    save_checkpoint(raw_model, optimizer, iter_num, best_val_loss, config)
-                    print(f"saved {out_dir}/ckpt.pt")
+                ok, best_val_loss = eval_and_save(c, raw_model, optimizer, val_batches, ctx, iter_num, best_val_loss,
+                                                  not c.eval_only and iter_num > start_iter, config)
+                failed = not ok
             if ddp:  # rank 0's verdict, to every rank: none is left waiting in an all-reduce
                 verdict = torch.tensor([float(failed)], device=device)
                 broadcast(verdict, src=0)
                 failed = bool(verdict.item())
             if failed:
-                raise TrainError(non_finite_message(iter_num))
-            if eval_only:
+                raise TrainError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
+            if c.eval_only:
                 break
             t0 += time.time() - t_eval  # the eval is not training time
-            if device_type == 'cuda':
+            if device.startswith('cuda'):
                 torch.cuda.reset_peak_memory_stats(device)  # the logged peak is the training step's
         if iter_num >= max_iters:
             break
 
-        lr = get_lr(iter_num)
+        lr = get_lr(iter_num, learning_rate=c.learning_rate, min_lr=c.min_lr, warmup_iters=c.warmup_iters,
+                    max_iters=max_iters, lr_decay=c.lr_decay)
         for group in optimizer.param_groups:
             group['lr'] = lr
-        xs, ys = train_batches(train_data, iter_num, rank, gradient_accumulation_steps)
-        loss, ce, h_norm = train_step(model, optimizer, scaler, xs, ys, iter_num, rank, ddp)
-        acc_loss += loss
-        acc_ce += ce
-        acc_norm += h_norm
-        finite &= torch.isfinite(loss)
+        xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,
+                               block_size=c.block_size, device=device)
+        seed_step(c.seed, iter_num, rank)
+        step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp)
+        for a, s in zip(acc, step):
+            a += s
+        finite &= torch.isfinite(step[0])
         iter_num += 1
         acc_iters += 1
 
-        if iter_num % log_interval == 0:
+        if iter_num % c.log_interval == 0:
             if ddp:  # a NaN on any rank stops every rank at the same line
                 flag = finite.float()
                 all_reduce(flag, op=ReduceOp.MIN)
                 finite = flag.bool()
             if not finite.item():  # the one sync per log line
-                raise TrainError(non_finite_message(iter_num))
-        if iter_num % log_interval == 0 and master:
-            dt = time.time() - t0
-            ce = (acc_ce / acc_iters).tolist()
-            h_norm = (acc_norm / acc_iters).tolist()
-            train_loss = (acc_loss / acc_iters).item()
-            tok_s = tokens_per_iter * acc_iters / dt
-            mfu = flops_per_iter * acc_iters / dt / (peak * world_size) if peak else None
-            mem = torch.cuda.max_memory_allocated(device) / 2**30 if device_type == 'cuda' else None
-            log(dict(kind='train', iter=iter_num, loss=train_loss, ce=ce, h_norm=h_norm, lr=lr,
-                     ms_per_iter=1000 * dt / acc_iters, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
-                f"iter {iter_num}: loss {train_loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
-                f"lr {lr:.1e} | {1000 * dt / acc_iters:.1f} ms/iter | {tok_s:,.0f} tok/s"
-                + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + (f" | {mem:.1f} GiB" if mem else ""))
-            acc_loss.zero_(), acc_ce.zero_(), acc_norm.zero_()
+                raise TrainError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
+            if master:
+                log_train(c.out_dir, iter_num, acc, acc_iters, time.time() - t0, lr, tokens_per_iter,
+                          flops_per_iter, peak, device)
+            for a in acc:
+                a.zero_()
             acc_iters, t0 = 0, time.time()
 
     if ddp:
         barrier()  # rank 0 may still be evaluating or saving; no rank leaves before it is done
         destroy_process_group()
-
-
-def non_finite_message(iter_num):
-    return (f"the loss became non-finite by iteration {iter_num}: stopping. {out_dir}/ckpt.pt (if any) "
-            f"is the last good checkpoint and was not touched; try a lower learning_rate (now {learning_rate})")
 
 
 if __name__ == '__main__':
