@@ -45,9 +45,8 @@ def tiny_data(tmp_path_factory):
     (root / 'text' / 'train.txt').write_text(''.join(lines[:2600]))
     (root / 'text' / 'valid.txt').write_text(''.join(lines[2600:2800]))
     (root / 'text' / 'test.txt').write_text(''.join(lines[2800:]))
-    r = run_script('prepare.py', '--text_dir', root / 'text', '--tokenizer', 'bytes',
-                   '--out_dir', root / 'data' / 'tiny-bytes')
-    assert r.returncode == 0, r.stderr
+    import prepare  # in-process: test_prepare.py runs it from the outside
+    prepare.main(['--text_dir', str(root / 'text'), '--tokenizer', 'bytes', '--out_dir', str(root / 'data' / 'tiny-bytes')])
     return root / 'data'
 
 

@@ -1,19 +1,27 @@
 """
-train.py from the outside (subprocesses on tiny data made by prepare.py), and configurator.py.
+train.py from the outside (subprocesses on tiny data made by prepare.py), its helpers and
+its setting checks in-process, and configurator.py.
 
     python -m pytest -q test_train.py
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
-from conftest import HERE, assert_one_line_error, run_script, train_args
+import train as train_module
+from conftest import HERE, TINY, assert_one_line_error, run_script, train_args
 from configurator import ConfigError, configure
+from model import LoopedGPT, LoopedGPTConfig
+from runtime import autocast
 
 
 def read_log(out_dir):
@@ -27,14 +35,22 @@ def train(tiny_data, out_dir, *extra):
     return r
 
 
-def test_training_lowers_the_loss_and_logs_every_loop(tiny_data, tmp_path):
+def settings(*argv):
+    """train.py's settings as its command line would make them, checked (in-process)."""
+    return train_module.setup(list(argv))
+
+
+# -----------------------------------------------------------------------------
+# train.py as a script
+
+def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(tiny_data, tmp_path):
     out = tmp_path / 'run'
-    r = train(tiny_data, out, '--max_iters=60', '--eval_interval=30', '--readout=raw', '--n_loops=3')
+    r = train(tiny_data, out, '--max_iters=60', '--eval_interval=25', '--readout=raw', '--n_loops=3')
     log = read_log(out)
     trains = [e for e in log if e['kind'] == 'train']
     evals = [e for e in log if e['kind'] == 'eval']
     assert [e['iter'] for e in trains] == list(range(1, 61))
-    assert [e['iter'] for e in evals] == [0, 30, 60]
+    assert [e['iter'] for e in evals] == [0, 25, 50, 60]  # the last iteration too, off the interval
     for e in trains:
         assert len(e['ce']) == len(e['h_norm']) == 3
         assert e['ms_per_iter'] > 0 and e['tok_per_s'] > 0 and e['lr'] == pytest.approx(3e-3)
@@ -46,12 +62,28 @@ def test_training_lowers_the_loss_and_logs_every_loop(tiny_data, tmp_path):
     assert evals[-1]['val_loss'][-1] < evals[0]['val_loss'][-1] - 1.0
     assert 'iter 60: loss' in r.stdout and 'eval 60: val loss K=1..3' in r.stdout
     assert os.path.isfile(out / 'ckpt.pt') and not os.path.exists(out / 'ckpt.pt.tmp')
+    assert torch.load(out / 'ckpt.pt', weights_only=True)['iter_num'] == 60
 
 
-def test_terminal_loss_logs_null_for_unsupervised_loops(tiny_data, tmp_path):
-    train(tiny_data, tmp_path / 'run', '--max_iters=3', '--eval_interval=3', '--loss=terminal')
-    trains = [e for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
-    assert all(e['ce'][0] is None and e['ce'][1] is not None for e in trains)
+def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path):
+    # the same run through linear_ce's fused loss and through materialised logits + F.cross_entropy:
+    # the same losses (float32), so --loss_path reaches the model. Terminal CE: loops it does not read log null
+    logs = {}
+    for path in ('fused', 'plain'):
+        train(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
+              '--dtype=float32', f'--loss_path={path}')
+        logs[path] = [e for e in read_log(tmp_path / path) if e['kind'] == 'train']
+    for fused, plain in zip(logs['fused'], logs['plain'], strict=True):
+        assert plain['loss'] == pytest.approx(fused['loss'], rel=1e-5)
+        assert fused['ce'][0] is None and fused['ce'][1] is not None and plain['ce'][0] is None
+    assert logs['fused'][1]['loss'] < logs['fused'][0]['loss']  # and it trains
+
+
+def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_path):
+    # the one subprocess for the error path: the checks themselves are tested in-process below
+    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', '--loss_path=unfused'))
+    assert_one_line_error(r, 'train.py', "'loss_path'", 'fused, plain', "'unfused'")
+    assert not (tmp_path / 'x').exists()
 
 
 def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
@@ -94,27 +126,21 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     torchrun(tmp_path / 'one_loop', '--max_iters=3', '--interloop_norm=True', '--n_loops=1')
 
 
-def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration(monkeypatch):
-    import train
-    monkeypatch.setattr(train, 'seed', 7, raising=False)
-    draws = {}
-    for it, rank in ((3, 0), (3, 1), (4, 1), (3, 1)):
-        train.seed_step(it, rank)
-        draws.setdefault((it, rank), []).append(torch.rand(4))
-    assert torch.equal(*draws[(3, 1)])  # the same step on the same rank: the same masks, resumed or not
-    assert not torch.equal(draws[(3, 0)][0], draws[(3, 1)][0]) and not torch.equal(draws[(3, 1)][0], draws[(4, 1)][0])
-
-
-def test_the_last_iteration_is_evaluated_and_saved(tiny_data, tmp_path):
-    train(tiny_data, tmp_path / 'run', '--max_iters=7', '--eval_interval=5')
-    assert [e['iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'eval'] == [0, 5, 7]
-    ckpt = torch.load(tmp_path / 'run' / 'ckpt.pt', weights_only=True)
-    assert ckpt['iter_num'] == 7 and ckpt['data_position'] == 7
+def tiny_checkpoint(out_dir, tiny_data, *extra):
+    """out_dir/ckpt.pt of an untrained model with TINY's settings, written by train.py's own
+    save_checkpoint: what a run leaves behind, without running one."""
+    config = settings(*train_args(tiny_data, out_dir, *extra))
+    c = SimpleNamespace(**config)
+    model, _ = train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    optimizer = train_module.make_optimizer(model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
+                                            weight_decay=c.weight_decay)
+    os.makedirs(out_dir, exist_ok=True)
+    train_module.save_checkpoint(out_dir, model, optimizer, 4, float('inf'), config)
 
 
 def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
     out = tmp_path / 'run'
-    train(tiny_data, out, '--max_iters=4', '--eval_interval=4')
+    tiny_checkpoint(out, tiny_data)
     before = (out / 'ckpt.pt').read_bytes()
     r = run_script('train.py', *train_args(tiny_data, out, '--max_iters=40', '--eval_interval=4',
                                            '--init_from=resume', '--learning_rate=1e12', '--grad_clip=0.0'))
@@ -123,19 +149,60 @@ def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp
     assert not os.path.exists(out / 'ckpt.pt.tmp')
 
 
-def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
-    args = train_args(tiny_data, tmp_path / 'x', '--eval_only=True')
-    assert_one_line_error(run_script('train.py', *args, '--learning_rat=1e-3'), 'train.py', "'learning_rat'")
-    assert_one_line_error(run_script('train.py', *args, '--batch_size=big'), 'train.py', "'batch_size'", 'int')
-    assert_one_line_error(run_script('train.py', *args, '--max_iters=1.5'), 'train.py', "'max_iters'")
-    assert_one_line_error(run_script('train.py', *args, '--readout=rms'), 'train.py', "'readout'", 'raw')
+def test_gpu_check_stops_with_one_line_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip('this machine has CUDA')
+    r = subprocess.run(['bash', os.path.join(HERE, 'gpu_check.sh'), '/nonexistent/never-made'],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ''
+    assert len(r.stderr.strip().splitlines()) == 1 and 'no CUDA GPU' in r.stderr
+
+
+# -----------------------------------------------------------------------------
+# the settings and their checks, in-process (the functions the script runs first)
+
+def test_help_lists_every_setting_with_its_comment(capsys):
+    with pytest.raises(SystemExit) as e:
+        settings('config/cpu.py', '--help')
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith('usage: python train.py')
+    for key, default in train_module.SETTINGS.items():
+        line = next((l for l in text.splitlines() if l.strip().startswith(f'--{key}=')), None)
+        assert line is not None, key
+        value, _, comment = line.strip().partition(' ')
+        assert comment.strip(), f"setting {key} has no comment (every setting says its unit or options)"
+    assert "  --loss_path='fused'" in text and "'fused' (linear_ce's chunked" in text
+
+
+@pytest.mark.parametrize('argv,needles', [
+    (['--learning_rat=1e-3'], ["'learning_rat'", "did you mean 'learning_rate'", 'python train.py --help']),
+    (['--batch_size=big'], ["'batch_size'", 'an int']),
+    (['--max_iters=1.5'], ["'max_iters'"]),
+    (['--readout=rms'], ["'readout'", 'raw']),
+    (['config/nope.py'], ['config/nope.py']),
+    (['--out_dir'], ['--out_dir=VALUE']),
+    (['--out_dir', '--n_loops=2'], ['--out_dir=VALUE']),
+    (['-o'], ["'-o'", '--help']),
+])
+def test_config_errors_name_what_is_wrong(argv, needles):
+    with pytest.raises(train_module.TrainError) as e:
+        settings(*argv)
+    for needle in needles:
+        assert needle in str(e.value), str(e.value)
+
+
+def test_a_bad_config_file_is_named(tmp_path):
     bad = tmp_path / 'bad.py'
     bad.write_text("n_layers = 4\n")
-    assert_one_line_error(run_script('train.py', bad, *args), 'train.py', "'n_layers'", str(bad))
-    assert_one_line_error(run_script('train.py', 'config/nope.py', *args), 'train.py', 'config/nope.py')
-    assert_one_line_error(run_script('train.py', *args, '--device=gpu'), 'train.py', "'gpu'")
-    r = run_script('train.py', *args, '--learning_rate=1')  # an int where a float is expected is fine
-    assert r.returncode == 0, r.stderr
+    with pytest.raises(train_module.TrainError, match="'n_layers'.*bad.py"):
+        settings(str(bad))
+
+
+def test_key_space_value_and_int_for_float_work():
+    c = settings('--out_dir', 'somewhere', '--learning_rate=1', '--n_loops', '3', '--dataset', 'wikitext-2')
+    assert c['out_dir'] == 'somewhere' and c['n_loops'] == 3 and c['dataset'] == 'wikitext-2'
+    assert c['learning_rate'] == 1.0 and type(c['learning_rate']) is float
 
 
 @pytest.mark.parametrize('bad,needle', [
@@ -145,34 +212,49 @@ def test_config_errors_are_one_clear_line(tiny_data, tmp_path):
     (['--block_size=0'], "'block_size'"), (['--eval_iters=0'], "'eval_iters'"), (['--beta2=1.5'], "'beta2'"),
     (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'"),
     (['--exit_train=1.0'], "'exit_train'"), (['--exit_train=-0.5'], "'exit_train'"),
-    (['--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'")])
-def test_settings_that_make_no_sense_are_one_clear_line(tiny_data, tmp_path, bad, needle):
-    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', *bad))
-    assert_one_line_error(r, 'train.py', needle)
-    assert not (tmp_path / 'x').exists()  # refused before anything was written
+    (['--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'"),
+    (['--loss_path=unfused'], "'loss_path'"), (['--compile=yes'], "'compile'")])
+def test_settings_that_make_no_sense_are_refused(bad, needle):
+    with pytest.raises(train_module.TrainError) as e:
+        settings(*bad)
+    assert needle in str(e.value)
+
+
+def test_a_device_that_is_not_there_is_refused():
+    c = SimpleNamespace(**settings('--device=gpu'))
+    with pytest.raises(train_module.TrainError, match="'gpu'"):
+        train_module.start_process(c)
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    r = run_script('train.py', f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes', '--device=cpu')
-    assert_one_line_error(r, 'train.py', 'python prepare.py --dataset wikitext-2 --tokenizer bytes')
-    r = run_script('train.py', f'--data_dir={tmp_path}', '--device=cpu')
-    assert_one_line_error(r, 'train.py', '`python prepare.py`')
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
+    with pytest.raises(train_module.TrainError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
+        train_module.load_data(c)
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
+    with pytest.raises(train_module.TrainError, match='`python prepare.py`'):
+        train_module.load_data(c)
 
 
 def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
     out = tmp_path / 'run'
-    train(tiny_data, out, '--max_iters=2', '--eval_interval=2')
-    r = run_script('train.py', *train_args(tiny_data, out, '--init_from=resume', '--n_embd=64'))
-    assert_one_line_error(r, 'train.py', 'n_embd=32')
-    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'none', '--init_from=resume'))
-    assert_one_line_error(r, 'train.py', 'no checkpoint')
+    tiny_checkpoint(out, tiny_data)
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', '--n_embd=64')))
+    with pytest.raises(train_module.TrainError, match=r"n_embd=32 \(asked: 64\)"):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
+    with pytest.raises(train_module.TrainError, match='vocab 256 but'):
+        train_module.build_model(c, {'vocab_size': 50257, 'tokenizer': 'gpt2'}, 'cpu')
+    assert train_module.build_model(c, {'vocab_size': 256}, 'cpu')[1]['iter_num'] == 4  # it matches
+    c = SimpleNamespace(**settings(*train_args(tiny_data, tmp_path / 'none', '--init_from=resume')))
+    with pytest.raises(train_module.TrainError, match='no checkpoint'):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
 
 
 def test_every_condition_config_loads_and_overlays_compose():
     defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
                     exit_train=0.0, n_layer=8, n_head=8, n_embd=512, batch_size=64)
     config = os.path.join(HERE, 'config')
-    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', 'cpu_long.py', '129m.py'))
+    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py'))
     assert len(conditions) == 10  # the paper's eight, and two with exit-aware training
     seen = set()
     for name in conditions:
@@ -185,18 +267,8 @@ def test_every_condition_config_loads_and_overlays_compose():
                          [os.path.join(config, name), os.path.join(config, 'cpu.py'), os.path.join(config, 'cpu_long.py')])
         assert long['out_dir'] == f"out-{name[:-3]}-cpu-long" and long['max_iters'] == 0 and long['epochs'] == 4.0
     assert len(seen) == 10  # ten different conditions
-
-
-def test_batches_are_a_function_of_the_iteration(monkeypatch):
-    import numpy as np
-    import train
-    for name, value in dict(seed=1, block_size=8, batch_size=4, device_type='cpu', device='cpu').items():
-        monkeypatch.setattr(train, name, value, raising=False)
-    data = np.arange(10000, dtype=np.uint16)
-    a, b, again = (train.train_batches(data, it, 0, 2)[0] for it in (0, 1, 0))
-    assert torch.equal(a, again) and not torch.equal(a, b)
-    assert not torch.equal(a[0], a[1])  # the micro-steps of one iteration differ too
-    assert not torch.equal(train.train_batches(data, 0, 1, 2)[0], a)  # and so do ranks
+    for overlay in ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py'):  # every overlay is train.py settings
+        settings(os.path.join(config, 'raw_perloop.py'), os.path.join(config, overlay))
 
 
 def test_configurator_types():
@@ -204,29 +276,107 @@ def test_configurator_types():
     assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
     assert type(configure(s, ['--lr=1'])['lr']) is float
     assert configure(s, ['--name=wikitext-2', '--flag=True'])['name'] == 'wikitext-2'
-    for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n']):
+    assert configure(s, ['--n', '5', '--flag', 'True']) == dict(s, n=5, flag=True)
+    for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n'], ['--n', '--lr=1']):
         with pytest.raises(ConfigError):
             configure(s, bad)
 
 
-def test_mfu_peaks_tell_pcie_and_nvl_boards_from_sxm():
-    from runtime import peak_flops_of
-    assert peak_flops_of('NVIDIA H100 PCIe') == 756e12
-    assert peak_flops_of('NVIDIA H100 NVL') == peak_flops_of('NVIDIA H200 NVL') == 835e12
-    assert peak_flops_of('NVIDIA H100 80GB HBM3') == peak_flops_of('NVIDIA H200') == 989e12
-    assert peak_flops_of('Tesla V100-SXM2-16GB') is None
+def test_an_unknown_setting_names_the_script_it_was_given_to():
+    with pytest.raises(ConfigError, match='`python sample.py --help`'):
+        configure(dict(n=1), ['--m=1'], [os.path.join(HERE, 'sample.py')])
 
 
-def test_loss_path_is_a_checked_setting():
-    import linear_ce
-    import train as train_module
-    assert train_module.loss_path == 'fused' and train_module.CHOICES['loss_path'] == linear_ce.PATHS
+# -----------------------------------------------------------------------------
+# the helpers
+
+def test_lr_warms_up_linearly_then_holds_or_follows_a_cosine():
+    lr = dict(learning_rate=1.0, min_lr=0.1, warmup_iters=4, max_iters=14)
+    cosine = [train_module.get_lr(it, **lr, lr_decay='cosine') for it in range(16)]
+    assert cosine[:4] == pytest.approx([0.2, 0.4, 0.6, 0.8])  # (it + 1) / (warmup + 1): never 0
+    assert cosine[4] == pytest.approx(1.0)                      # the top, as warm-up ends
+    assert cosine[9] == pytest.approx(0.55)                     # halfway: (1 + 0.1) / 2
+    assert cosine[14] == pytest.approx(0.1) and cosine[15] == pytest.approx(0.1)  # min_lr, and after
+    assert cosine[6] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * 0.2)))
+    constant = [train_module.get_lr(it, **lr, lr_decay='constant') for it in range(16)]
+    assert constant[:4] == cosine[:4] and constant[4:] == [1.0] * 12
 
 
-def test_gpu_check_stops_with_one_line_without_cuda():
-    if torch.cuda.is_available():
-        pytest.skip('this machine has CUDA')
-    r = subprocess.run(['bash', os.path.join(HERE, 'gpu_check.sh'), '/nonexistent/never-made'],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and r.stdout == ''
-    assert len(r.stderr.strip().splitlines()) == 1 and 'no CUDA GPU' in r.stderr
+def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration():
+    draws = {}
+    for seed, it, rank in ((7, 3, 0), (7, 3, 1), (7, 4, 1), (7, 3, 1), (8, 3, 1)):
+        train_module.seed_step(seed, it, rank)
+        draws.setdefault((seed, it, rank), []).append(torch.rand(4))
+    assert torch.equal(*draws[(7, 3, 1)])  # the same step on the same rank: the same masks, resumed or not
+    first = [d[0] for d in draws.values()]
+    assert all(not torch.equal(a, b) for i, a in enumerate(first) for b in first[i + 1:])
+
+
+def test_batches_are_a_function_of_the_iteration():
+    data = np.arange(10000, dtype=np.uint16)
+    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
+    a, b, again = (train_module.train_batches(data, it, 0, seed=1, **shape)[0] for it in (0, 1, 0))
+    assert torch.equal(a, again) and not torch.equal(a, b)
+    assert not torch.equal(a[0], a[1])  # the micro-steps of one iteration differ too
+    assert not torch.equal(train_module.train_batches(data, 0, 1, seed=1, **shape)[0], a)  # and so do ranks
+    assert not torch.equal(train_module.train_batches(data, 0, 0, seed=2, **shape)[0], a)  # and seeds
+    x, y = train_module.train_batches(data, 0, 0, seed=1, **shape)
+    assert x.shape == (2, 4, 8) and torch.equal(y[..., :-1], x[..., 1:])  # targets: the inputs shifted by one
+
+
+def tiny_model(**kw):
+    torch.manual_seed(0)
+    return LoopedGPT(LoopedGPTConfig(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
+                                                 n_loops=2, dropout=0.0, init_std=0.02), **kw)))
+
+
+def step_once(model, dtype, scaler):
+    """One train_step; returns its outputs and the update of every parameter, flattened."""
+    optimizer = train_module.make_optimizer(model, learning_rate=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
+    xs, ys = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1)).unbind(0)
+    before = [p.detach().clone() for p in model.parameters()]
+    out = train_module.train_step(model, optimizer, scaler, xs[None], ys[None], ctx=autocast('cpu', dtype), grad_clip=1.0)
+    return out, torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
+
+
+def test_float16_steps_through_the_grad_scaler():
+    # the path for GPUs without bf16: float16 autocast, the loss scaled up before backward and the
+    # gradients unscaled before clipping. Here on the CPU, where torch has float16 autocast too.
+    try:
+        with torch.autocast('cpu', dtype=torch.float16):
+            torch.ones(2, 2) @ torch.ones(2, 2)
+        scaler = torch.amp.GradScaler('cpu', init_scale=2.0**10, growth_interval=1)
+    except (RuntimeError, ValueError, AttributeError) as e:
+        pytest.skip(f'this torch has no float16 autocast or GradScaler on the CPU ({e})')
+    model = tiny_model()
+    (loss, ce, h_norm), update = step_once(model, 'float16', scaler)
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0**11  # finite gradients: the step was taken, the scale grew
+    assert (update != 0).float().mean() > 0.9  # (AdamW moves every parameter that has a gradient)
+    assert torch.isfinite(loss) and loss.dtype == torch.float32 and ce.shape == h_norm.shape == (2,)
+    (ref_loss, _, _), ref_update = step_once(tiny_model(), 'float32', torch.amp.GradScaler('cpu', enabled=False))
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-2)  # the same step, in float16
+    # AdamW's first step is about lr * sign(gradient): the float16 gradients, unscaled, point the same way
+    assert torch.nn.functional.cosine_similarity(update, ref_update, dim=0) > 0.9
+    # a scale too large for float16: the scaled gradients overflow, the step is skipped and the scale backs off
+    scaler = torch.amp.GradScaler('cpu', init_scale=2.0**40)
+    (loss, _, _), update = step_once(tiny_model(), 'float16', scaler)
+    assert torch.isfinite(loss) and (update == 0).all() and scaler.get_scale() == 2.0**39
+
+
+def test_ddp_wraps_the_model_before_compile(tmp_path):
+    # compile(DDP(model)): DDPOptimizer then splits the compiled graph at DDP's buckets. One
+    # gloo rank in this process is enough to build the wrappers (the two-rank test trains eager).
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if not torch.distributed.is_available():
+        pytest.skip('this torch has no torch.distributed')
+    torch.distributed.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
+    try:
+        raw = tiny_model()
+        model = train_module.wrap_for_training(raw, ddp=True, compile_it=True, device='cpu')
+        assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+        assert isinstance(model._orig_mod, DDP) and model._orig_mod.module is raw
+        model.require_backward_grad_sync = False  # train_step's switch reaches DDP through the compiled wrapper
+        assert model._orig_mod.require_backward_grad_sync is False
+        assert not any('_orig_mod' in k or k.startswith('module.') for k in raw.state_dict())  # saved as is
+    finally:
+        torch.distributed.destroy_process_group()
