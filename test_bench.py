@@ -1,0 +1,101 @@
+"""
+bench.py, both modes, at a tiny shape with one timed step: the table it prints, and its
+side-by-side with a stand-in for the released code (a few lines written here, with the
+released code's interface: models/ar_looplm.py's build_ar_looplm_from_config).
+
+    python -m pytest -q test_bench.py
+"""
+
+import time
+
+import pytest
+import torch
+
+import bench
+from conftest import assert_one_line_error, run_script
+
+TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2',
+        '--block_size=16', '--batch_size=2', '--dataset=none-bytes', '--steps=1', '--warmup=0']
+
+RELEASED = '''
+import torch
+from torch import nn
+
+
+class LoopLM(nn.Module):
+    def __init__(self, d, vocab_size, loops):
+        super().__init__()
+        self.emb, self.mix, self.head = nn.Embedding(vocab_size, d), nn.Linear(d, d), nn.Linear(d, vocab_size)
+        self.loops = loops
+
+    def forward(self, x):
+        h, logits, norms = self.emb(x), [], []
+        for _ in range(self.loops):
+            h = h + torch.tanh(self.mix(h))
+            logits.append(self.head(h))
+            norms.append(h.pow(2).mean())
+        return {'all_logits': logits, 'all_hidden_norms_sq': norms}
+
+
+def build_ar_looplm_from_config(config, vocab_size):
+    return LoopLM(config['model']['d_model'], vocab_size, config['model']['num_loops'])
+'''
+
+
+@pytest.fixture
+def quick_peak(monkeypatch):
+    # the matmul peak measures 2048- and 4096-square products for a second: most of this test's
+    # time on a CPU, so one product of a small one stands in (the table's arithmetic is the same)
+    def peak(dtype, device):
+        a = torch.randn(256, 256, dtype=getattr(torch, dtype))
+        t0 = time.perf_counter()
+        a @ a
+        return 2 * 256**3 / (time.perf_counter() - t0)
+    monkeypatch.setattr(bench, 'matmul_peak', peak)
+
+
+def table(text):
+    return [line.split(' | ') for line in text.splitlines() if line.startswith('| ') and '---' not in line]
+
+
+def test_one_step_of_each_loss_is_timed(capsys, quick_peak):
+    bench.main(TINY + ['--dtype=float32', '--loss_path', 'plain'])
+    out = capsys.readouterr().out
+    assert '(d=32, 1 layers, K=2, vocab 256), batch 1x2x16, cpu, float32, eager' in out and 'loss path plain' in out
+    rows = table(out)
+    assert rows[0][:3] == ['| loss', 'tokens/s', 'ms/step'] and [r[0] for r in rows[1:]] == ['| perloop', '| terminal']
+    for row in rows[1:]:
+        assert float(row[1].replace(',', '')) > 0 and float(row[2]) > 0
+    assert 'matmul peak measured here (float32)' in out and 'per-loop / terminal peak memory' in out
+
+
+def test_side_by_side_with_the_released_code(capsys, tmp_path):
+    (tmp_path / 'models').mkdir()
+    (tmp_path / 'models' / 'ar_looplm.py').write_text(RELEASED)
+    bench.main(TINY + ['--dtype=bfloat16', f'--anchor={tmp_path}', '--norm_penalty=0.01'])
+    out = capsys.readouterr().out
+    assert f'side by side with {tmp_path}: 1 timed steps' in out and 'norm penalty 0.01' in out
+    names = [r[0] for r in table(out)[1:]]
+    assert names == ['| ours, float32, eager', '| ours as configured (bfloat16, eager)', '| released code, float32, eager']
+    assert table(out)[-1][-1] == '1.00x |'  # the released code against itself
+
+
+def test_bad_settings_are_one_line():
+    # the one subprocess: the error path as a user meets it
+    assert_one_line_error(run_script('bench.py', *TINY, '--steps=0'), 'bench.py', "'steps'", 'at least 1')
+
+
+@pytest.mark.parametrize('argv,needle', [
+    (['--warmup=-1'], "'warmup'"), (['--steps=1.5'], 'an int'), (['--step=3'], "did you mean 'steps'"),
+    (['--anchor=/nonexistent/clone'], 'models/ar_looplm.py')])
+def test_bad_settings_name_what_is_wrong(argv, needle):
+    with pytest.raises(bench.train.TrainError, match=needle):
+        bench.main(TINY + argv)
+
+
+def test_help_lists_its_own_settings_and_train_pys(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(['--help'])
+    out = capsys.readouterr().out
+    assert out.startswith('usage: python bench.py') and '[bench.py]' in out and '[train.py]' in out
+    assert '--steps=10' in out and 'timed optimizer steps' in out and '--n_loops=4' in out
