@@ -1,5 +1,7 @@
 """
-prepare.py from the outside: small text files made here, the byte tokenizer, no network.
+prepare.py on small text files made here, the byte tokenizer, no network: once from the
+outside for a clean run and for the one-line error, otherwise prepare.main in-process
+(each subprocess costs an interpreter start and an import, most of these tests' time).
 
     python -m pytest -q test_prepare.py
 """
@@ -34,6 +36,25 @@ def run(*args, cwd=None, env=None):
     return run_script('prepare.py', *args, cwd=cwd, env=env)
 
 
+def prepare_in_process(*args):
+    """prepare.main on these arguments; what it printed."""
+    import contextlib, io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        prepare.main([str(a) for a in args])
+    return out.getvalue()
+
+
+def prepare_error(args, *needles):
+    """prepare.main stops with one line, 'prepare.py: error: ...', naming each of needles."""
+    with pytest.raises(SystemExit) as e:
+        prepare_in_process(*args)
+    message = str(e.value.code)
+    assert message.startswith('prepare.py: error:') and '\n' not in message, message
+    for needle in needles:
+        assert needle in message, message
+
+
 def read_split(out_dir, split):
     with open(os.path.join(out_dir, 'meta.json')) as f:
         meta = json.load(f)
@@ -56,8 +77,7 @@ def test_bins_decode_back_to_the_text_and_meta_matches(tmp_path):
 
 def test_wikitext_file_names_and_missing_test_split(tmp_path):
     write_texts(tmp_path / 'wt', names=('wiki.train.raw', 'wiki.valid.raw'), splits=('train', 'val'))
-    r = run('--text_dir', tmp_path / 'wt', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
-    assert r.returncode == 0, r.stderr
+    prepare_in_process('--text_dir', tmp_path / 'wt', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
     ids, meta = read_split(tmp_path / 'out', 'val')
     assert ByteTokenizer().decode(ids) == TEXT['val']
     assert set(meta['tokens']) == {'train', 'val'}
@@ -66,14 +86,12 @@ def test_wikitext_file_names_and_missing_test_split(tmp_path):
 def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
     write_texts(tmp_path / 't')
     args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
-    assert run(*args).returncode == 0
+    prepare_in_process(*args)
     bin_path = tmp_path / 'out' / 'train.bin'
     os.utime(bin_path, (0, 0))
-    r = run(*args)
-    assert r.returncode == 0 and 'already complete' in r.stdout
+    assert 'already complete' in prepare_in_process(*args)
     assert os.path.getmtime(bin_path) == 0
-    r = run(*args, '--force')
-    assert r.returncode == 0 and 'already complete' not in r.stdout
+    assert 'already complete' not in prepare_in_process(*args, '--force')
     assert os.path.getmtime(bin_path) > 0
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == TEXT['train']
 
@@ -81,11 +99,10 @@ def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
 def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
     write_texts(tmp_path / 't')
     args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
-    assert run(*args).returncode == 0
+    prepare_in_process(*args)
     with open(tmp_path / 'out' / 'val.bin', 'r+b') as f:
         f.truncate(10)
-    r = run(*args)
-    assert 'already complete' not in r.stdout
+    assert 'already complete' not in prepare_in_process(*args)
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
 
 
@@ -114,14 +131,14 @@ def test_an_interruption_leaves_no_complete_looking_output(tmp_path, monkeypatch
         assert 'train.bin' not in left  # the split being written never appears under its name
 
 
-def test_datasets_path_with_a_local_dataset(tmp_path):
+def test_datasets_path_with_a_local_dataset(tmp_path, monkeypatch):
     datasets = pytest.importorskip('datasets')
     rows = {split: [line + '\n' for line in TEXT[split].split('\n')[:-1]] + [''] for split in TEXT}
     dd = datasets.DatasetDict({hf: datasets.Dataset.from_dict({'text': rows[s]})
                                for s, hf in prepare.HF_SPLITS.items()})
     dd.save_to_disk(str(tmp_path / 'wt-local'))
-    r = run('--dataset', tmp_path / 'wt-local', '--tokenizer', 'bytes', cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    monkeypatch.chdir(tmp_path)
+    prepare_in_process('--dataset', tmp_path / 'wt-local', '--tokenizer', 'bytes')
     for split in TEXT:
         ids, meta = read_split(tmp_path / 'data' / 'wt-local-bytes', split)
         assert ByteTokenizer().decode(ids) == ''.join(rows[split])
@@ -150,38 +167,36 @@ def test_dtype_follows_the_vocabulary():
     assert bin_dtype(100277) == np.uint32
 
 
-def one_line_error(r, *needles):
-    assert_one_line_error(r, 'prepare.py', *needles)
-
-
 def test_clear_errors(tmp_path):
     write_texts(tmp_path / 'noval', names=('train.txt',), splits=('train',))
-    one_line_error(run('--text_dir', tmp_path / 'noval', '--tokenizer', 'bytes'), 'no val split', 'valid.txt')
+    # the one subprocess: the error as a user meets it, one line and no traceback
+    assert_one_line_error(run('--text_dir', tmp_path / 'noval', '--tokenizer', 'bytes'), 'prepare.py',
+                          'no val split', 'valid.txt')
     write_texts(tmp_path / 'empty')
     (tmp_path / 'empty' / 'valid.txt').write_bytes(b'')
-    one_line_error(run('--text_dir', tmp_path / 'empty', '--tokenizer', 'bytes'), 'is empty')
+    prepare_error(['--text_dir', tmp_path / 'empty', '--tokenizer', 'bytes'], 'is empty')
     write_texts(tmp_path / 'latin1')
     (tmp_path / 'latin1' / 'test.txt').write_bytes('ok\ncaf\xe9\n'.encode('latin-1'))
-    r = run('--text_dir', tmp_path / 'latin1', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o')
-    one_line_error(r, 'not UTF-8', 'line 2')
+    prepare_error(['--text_dir', tmp_path / 'latin1', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o'],
+                  'not UTF-8', 'line 2')
     assert not os.path.exists(tmp_path / 'o' / 'meta.json')
-    one_line_error(run('--text_dir', tmp_path / 'latin1', '--tokenizer', 'no-such-encoding'), 'unknown tokenizer')
-    one_line_error(run('--dataset', 'no-such-dataset', '--tokenizer', 'bytes'), 'unknown --dataset')
-    one_line_error(run('--train_file', tmp_path / 'latin1' / 'train.txt', '--tokenizer', 'bytes'), '--val_file')
+    prepare_error(['--text_dir', tmp_path / 'latin1', '--tokenizer', 'no-such-encoding'], 'unknown tokenizer')
+    prepare_error(['--dataset', 'no-such-dataset', '--tokenizer', 'bytes'], 'unknown --dataset')
+    prepare_error(['--train_file', tmp_path / 'latin1' / 'train.txt', '--tokenizer', 'bytes'], '--val_file')
     write_texts(tmp_path / 'other')
     args = ('--text_dir', tmp_path / 'other', '--out_dir', tmp_path / 'o2')
-    assert run(*args, '--tokenizer', 'bytes').returncode == 0
+    prepare_in_process(*args, '--tokenizer', 'bytes')
     (tmp_path / 'other2').mkdir()
     write_texts(tmp_path / 'other2')
-    one_line_error(run('--text_dir', tmp_path / 'other2', '--out_dir', tmp_path / 'o2', '--tokenizer', 'bytes'),
-                   'already holds', '--force')
+    prepare_error(['--text_dir', tmp_path / 'other2', '--out_dir', tmp_path / 'o2', '--tokenizer', 'bytes'],
+                  'already holds', '--force')
 
 
 def test_no_network_suggests_text_dir(tmp_path):
     pytest.importorskip('datasets')
     env = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', HF_HOME=str(tmp_path / 'hf'))
     r = run('--dataset', 'wikitext-2', '--tokenizer', 'bytes', cwd=tmp_path, env=env)
-    one_line_error(r, 'wikitext-2', '--text_dir')
+    assert_one_line_error(r, 'prepare.py', 'wikitext-2', '--text_dir')
     assert not (tmp_path / 'data').exists()
 
 
