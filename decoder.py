@@ -62,53 +62,83 @@ def exit_confidence(logits, criterion, prev=None):
     raise ValueError(f"unknown exit criterion {criterion!r}: use {', '.join(EXIT_CRITERIA)}")
 
 
+def compute_dtype(model, device_type):
+    """The dtype the matmuls run in: autocast's where it is on, else the weights' own."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return model.lm_head.weight.dtype
+
+
 class KVCache:
     """Keys and values of every (loop, layer) site, for up to block_size positions, in one tensor
     `all`, (n_loops, n_layer, 2, B, n_head, block_size, hs), so that a stand-in is written into every
     later loop with one copy; kv[loop] is a view of one loop's, (n_layer, 2, B, n_head, block_size,
-    hs), so that one compiled step serves every loop (kv[loop][:, 0] its keys, [:, 1] its values).
-    `length` positions hold cached tokens; rolling back (speculative decoding) is moving it back."""
+    hs), so that one compiled loop serves every loop (kv[loop][:, 0] its keys, [:, 1] its values).
+    `length` positions hold cached tokens; rolling back (speculative decoding) is moving it back.
+    Allocated once and never moved: a CUDA graph replays reads and writes at fixed addresses."""
 
     def __init__(self, config, batch_size, n_loops, device, dtype):
         shape = (n_loops, config.n_layer, 2, batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
         self.all = torch.zeros(shape, device=device, dtype=dtype)
         self.kv = list(self.all.unbind(0))
         self.n_loops, self.length = n_loops, 0
-        self.slots = torch.arange(config.block_size, device=device)  # (block_size,)
+        if self.all.is_cuda:  # (reduce-overhead records a CUDA graph only if the inputs it mutates stay put)
+            for kv in self.kv:
+                torch._dynamo.mark_static_address(kv, guard=False)
 
 
 def new_cache(model, batch_size, n_loops=None, device=None):
     """An empty KVCache in the dtype of the keys and values (autocast's, if on)."""
     device = device or model.lm_head.weight.device
-    device_type = torch.device(device).type
-    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
-        else model.lm_head.weight.dtype
+    dtype = compute_dtype(model, torch.device(device).type)
     return KVCache(model.config, batch_size, n_loops or model.config.n_loops, device, dtype)
 
 
 # -------------------------------------------------------------------------------------
 # one loop on the cache
 
-def stack_weights(model):
-    """The shared stack's weights as plain tensors, one tuple per layer, read once: a decoding
-    step then makes no nn.Module calls (their Python overhead was a large part of a step). The
-    MLP's gate and up projections are one (C, 2 x hidden) matrix, one matmul instead of two, and
-    the output projections are transposed once, for addmm (residual add and matmul in one op)."""
-    return [(b.ln_1.weight, b.ln_1.eps, b.attn.c_attn.weight.t(), b.attn.c_proj.weight.t(), b.ln_2.weight, b.ln_2.eps,
-             torch.cat([b.mlp.w_gate.weight, b.mlp.w_up.weight]).t(), b.mlp.w_down.weight.t())
+def stack_weights(model, dtype):
+    """The shared stack's weights as plain tensors, one tuple per layer, read once and cast once to
+    the matmuls' dtype: a decoding step then makes no nn.Module calls (their Python overhead was a
+    large part of a step) and no casts (autocast re-casts a weight it is handed on every call unless
+    it is a leaf parameter; .t() views and torch.cat results are not). The MLP's gate and up
+    projections are one (C, 2 x hidden) matrix, one matmul instead of two. The norms' gains stay
+    in the stream's dtype, as their input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
+    def cast(w):
+        return w.detach().to(dtype)
+    return [(b.ln_1.weight, b.ln_1.eps, cast(b.attn.c_attn.weight.t()), cast(b.attn.c_proj.weight.t()),
+             b.ln_2.weight, b.ln_2.eps, cast(torch.cat([b.mlp.w_gate.weight, b.mlp.w_up.weight]).t()),
+             cast(b.mlp.w_down.weight.t()))
             for b in model.transformer.h]
 
 
-def _block(x, w, nh, attend):
+def _block(x, w, nh, attend, fused):
     """One pre-norm block (model.Block, in eval), written out with the layer's weights w, on x
     (N, C) = (B*T, C) rows; attend(qkv) takes (3, B, nh, T, hs), stores the new keys and values
-    and returns the attention output (B, nh, T, hs)."""
+    and returns the attention output (B, nh, T, hs). As in model.Block under autocast, the
+    residual stream keeps its dtype (float32) and only the matmuls run in the low precision:
+    x + (a @ w) adds a bf16 product to a float32 stream. fused (no autocast: one dtype for all)
+    does the add inside the matmul (addmm), which would turn the whole stream into bf16 under
+    autocast (a drifted state, ||H|| ~ 1e4, then loses every update smaller than bf16's spacing)."""
     ln1, eps1, w_qkv, w_proj, ln2, eps2, w_gate_up, w_down = w
     N, C = x.shape
     qkv = (F.rms_norm(x, (C,), ln1, eps1) @ w_qkv).view(-1, attend.T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
-    x = torch.addmm(x, attend(qkv).transpose(1, 2).reshape(N, C), w_proj)
+    a = attend(qkv).transpose(1, 2).reshape(N, C)
+    x = torch.addmm(x, a, w_proj) if fused else x + a @ w_proj
     gate, up = (F.rms_norm(x, (C,), ln2, eps2) @ w_gate_up).chunk(2, dim=-1)
-    return torch.addmm(x, F.silu(gate) * up, w_down)
+    m = F.silu(gate) * up
+    return torch.addmm(x, m, w_down) if fused else x + m @ w_down
+
+
+def _attention(q, k, v, mask, is_causal, fp32):
+    """SDPA as model.CausalSelfAttention runs it: in float32 under CPU autocast (fp32: PyTorch's
+    bf16 attention is slow on a CPU, so the model runs it in float32 there), else in q's dtype."""
+    if fp32:
+        with torch.autocast('cpu', enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=is_causal)
+    if k.dtype != q.dtype:
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
 
 
 class _Attend:
@@ -116,10 +146,10 @@ class _Attend:
     at t0: the keys and values are written at t0..t0+T-1 (a stopped token's stay: its stand-in),
     then the queries attend over positions < t0+T, causally among the new tokens."""
 
-    def __init__(self, kv, t0, T, running):
-        self.kv, self.t0, self.T, self.t1, self.layer = kv, t0, T, t0 + T, 0
+    def __init__(self, kv, t0, T, running, fp32):
+        self.kv, self.t0, self.T, self.t1, self.layer, self.fp32 = kv, t0, T, t0 + T, 0, fp32
         self.keep = None if running is None else running[None, :, None, :, None]  # (1, B, 1, T, 1)
-        self.mask = None  # made at the first layer, in the queries' dtype
+        self.mask = None  # made at the first layer, in the attention's dtype
 
     def __call__(self, qkv):
         site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
@@ -128,101 +158,149 @@ class _Attend:
         if self.keep is not None:
             new = torch.where(self.keep, new, site[:, :, :, self.t0:self.t1])
         site[:, :, :, self.t0:self.t1] = new
-        k, v = site[0, :, :, :self.t1], site[1, :, :, :self.t1]
         q = qkv[0]
-        if k.dtype != q.dtype:
-            k, v = k.to(q.dtype), v.to(q.dtype)
         if self.T > 1 and self.t0 > 0 and self.mask is None:
             # one new token sees every cached one; several on an empty cache, the plain causal mask;
             # several on a filled cache (a verify pass), a causal mask offset by t0: -inf where key
             # j > t0 + query i (additive: SDPA on the CPU took 20 us with it, 32 us with a bool mask)
-            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=q.dtype, device=q.device).triu_(self.t0 + 1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, is_causal=self.T > 1 and self.t0 == 0)
+            dtype = torch.float32 if self.fp32 else q.dtype
+            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=dtype, device=q.device).triu_(self.t0 + 1)
+        return _attention(q, site[0, :, :, :self.t1], site[1, :, :, :self.t1], self.mask,
+                          self.T > 1 and self.t0 == 0, self.fp32)
 
 
-def run_loop(layers, nh, x, t0, kv, running=None):
+def run_loop(w, nh, x, t0, kv, running=None):
     """One loop, every layer of the shared stack, for T new tokens at positions t0..t0+T-1, each
-    attending to the cached positions up to its own (a causal mask offset by the cache). x: (B, T, C)
-    the state entering the loop; kv: this loop's cache. running (B, T) bool: a token that has
-    stopped keeps what its slots hold (its stand-in) and its output is not used."""
+    attending to the cached positions up to its own (a causal mask offset by the cache). w: the
+    Stepper's Weights; x: (B, T, C) the state entering the loop; kv: this loop's cache. running
+    (B, T) bool: a token that has stopped keeps what its slots hold (its stand-in), its output unused."""
     B, T, C = x.shape
-    attend = _Attend(kv, t0, T, running)
+    attend = _Attend(kv, t0, T, running, w.attn_fp32)
     x = x.reshape(B * T, C)
-    for w in layers:
-        x = _block(x, w, nh, attend)
+    for layer in w.layers:
+        x = _block(x, layer, nh, attend, w.fused)
     return x.view(B, T, C)
 
 
 class _StaticAttend:
-    """_Attend in fixed shapes, for torch.compile: one token at position pos (a (1,) tensor), written
-    with index_copy_, attending over all block_size slots with a mask."""
+    """_Attend in fixed shapes, for torch.compile: one token at position pos (a (1,) tensor),
+    attending over all block_size slots with a mask. The new key and value are written with
+    index_put_ on the cache input itself (into a slice of it, index_copy_ made inductor clone the
+    whole site and copy it back: a site's worth of traffic per layer and loop)."""
 
-    def __init__(self, kv, pos, mask):
-        self.kv, self.pos, self.mask, self.T, self.layer = kv, pos, mask, 1, 0
+    def __init__(self, kv, pos, mask, fp32):
+        self.kv, self.pos, self.mask, self.fp32, self.T, self.layer = kv, pos, mask, fp32, 1, 0
 
     def __call__(self, qkv):
-        site = self.kv[self.layer]
+        layer = torch.full((1,), self.layer, dtype=torch.long, device=qkv.device)
+        torch.ops.aten.index_put_(self.kv, [layer, None, None, None, self.pos], qkv[None, 1:, :, :, 0].to(self.kv.dtype))
+        site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
         self.layer += 1
-        site.index_copy_(3, self.pos, qkv[1:].to(site.dtype))
-        q = qkv[0]
-        return F.scaled_dot_product_attention(q, site[0].to(q.dtype), site[1].to(q.dtype), attn_mask=self.mask)
+        return _attention(qkv[0], site[0], site[1], self.mask, False, self.fp32)
 
 
-def static_loops(layers, nh, x, pos, slots, kvs, norm_w, norm_eps, first_norm):
-    """Loops for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
-    attention runs over all block_size slots with a mask, and kvs are the loops' caches (a list),
-    so one graph serves every position and every run of that many loops. norm_w: the inter-loop
-    RMSNorm's gain (None: none), applied before each loop (before the first too if first_norm)."""
+def static_loop(layers, nh, x, pos, kv, norm, normed, fused, fp32):
+    """One loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
+    attention runs over all block_size slots with a mask, and kv is the loop's cache (a view of
+    the same shape at every loop, K and batch aside). So one graph serves every position, every
+    loop and every K: fixed K, exits, drafts. norm: the inter-loop RMSNorm's (gain, eps) or None,
+    applied where normed (a (1,) bool tensor, so the first loop needs no graph of its own)."""
     B, T, C = x.shape
-    mask = slots[None, :] <= pos[:, None]  # (1, block_size)
+    if norm is not None:
+        x = torch.where(normed, F.rms_norm(x, (C,), *norm), x)
+    mask = (torch.arange(kv.size(-2), device=x.device) <= pos)[None]  # (1, block_size)
+    attend = _StaticAttend(kv, pos, mask, fp32)
     x = x.reshape(B * T, C)
-    for i, kv in enumerate(kvs):
-        if norm_w is not None and (i > 0 or first_norm):
-            x = F.rms_norm(x, (C,), norm_w, norm_eps)
-        attend = _StaticAttend(kv, pos, mask)
-        for w in layers:
-            x = _block(x, w, nh, attend)
+    for w in layers:
+        x = _block(x, w, nh, attend, fused)
     return x.view(B, T, C)
 
 
-class Stepper:
-    """Runs loops on the cache: eagerly, or (compile=True) a single token's loops through one
-    compiled graph (static_loops), the same for every position and every loop it starts at;
-    several tokens at once (a prefill, a verify pass) and tokens held back by exits run eagerly."""
+class Weights:
+    """What a Stepper runs with in one precision: the stack (stack_weights), the LM head and the
+    'project' matrix cast once to the matmuls' dtype; fused: no autocast (addmm may add the
+    residual); attn_fp32: attention in float32 (under CPU autocast, as the model runs it)."""
 
-    def __init__(self, model, compile=False):
-        self.model, self.nh = model, model.config.n_head
-        self.layers = stack_weights(model)
-        norm = model.interloop_norm
-        self.norm = (norm.weight, norm.eps) if norm is not None else (None, None)
-        self.static = torch.compile(static_loops, fullgraph=True, dynamic=False) if compile else None
+    def __init__(self, model, dtype, autocast, static):
+        self.layers = stack_weights(model, dtype)
+        self.head = model.lm_head.weight.detach().to(dtype)  # (model.logits would cast it at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side
         # (C, n_layer x 2C) serves all layers at once (n_layer norms and matmuls were 0.1 ms a token)
         C = model.config.n_embd
-        blocks = model.transformer.h
-        self.kv_eps = blocks[0].ln_1.eps  # (every layer's norm is built alike)
-        self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t() for b in blocks], dim=1)
+        self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
+                                  for b in model.transformer.h], dim=1).detach().to(dtype)
+        self.fused = not autocast
+        self.attn_fp32 = autocast and self.head.device.type == 'cpu'
+        if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
+            for w in [self.head, self.kv_proj] + [t for layer in self.layers for t in layer if torch.is_tensor(t)]:
+                torch._dynamo.mark_static_address(w, guard=False)
+
+
+class Stepper:
+    """Runs loops on the cache: eagerly, or (compile=True) a single token's loops one compiled loop
+    at a time (static_loop), one graph for every position, loop and depth; several tokens at once
+    (a prefill, a verify pass) and tokens held back by exits run eagerly. On CUDA the compiled loop
+    is a CUDA graph (mode='reduce-overhead'): the cache and the weights stay at fixed addresses and
+    the position is a persistent tensor written in place. Sampling stays outside the graph: it
+    runs once a token (the loop K times), its temperature, top_k and draft rules change per call,
+    and graph-safe RNG would be one more thing to get right; a few launches a token against ~10 a
+    layer and loop. The weights are cast once per precision they are used in (Weights)."""
+
+    def __init__(self, model, compile=False):
+        self.model, self.nh = model, model.config.n_head
+        self.device = model.lm_head.weight.device
+        norm = model.interloop_norm
+        self.norm = (norm.weight, norm.eps) if norm is not None else None
+        graphs = compile and self.device.type == 'cuda'
+        self.static = torch.compile(static_loop, fullgraph=True, dynamic=False,
+                                    mode='reduce-overhead' if graphs else None) if compile else None
+        self.graphs = graphs
+        self.pos = torch.zeros(1, dtype=torch.long, device=self.device)  # the compiled step's position, set in place
+        self.normed = [torch.tensor([flag], device=self.device) for flag in (False, True)]  # normed[k > 0]
+        if graphs:
+            for t in (self.pos, *self.normed):
+                torch._dynamo.mark_static_address(t, guard=False)
+        self.cast = {}
+        self.weights()  # (cast now, in the precision of the caller's context)
+
+    def weights(self):
+        """The Weights for the precision in force now (autocast's or the model's), made once."""
+        autocast = torch.is_autocast_enabled(self.device.type)
+        dtype = compute_dtype(self.model, self.device.type)
+        w = self.cast.get((autocast, dtype))
+        if w is None:
+            w = self.cast[autocast, dtype] = Weights(self.model, dtype, autocast, self.graphs)
+        return w
 
     def loops(self, x, t0, cache, first, last, running=None):
         """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0."""
+        w = self.weights()
         if self.static is not None and x.size(1) == 1 and running is None:
-            pos = cache.slots[t0:t0 + 1]
-            return self.static(self.layers, self.nh, x, pos, cache.slots, cache.kv[first:last], *self.norm, first > 0)
+            self.pos.fill_(t0)
+            for k in range(first, last):
+                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], self.norm, self.normed[k > 0],
+                                w.fused, w.attn_fp32)
+            return x.clone() if self.graphs else x  # (a graph's output is overwritten at its next replay)
         for k in range(first, last):
-            if k > 0 and self.norm[0] is not None:  # the scale-removing recurrence, before every loop but the first
+            if k > 0 and self.norm is not None:  # the scale-removing recurrence, before every loop but the first
                 x = F.rms_norm(x, (x.size(-1),), *self.norm)  # (model.interloop_norm, without its module call)
-            x = run_loop(self.layers, self.nh, x, t0, cache.kv[k], running)
+            x = run_loop(w, self.nh, x, t0, cache.kv[k], running)
         return x
+
+    def logits(self, h, last):
+        """model.logits(h, last) with the head already in the matmuls' dtype (autocast's cast of
+        it, made once): the same numbers."""
+        return F.linear(self.model.readout(h, last), self.weights().head)
 
     def project(self, h):
         """The 'project' stand-in of tokens with exit state h (B, T, C): each layer's key and
         value of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
         Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
         B, T, C = h.shape
-        if self.norm[0] is not None:
+        if self.norm is not None:
             h = F.rms_norm(h, (C,), *self.norm)
-        kv = F.rms_norm(h, (C,), None, self.kv_eps) @ self.kv_proj.to(h.dtype)  # (B, T, n_layer x 2C)
+        kv = F.rms_norm(h, (C,), None, self.model.transformer.h[0].ln_1.eps) @ self.weights().kv_proj  # (B, T, n_layer x 2C)
         return kv.view(B, T, -1, 2, self.nh, C // self.nh).permute(2, 3, 0, 4, 1, 5)
 
 
@@ -275,14 +353,14 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     exits = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
     loops = torch.full((B, T), K, dtype=torch.long, device=idx.device)
     if not exits:  # every loop at once (one compiled call, where compiled)
-        out = model.logits(stepper.loops(h, t0, cache, 0, K), last=True)
+        out = stepper.logits(stepper.loops(h, t0, cache, 0, K), last=True)
         cache.length = t0 + T
         return out, loops
     if B * T == 1:  # one token (a decoding step): one number decides, nothing to mask
         prev = None
         for k in range(K):
             h = stepper.loops(h, t0, cache, k, k + 1)
-            out = model.logits(h, last=True)  # the token as the model run with k+1 loops
+            out = stepper.logits(h, last=True)  # the token as the model run with k+1 loops
             # (compared as a tensor, in its dtype, exactly as the many-token path below compares)
             if k < K - 1 and bool(exit_confidence(out, criterion, prev) > exit_threshold):
                 fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k)
@@ -298,7 +376,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         h = torch.where(running[..., None], x, h) if some_stopped else x  # stopped tokens stay put
         if k == K - 1:
             continue
-        out = model.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
+        out = stepper.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
         stop = running & (exit_confidence(out, criterion, prev) > exit_threshold)
         prev = out
         logits = out if logits is None else torch.where(stop[..., None], out, logits)
@@ -311,7 +389,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         if n_running == 0:  # every new token has stopped: later loops read stand-ins
             break
     else:  # the tokens still running are answered by the last loop
-        out = model.logits(h, last=True)
+        out = stepper.logits(h, last=True)
         logits = out if logits is None else torch.where(running[..., None], out, logits)
     cache.length = t0 + T
     return logits, loops
@@ -336,6 +414,12 @@ def next_token_probs(logits, temperature, top_k):
     return F.softmax(logits, dim=-1)
 
 
+def residual(p, q):
+    """Where the token at a rejected draft comes from: norm(max(p - q, 0)), the part of the
+    target p that the draft q under-covers (tests swap in a wrong rule to see the test fail)."""
+    return (p - q).clamp_min(0)
+
+
 def accept_drafts(p, q, drafts):
     """The speculative-sampling rule. p (n+1, V): the target's distributions at the n drafted
     positions and one more; q (n, V): the draft's; drafts (n,) the drafted tokens. Accept draft
@@ -343,17 +427,19 @@ def accept_drafts(p, q, drafts):
     norm(max(p_i - q_i, 0)) instead and stop; if all are accepted, one more token from p_n.
     The tokens emitted are distributed exactly as sampling from p one at a time. With one-hot
     distributions (top_k=1) this is greedy: a draft is kept while it is the target's argmax.
-    Returns (emitted tokens (m,) long, number of drafts accepted)."""
+    Everything is computed on p's device for every position at once, so the host reads one
+    number, where the first rejection is. Returns (emitted tokens (m,) long, drafts accepted)."""
     n = drafts.numel()
-    if n:
-        px, qx = p[torch.arange(n), drafts], q[torch.arange(n), drafts]
-        ok = torch.rand(n, device=p.device) * qx < px  # u < p/q, without dividing by q
-        bad = (~ok).nonzero()
-        if bad.numel():
-            i = int(bad[0])
-            residual = (p[i] - q[i]).clamp_min(0)
-            fix = sample(residual) if residual.sum() > 0 else drafts[i:i + 1]
-            return torch.cat([drafts[:i], fix]), i
+    if n == 0:
+        return sample(p[0]), 0
+    rows = torch.arange(n, device=p.device)
+    rejected = torch.rand(n, device=p.device) * q[rows, drafts] >= p[rows, drafts]  # keep where u < p/q (no division)
+    r = residual(p[:n], q)  # (n, V)
+    fix = torch.where(r.sum(-1) > 0, sample(r)[:, 0], drafts)  # (n,) (a zero residual: p = q, nothing to fix)
+    first = torch.where(rejected.any(), rejected.int().argmax(), n)  # (argmax: the first rejection)
+    i = int(first)  # the one read
+    if i < n:
+        return torch.cat([drafts[:i], fix[i:i + 1]]), i
     return torch.cat([drafts, sample(p[n])]), n
 
 
@@ -371,14 +457,14 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
         h, prev = embed(model, tok, t + i), None
         if draft_stop > 0 and criterion == 'converge' and j > 1:  # the readout of loop j-1 too
             h = stepper.loops(h, t + i, cache, 0, j - 1)
-            prev = model.logits(h, last=True)
+            prev = stepper.logits(h, last=True)
             h = stepper.loops(h, t + i, cache, j - 1, j)
         else:
             h = stepper.loops(h, t + i, cache, 0, j)
         states.append(h)
         if i == g:
             break
-        logits = model.logits(h, last=True)[0]  # (1, vocab): the j-loop model's next token
+        logits = stepper.logits(h, last=True)[0]  # (1, vocab): the j-loop model's next token
         if draft_stop > 0 and float(exit_confidence(logits, criterion, prev[0] if prev is not None else None)) < draft_stop:
             break  # not sure enough to draft: the verify pass gives this position's token
         q = next_token_probs(logits[0], temperature, top_k)
@@ -388,7 +474,7 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     n = len(drafts)
     h = torch.cat(states, dim=1)  # (1, n+1, C): the newest token and the drafts after loop j
     h = stepper.loops(h, t, cache, j, K)
-    p = next_token_probs(model.logits(h, last=True)[0], temperature, top_k)  # (n+1, vocab)
+    p = next_token_probs(stepper.logits(h, last=True)[0], temperature, top_k)  # (n+1, vocab)
     emitted, accepted = accept_drafts(p, torch.stack(qs) if qs else p[:0],
                                       torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=p.device))
     cache.length = t + len(emitted)  # the newest token and the accepted drafts stay cached
@@ -415,14 +501,14 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
     keep = max(1, bs - bs // 4)
     window = max(0, idx.size(1) - keep) if idx.size(1) > bs else 0  # where the context starts
     stepper = Stepper(model, compile)
-    cache, used = None, []
-    stats = dict(passes=0, drafted=0, accepted=0)
+    cache = new_cache(model, idx.size(0), K, idx.device)  # once: a restart refills it in place
+    used, stats = [], dict(passes=0, drafted=0, accepted=0)
     while len(used) < max_new_tokens:
         if idx.size(1) - window > bs:
             window = idx.size(1) - keep  # the window would pass block_size: restart from its last 3/4
-            cache = None
+            cache.length = 0
         remaining = max_new_tokens - len(used)
-        if cache is not None and kv_cache and draft_loops:
+        if cache.length and kv_cache and draft_loops:
             room = bs - 1 - cache.length  # drafts must stay inside the window (position < block_size)
             new, drafted, accepted = speculative_pass(model, idx[:, -1:], cache, draft_loops,
                                                       min(draft_tokens, room, remaining - 1), temperature, top_k,
@@ -433,8 +519,8 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
             idx = torch.cat((idx, new), dim=1)
             used += [torch.full((1,), K, device=idx.device)] * new.size(1)
             continue
-        if cache is None or not kv_cache:  # a (re)fill: the whole window in one pass
-            cache = new_cache(model, idx.size(0), K, idx.device)
+        if not cache.length or not kv_cache:  # a (re)fill: the whole window in one pass
+            cache.length = 0  # (what lies past the length is never read)
             logits, loops = decode(model, idx[:, window:], cache, exit_threshold, criterion, stand_in, stepper)
         else:  # one token, attending to the cache
             logits, loops = decode(model, idx[:, -1:], cache, exit_threshold, criterion, stand_in, stepper)
