@@ -229,6 +229,19 @@ def trim_log(out_dir, iter_num):
     os.replace(path + '.tmp', path)
 
 
+def start_log(c, iter_num):
+    """out_dir made; its log.jsonl trimmed to the checkpoint on resume, removed for a new run,
+    and left as it is for eval_only (which appends its one line)."""
+    os.makedirs(c.out_dir, exist_ok=True)
+    path = os.path.join(c.out_dir, 'log.jsonl')
+    if c.eval_only:
+        return
+    if c.init_from == 'resume':
+        trim_log(c.out_dir, iter_num)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
 def fmt(values, spec='.3f'):
     return ' '.join('-' if not math.isfinite(v) else format(v, spec) for v in values)
 
@@ -360,7 +373,7 @@ def wrap_for_training(raw_model, ddp, compile_it, device):
     return model
 
 
-def eval_and_save(c, raw_model, optimizer, val_batches, ctx, iter_num, best_val_loss, can_save, config):
+def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save, config):
     """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
     always_save_checkpoint). Returns (whether the val loss is finite, the best val loss)."""
     ev = evaluate(raw_model, val_batches, ctx)
@@ -378,7 +391,7 @@ def eval_and_save(c, raw_model, optimizer, val_batches, ctx, iter_num, best_val_
     return finite, best_val_loss
 
 
-def log_train(out_dir, iter_num, acc, n_iters, seconds, lr, tokens_per_iter, flops_per_iter, peak, device):
+def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops_per_iter, peak, device):
     """The train line of the last n_iters iterations: acc holds their summed loss, per-loop CE
     and |H_k| as device tensors, read here (the one sync per log line). peak: the device's
     FLOP/s for MFU, summed over the ranks (None: no MFU)."""
@@ -440,12 +453,7 @@ def main(argv):
     val_batches = eval_batches(val_data, eval_iters=c.eval_iters, batch_size=c.batch_size,
                                block_size=c.block_size, device=device)
     if master:
-        os.makedirs(c.out_dir, exist_ok=True)
-        if not c.eval_only:  # (eval_only appends its one line to the existing log)
-            if c.init_from == 'resume':
-                trim_log(c.out_dir, iter_num)
-            elif os.path.exists(os.path.join(c.out_dir, 'log.jsonl')):
-                os.remove(os.path.join(c.out_dir, 'log.jsonl'))  # a new run, a new log
+        start_log(c, iter_num)
 
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
@@ -458,8 +466,9 @@ def main(argv):
             t_eval = time.time()
             failed = master and not finite.item()
             if master and not failed:
-                ok, best_val_loss = eval_and_save(c, raw_model, optimizer, val_batches, ctx, iter_num, best_val_loss,
-                                                  not c.eval_only and iter_num > start_iter, config)
+                ok, best_val_loss = eval_and_save(c, raw_model, optimizer, val_batches, ctx=ctx, iter_num=iter_num,
+                                                  best_val_loss=best_val_loss, config=config,
+                                                  can_save=not c.eval_only and iter_num > start_iter)
                 failed = not ok
             if ddp:  # rank 0's verdict, to every rank: none is left waiting in an all-reduce
                 verdict = torch.tensor([float(failed)], device=device)
@@ -497,8 +506,8 @@ def main(argv):
             if not finite.item():  # the one sync per log line
                 raise TrainError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
             if master:
-                log_train(c.out_dir, iter_num, acc, acc_iters, time.time() - t0, lr, tokens_per_iter,
-                          flops_per_iter, peak, device)
+                log_train(c.out_dir, iter_num, acc, n_iters=acc_iters, seconds=time.time() - t0, lr=lr,
+                          tokens_per_iter=tokens_per_iter, flops_per_iter=flops_per_iter, peak=peak, device=device)
             for a in acc:
                 a.zero_()
             acc_iters, t0 = 0, time.time()
