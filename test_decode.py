@@ -95,7 +95,7 @@ def reference_causal_exit(model, x, threshold, criterion):
     logits_out, loops_out = [], []
     for t in range(x.size(0)):
         h = model.transformer.wte(x[t]) + model.transformer.wpe(torch.tensor(t))  # (C,)
-        stopped_at = None
+        stopped_at, prev = None, None
         for k in range(K):
             if stopped_at is not None:  # stand-ins: this token's key/value of its exit loop
                 for layer in range(cfg.n_layer):
@@ -113,20 +113,24 @@ def reference_causal_exit(model, x, threshold, criterion):
                 xk = xk + block.mlp(block.ln_2(xk))
             h = xk
             out = model.logits(h, last=True)
-            if k == K - 1 or exit_confidence(out, criterion) > threshold:
+            if k == K - 1 or exit_confidence(out, criterion, prev) > threshold:
                 stopped_at = k
                 logits_out.append(out)
                 loops_out.append(k + 1)
+            prev = out  # ('converge' compares a loop's readout with the previous loop's)
     return torch.stack(logits_out), torch.tensor(loops_out)
 
 
-@pytest.mark.parametrize('criterion', ['max_prob', 'entropy'])
+@pytest.mark.parametrize('criterion', ['max_prob', 'entropy', 'converge'])
 def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
     model = tiny(readout='final_norm', interloop_norm=True)
     x = tokens(B=2, n=T)
     with torch.no_grad():
-        h1 = model.logits(model.hidden_states(x, 1)[1], last=True)
-        threshold = exit_confidence(h1, criterion).median().item()  # about half stop at loop 1
+        states = model.hidden_states(x, 2)
+        h1, h2 = (model.logits(states[k], last=True) for k in (1, 2))
+        # about half stop at the first loop that can stop: loop 1, or loop 2 for 'converge'
+        threshold = (exit_confidence(h2, criterion, h1) if criterion == 'converge' else
+                     exit_confidence(h1, criterion)).median().item()
         want = [reference_causal_exit(model, row, threshold, criterion) for row in x]
         # the whole windows at once (as eval_depth.py scores them), two rows exiting differently
         got_logits, got_loops = decode(model, x, new_cache(model, 2), threshold, criterion)
@@ -258,20 +262,36 @@ def exact_joint(model, prompt, loops):
     return probs
 
 
-def test_speculative_sampling_gives_the_k_loop_distribution():
-    model = tiny(readout='raw', init_std=0.3, vocab_size=4)
-    prompt = torch.tensor([[1, 2]])
-    want = exact_joint(model, prompt, [K, K, K])  # fixed-K sampling of 3 new tokens
-    accept_all = exact_joint(model, prompt, [K, 1, 1])  # a rule that kept every 1-loop draft
-    n, got = 3000, torch.zeros_like(want)
-    torch.manual_seed(1)
-    for _ in range(n):  # the first new token comes from the prefill, the next two from one pass
+def speculative_frequencies(model, prompt, n):
+    """Frequencies of the 3 new tokens over n speculative runs (temperature 1, drafts of 1 loop):
+    the first comes from the prefill, the next two from one pass (one draft and the verify's
+    token, or a rejected draft's resampled token and one more pass). Also counts the rejections."""
+    got, rejected = torch.zeros((model.config.vocab_size,) * 3), 0
+    for _ in range(n):
         out, _, stats = generate(model, prompt, 3, temperature=1.0, draft_loops=1, draft_tokens=2)
         got[tuple(out[0, -3:])] += 1 / n
-    tv = (got - want).abs().sum() / 2
-    wrong = (accept_all - want).abs().sum() / 2
-    assert wrong > 0.15, 'the test model is too easy: its 1-loop draft already matches loop K'
-    assert tv < 0.05, (tv, wrong)
+        rejected += stats['drafted'] - stats['accepted']
+    return got, rejected
+
+
+def test_speculative_sampling_gives_the_k_loop_distribution(monkeypatch):
+    model = tiny(readout='norm', init_std=0.8, vocab_size=3)
+    prompt = torch.tensor([[0, 1]])
+    want = exact_joint(model, prompt, [K, K, K])  # fixed-K sampling of 3 new tokens
+    accept_all = exact_joint(model, prompt, [K, 1, 1])  # a rule that kept every 1-loop draft
+    # a model that makes the rule work: no sequence dominates, and its 1-loop drafts are often wrong
+    assert want.max() < 0.5 and (accept_all - want).abs().sum() / 2 > 0.3
+    n, tolerance = 800, 0.1  # (total variation of 27 cells: about 0.04 expected from sampling alone)
+    torch.manual_seed(1)
+    got, rejected = speculative_frequencies(model, prompt, n)
+    assert rejected > n / 5  # the rejection branch ran, and its token came from the residual
+    assert (got - want).abs().sum() / 2 < tolerance
+    # the control: the same harness with a wrong rule (resampling from p instead of max(p - q, 0))
+    # fails the tolerance, so the test can tell the rule from the one a bug would leave
+    monkeypatch.setattr(decoder, 'residual', lambda p, q: p)
+    torch.manual_seed(1)
+    wrong, _ = speculative_frequencies(model, prompt, n)
+    assert (wrong - want).abs().sum() / 2 > tolerance
 
 
 def test_accepting_drafts_by_the_rule():
@@ -292,7 +312,7 @@ def test_accepting_drafts_by_the_rule():
 
 
 # ---------------------------------------------------------------------------------------
-# recomputed stand-ins, the convergence criterion, the compiled step
+# recomputed stand-ins, the convergence criterion, the compiled loop
 
 @pytest.mark.parametrize('interloop_norm', [False, True])
 def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm):
@@ -340,24 +360,151 @@ def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
     model = tiny(readout='raw', init_std=0.1)
     x = tokens(B=2)
     with torch.no_grad():
-        _, loops = decode(model, x, new_cache(model, 2), 0.5, 'converge', 'project')
-    assert loops.min() >= 2
+        states = model.hidden_states(x, 2)
+        h1, h2 = (model.logits(states[k], last=True) for k in (1, 2))
+        threshold = exit_confidence(h2, 'converge', h1).median().item()  # about half could stop at loop 2
+        _, loops = decode(model, x, new_cache(model, 2), threshold, 'converge', 'project')
+        _, never = decode(model, x, new_cache(model, 2), 1.0, 'converge', 'project')  # no confidence exceeds 1
+    assert loops.min() >= 2  # loop 1 has nothing to compare with
+    assert (loops < K).any() and (loops == K).any()  # and the branch runs: some stop before K, some do not
+    assert (never == K).all()
 
 
-def test_the_compiled_step_equals_the_eager_step():
+def test_one_compiled_loop_serves_every_depth_exit_and_draft(monkeypatch):
+    # one graph for every K, every exit depth, every draft: a second graph would be a recompile,
+    # and past dynamo's recompile limit a silent eager fallback. With the limit at 1 and
+    # fail_on_recompile_limit_hit, any recompile raises here instead.
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 1)
+    monkeypatch.setattr(torch._dynamo.config, 'fail_on_recompile_limit_hit', True)
     model = tiny(readout='final_norm', init_std=0.1, interloop_norm=True)
     prompt = tokens(B=1, n=4)
-    for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
-        eager = generate(model, prompt, 2 * T, top_k=1, **kw)
-        compiled = generate(model, prompt, 2 * T, top_k=1, compile=True, **kw)
-        assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1]), kw
-    with torch.no_grad():  # and the logits of one step
+    exited, passes = False, 0
+    for n_loops in range(2, 7):
+        for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
+            kw = dict(kw, n_loops=n_loops, max_new_tokens=T, top_k=1)  # (past block_size: a window restart)
+            eager = generate(model, prompt, **kw)
+            compiled = generate(model, prompt, compile=True, **kw)
+            assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1]), kw
+            exited |= bool((compiled[1] < n_loops).any())
+            passes += compiled[2]['passes']
+    assert exited and passes > 0  # exits and drafts really ran through the compiled loop
+    assert counters['stats']['unique_graphs'] == 1
+    with torch.inference_mode():  # and the logits of one step (no_grad would be a graph of its own)
         a, b = new_cache(model, 1), new_cache(model, 1)
         decode(model, prompt, a)
         decode(model, prompt, b)
         want = decode(model, prompt[:, -1:], a)[0]
         got = decode(model, prompt[:, -1:], b, stepper=decoder.Stepper(model, compile=True))[0]
     assert torch.allclose(want, got, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# precision: the decoder decodes the model that model.forward computes, in bf16 too
+
+def drifted(K=3):
+    """A tiny model whose states are large, as after drift (||H|| ~ 1,600 at d=32, ~300 a
+    channel, where bf16's spacing is 2): large position embeddings and stack updates. A norm
+    readout, as in the drifted runs: the prediction rests on the small part the loops add."""
+    model = tiny(readout='norm', n_loops=K, block_size=32)
+    with torch.no_grad():
+        model.transformer.wpe.weight.mul_(300)
+        for block in model.transformer.h:
+            block.attn.c_proj.weight.mul_(30)
+            block.mlp.w_down.weight.mul_(30)
+    return model
+
+
+def stepwise_logits(model, x, stepper):
+    """Logits of every position of x (1, T), decoded one token at a time through the cache."""
+    cache = new_cache(model, 1)
+    return torch.cat([decode(model, x[:, t:t + 1], cache, stepper=stepper)[0] for t in range(x.size(1))], 1).float()
+
+
+def test_under_bf16_autocast_the_decoder_is_the_forward():
+    model = drifted()
+    x = torch.randint(0, V, (1, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        exact = model(x)[0]  # float32, the reference both are measured against
+        assert model.hidden_states(x)[-1].norm(dim=-1).mean() > 1000
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            forward = model(x)[0].float()
+            stepper = decoder.Stepper(model)
+            decoded = stepwise_logits(model, x, stepper)
+            h = stepper.loops(decoder.embed(model, x[:, :1], 0), 0, new_cache(model, 1), 0, K)
+            weights = stepper.weights()
+            # the control: the old rule, the residual added inside a bf16 matmul (addmm), which
+            # turns the stream into bf16 after the first block
+            old = decoder.Stepper(model)
+            old.weights().fused = True
+            old_rule = stepwise_logits(model, x, old)
+    assert h.dtype == torch.float32  # the residual stream stays float32, as in model.Block
+    assert weights.layers[0][2].dtype == torch.bfloat16  # and the weights were cast once, to bf16
+    err = {name: (logits - exact).abs().max().item() for name, logits in
+           dict(forward=forward, decoded=decoded, old_rule=old_rule).items()}
+    assert err['decoded'] <= 1.5 * err['forward'], err  # within the forward's own bf16 error
+    assert err['old_rule'] > 2 * err['forward'], err  # (it was 4.4x: the bound tells the rules apart)
+
+
+def test_greedy_text_under_bf16_autocast_is_the_forwards():
+    model = drifted()
+    prompt = torch.randint(0, V, (1, 4), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        decoded, _, _ = generate(model, prompt, 28, top_k=1)
+        forward = prompt
+        for _ in range(28):  # nanoGPT's way: the whole context through model.forward, the argmax
+            forward = torch.cat([forward, model(forward)[0][:, -1:].argmax(-1)], 1)
+    assert torch.equal(decoded, forward)
+
+
+def test_a_decoding_step_under_autocast_casts_no_weight():
+    # autocast casts a weight it is handed at every call unless it is a leaf parameter; the
+    # Stepper holds its weights already cast, so one step copies nothing weight-sized
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.big = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and args[0].numel() >= D * D:
+                self.big.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    model = tiny(interloop_norm=True)
+    x = tokens(B=1, n=8)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        stepper = decoder.Stepper(model)
+        cache = new_cache(model, 1)
+        decode(model, x[:, :7], cache, stepper=stepper)
+        with Casts() as casts:
+            decode(model, x[:, 7:], cache, stepper=stepper)
+            decode(model, x[:, 7:], new_cache(model, 1), 0.5, stepper=stepper)  # (exits read the head per loop)
+        with Casts() as control:
+            model.logits(torch.zeros(1, D), last=True)  # the model's own readout casts its head
+    assert casts.big == [] and control.big == [(V, D)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
+def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same_text():
+    model = drifted().cuda()
+    x = torch.randint(0, V, (1, 32), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        exact = model(x)[0]
+        with torch.autocast('cuda', dtype=torch.bfloat16):
+            forward = model(x)[0].float()
+            decoded = stepwise_logits(model, x, decoder.Stepper(model))
+    err_forward, err_decoded = ((logits - exact).abs().max().item() for logits in (forward, decoded))
+    assert err_decoded <= 1.5 * err_forward, (err_decoded, err_forward)
+    prompt = x[:, :4]
+    with torch.autocast('cuda', dtype=torch.bfloat16):
+        for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
+            eager = generate(model, prompt, 40, top_k=1, **kw)  # (past block_size: a window restart)
+            graphs = generate(model, prompt, 40, top_k=1, compile=True, **kw)  # reduce-overhead: CUDA graphs
+            assert torch.equal(eager[0], graphs[0]) and torch.equal(eager[1], graphs[1]), kw
 
 
 def test_the_exponential_race_samples_the_distribution():
