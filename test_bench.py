@@ -42,6 +42,12 @@ def build_ar_looplm_from_config(config, vocab_size):
 '''
 
 
+@pytest.fixture(autouse=True)
+def denormals_back_off():
+    yield
+    torch.set_flush_denormal(False)  # bench.main's setup_device turns flushing on, process-wide
+
+
 @pytest.fixture
 def quick_peak(monkeypatch):
     # the matmul peak measures 2048- and 4096-square products for a second: most of this test's
