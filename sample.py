@@ -12,7 +12,9 @@ speculative decoding that drafts with the model's own first loops (decoder.py).
 
 Settings are the globals below, overridden by config files and --key=value as in train.py.
 The text is decoded with the tokenizer that prepare.py recorded in the training data's
-meta.json. After the samples, one line on stderr:
+meta.json. Before the samples, a short warm-up run (with --compile=on it compiles the decode
+step, which takes seconds to a minute) on a line of its own on stderr:
+warmup_seconds=<s> compile=<on|off>; after the samples, timed without it, one line:
 tokens=<n> seconds=<s> tok_per_s=<x> mean_loops=<m>, and with speculation
 accept_rate=<drafts kept / drafted> tokens_per_pass=<tokens emitted per verify pass>.
 """
@@ -123,6 +125,25 @@ def prompt_text(start):
     return start
 
 
+def warm_up(model, x, kw, ctx, dev):
+    """A short run with the samples' settings: it compiles the decode step (compile on) and
+    warms the allocator, so that the samples are timed without either. Returns its seconds.
+    A compiler that cannot build (inductor needs a C++ compiler and Python's headers on a CPU,
+    Triton on a GPU) is one clear line, not torch's traceback."""
+    t0 = time.perf_counter()
+    try:
+        with ctx:
+            generate(model, x, max_new_tokens=kw['draft_tokens'] + 2, **kw)  # (a prefill and one step or pass)
+        sync(dev)
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        if not kw['compile']:
+            raise
+        cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise SampleError(f"compile is on but torch.compile could not build the decode step here ({cause[:200]}); "
+                          "it needs a working C++ compiler and Python's headers (Triton on a GPU): run with --compile=off")
+    return time.perf_counter() - t0
+
+
 def main(argv):
     try:
         config = configure(SETTINGS, argv)
@@ -142,17 +163,22 @@ def main(argv):
         raise SampleError(f"draft_loops must lie in [1, K-1] = [1, {K - 1}]: the draft is the model's first loops "
                           f"and K = {K} here; got {config['draft_loops']}")
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
-    torch.manual_seed(config['seed'])
     x = torch.tensor([ids], dtype=torch.long, device=dev)
+    kw = dict(temperature=config['temperature'], top_k=config['top_k'] or None, n_loops=config['n_loops'],
+              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=config['exit_criterion'],
+              stand_in=config['stand_in'], draft_loops=config['draft_loops'], draft_tokens=config['draft_tokens'],
+              draft_stop=config['draft_stop'], compile=use_compile(config['compile'], dev))
+    # -------------------------------------------------------------------------
+    warmup = warm_up(model, x, kw, ctx, dev)
+    print(f"warmup_seconds={warmup:.3f} compile={'on' if kw['compile'] else 'off'}", file=sys.stderr, flush=True)
+    # -------------------------------------------------------------------------
+    torch.manual_seed(config['seed'])  # (after the warm-up: the samples do not depend on it)
     n_tokens, loops, seconds = 0, 0, 0.0
     spec = dict(passes=0, drafted=0, accepted=0)
     for _ in range(config['num_samples']):
         t0 = time.perf_counter()
         with ctx:
-            y, used, stats = generate(model, x, config['max_new_tokens'], config['temperature'], config['top_k'] or None,
-                                      config['n_loops'], config['kv_cache'], config['exit_threshold'],
-                                      config['exit_criterion'], config['stand_in'], config['draft_loops'],
-                                      config['draft_tokens'], config['draft_stop'], use_compile(config['compile'], dev))
+            y, used, stats = generate(model, x, config['max_new_tokens'], **kw)
         sync(dev)
         seconds += time.perf_counter() - t0
         n_tokens += used.numel()

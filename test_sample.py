@@ -4,10 +4,12 @@ sample.py from the outside, on a tiny run trained here.
     python -m pytest -q test_sample.py
 """
 
+import os
 import re
 
 import pytest
 
+import sample as sample_py
 from conftest import assert_one_line_error, run_script, train_args
 
 SUMMARY = re.compile(r'^tokens=(\d+) seconds=([\d.]+) tok_per_s=([\d.]+) mean_loops=([\d.]+)$', re.M)
@@ -59,24 +61,60 @@ def test_speculative_greedy_text_is_the_k_loop_text_and_the_summary_says_how_it_
 
 
 def test_bad_input_is_one_clear_line(run, tmp_path):
-    assert_one_line_error(sample(tmp_path / 'nowhere'), 'sample.py', 'no checkpoint')
-    (tmp_path / 'ckpt.pt').write_bytes(b'garbage')
-    assert_one_line_error(sample(tmp_path), 'sample.py', 'not a checkpoint written by train.py')
-    assert_one_line_error(sample(run, f'--data_dir={tmp_path}'), 'sample.py', 'meta.json', 'tokenizer')
+    # from the outside, the one-line error path: a setting checked before the model loads, and
+    # one checked after (draft_loops against the run's K = 3)
     assert_one_line_error(sample(run, '--exit_criterion=margin'), 'sample.py', 'exit_criterion', 'entropy')
-    for bad in ('1.5', '-0.1'):
-        assert_one_line_error(sample(run, f'--exit_threshold={bad}'), 'sample.py', 'exit_threshold', '[0, 1]')
-    assert_one_line_error(sample(run, '--n_loops=0'), 'sample.py', 'n_loops')
-    assert_one_line_error(sample(run, '--n_loops=2.5'), 'sample.py', 'n_loops')
-    assert_one_line_error(sample(run, '--start='), 'sample.py', 'prompt is empty')
-    assert_one_line_error(sample(run, f'--start=FILE:{tmp_path / "none.txt"}'), 'sample.py', 'prompt file')
-    assert_one_line_error(sample(run, '--num_sample=2'), 'sample.py', "'num_sample'")
-    assert_one_line_error(sample(run, '--stand_in=mean'), 'sample.py', 'stand_in', 'project')
-    for bad in ('--draft_loops=3', '--draft_loops=-1'):  # K = 3: a draft has 1 or 2 loops
-        assert_one_line_error(sample(run, bad), 'sample.py', 'draft_loops')
     assert_one_line_error(sample(run, '--draft_loops=2', '--n_loops=2'), 'sample.py', 'draft_loops', '[1, 1]')
-    assert_one_line_error(sample(run, '--draft_loops=1', '--draft_tokens=0'), 'sample.py', 'draft_tokens')
-    for bad in ('1.5', '-0.1'):
-        assert_one_line_error(sample(run, '--draft_loops=1', f'--draft_stop={bad}'), 'sample.py', 'draft_stop')
-    assert_one_line_error(sample(run, '--draft_loops=1', '--exit_threshold=0.5'), 'sample.py', 'exit_threshold')
-    assert_one_line_error(sample(run, '--draft_loops=1', '--kv_cache=False'), 'sample.py', 'KV cache')
+
+
+def bad(**settings):
+    """The message check() gives for these settings (over the defaults), in-process."""
+    with pytest.raises(sample_py.SampleError) as e:
+        sample_py.check(dict(sample_py.SETTINGS, **settings))
+    return str(e.value)
+
+
+def test_each_bad_setting_is_named(run, tmp_path):
+    # each check is a function: run here, without a process (and torch's import) per setting
+    assert 'exit_criterion' in bad(exit_criterion='margin')
+    for value in (1.5, -0.1):
+        assert 'exit_threshold' in bad(exit_threshold=value) and '[0, 1]' in bad(exit_threshold=value)
+    for value in (0, 2.5):
+        assert 'n_loops' in bad(n_loops=value)
+    assert 'stand_in' in bad(stand_in='mean') and 'project' in bad(stand_in='mean')
+    assert 'draft_loops' in bad(draft_loops=-1)
+    assert 'draft_tokens' in bad(draft_loops=1, draft_tokens=0)
+    for value in (1.5, -0.1):
+        assert 'draft_stop' in bad(draft_loops=1, draft_stop=value)
+    assert 'exit_threshold' in bad(draft_loops=1, exit_threshold=0.5)
+    assert 'KV cache' in bad(draft_loops=1, kv_cache=False)
+    assert 'compile' in bad(compile='yes')
+    with pytest.raises(sample_py.SampleError, match="'num_sample'"):
+        sample_py.main(['--num_sample=2'])  # (an unknown setting, refused before any device is set up)
+    with pytest.raises(sample_py.SampleError, match='prompt is empty'):
+        sample_py.prompt_text('')
+    with pytest.raises(sample_py.SampleError, match='prompt file'):
+        sample_py.prompt_text(f'FILE:{tmp_path / "none.txt"}')
+    config = dict(sample_py.SETTINGS, out_dir=str(tmp_path / 'nowhere'))
+    with pytest.raises(sample_py.SampleError, match='no checkpoint'):
+        sample_py.load(config, 'cpu')
+    (tmp_path / 'ckpt.pt').write_bytes(b'garbage')
+    with pytest.raises(sample_py.SampleError, match='not a checkpoint written by train.py'):
+        sample_py.load(dict(config, out_dir=str(tmp_path)), 'cpu')
+    with pytest.raises(sample_py.SampleError, match='meta.json'):
+        sample_py.load(dict(config, out_dir=str(run), data_dir=str(tmp_path)), 'cpu')
+
+
+def test_the_warm_up_has_its_own_line_and_a_compiler_that_cannot_build_is_one_clear_line(run, tmp_path):
+    # (that the compiled decoder gives the eager text is test_decode's, in-process: a cold compile
+    # in a subprocess here would cost ~15 s)
+    common = ('--start=the loop', '--num_samples=1', '--max_new_tokens=20', '--top_k=1')
+    r = sample(run, *common)
+    assert r.returncode == 0, r.stderr
+    warm_up = re.search(r'^warmup_seconds=([\d.]+) compile=off$', r.stderr, re.M)
+    assert warm_up and r.stderr.index(warm_up.group(0)) < SUMMARY.search(r.stderr).start()
+    # a machine where inductor cannot build (here: no such C++ compiler, and an empty compile
+    # cache so that nothing already built is reused) gets one line that says how to run anyway
+    env = dict(os.environ, CXX=str(tmp_path / 'no-such-g++'), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / 'inductor'))
+    r = run_script('sample.py', f'--out_dir={run}', '--device=cpu', *common, '--compile=on', env=env)
+    assert_one_line_error(r, 'sample.py', 'torch.compile could not build', 'C++ compiler', '--compile=off')
