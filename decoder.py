@@ -9,8 +9,14 @@ print(decoder.generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1
 
 sample.py and eval_depth.py call this file; model.py knows nothing of it. As in gpt-fast, the
 cache has a fixed shape (every step attends over all block_size positions with a mask), so one
-compiled step serves every token, loop and layer. A looped model has K x n_layer attention
-sites, all in the cache: kv[loop], (n_layer, 2, B, n_head, block_size, hs), the loop's keys and values.
+compiled loop serves every token, loop and depth (fixed K, exits, drafts); on CUDA it is a CUDA
+graph. A looped model has K x n_layer attention sites, all in the cache: kv[loop], (n_layer, 2,
+B, n_head, block_size, hs), the loop's keys and values.
+
+Precision. The decoder computes what model.forward computes, under autocast too: the residual
+stream stays float32 and only the matmuls run in bf16 (PyTorch autocast's rule, model.Block's
+x + attn(ln_1(x))), attention runs in float32 under CPU autocast as the model runs it there,
+and the weights are cast once per Stepper, not at every token (gpt-fast casts them at load).
 
 Exits. A token that stops at loop j is never run through loops j+1..K, but later tokens still
 attend to it there, through a stand-in key/value at each later (loop, layer):
@@ -250,6 +256,7 @@ class Stepper:
     def __init__(self, model, compile=False):
         self.model, self.nh = model, model.config.n_head
         self.device = model.lm_head.weight.device
+        self.device_type = self.device.type
         norm = model.interloop_norm
         self.norm = (norm.weight, norm.eps) if norm is not None else None
         graphs = compile and self.device.type == 'cuda'
@@ -266,11 +273,11 @@ class Stepper:
 
     def weights(self):
         """The Weights for the precision in force now (autocast's or the model's), made once."""
-        autocast = torch.is_autocast_enabled(self.device.type)
-        dtype = compute_dtype(self.model, self.device.type)
-        w = self.cast.get((autocast, dtype))
+        key = torch.get_autocast_dtype(self.device_type) if torch.is_autocast_enabled(self.device_type) else None
+        w = self.cast.get(key)
         if w is None:
-            w = self.cast[autocast, dtype] = Weights(self.model, dtype, autocast, self.graphs)
+            dtype = compute_dtype(self.model, self.device_type)
+            w = self.cast[key] = Weights(self.model, dtype, key is not None, self.graphs)
         return w
 
     def loops(self, x, t0, cache, first, last, running=None):

@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import decoder
 from decoder import decode, exit_confidence, generate, new_cache
@@ -401,6 +403,41 @@ def test_one_compiled_loop_serves_every_depth_exit_and_draft(monkeypatch):
     assert torch.allclose(want, got, atol=1e-5)
 
 
+class HostReads(TorchFunctionMode):
+    """Records the calls by which the host waits for the device: reading a number (bool(), int(),
+    float(), .item(), .tolist()) and nonzero (its size depends on the data)."""
+    READS = ('__bool__', '__int__', '__float__', '__index__', 'item', 'tolist', 'nonzero')
+
+    def __enter__(self):
+        self.reads = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, '__name__', '') in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_waits_for_no_fixed_k_step_and_once_a_speculative_pass():
+    model = tiny(readout='raw', init_std=0.3)
+    x = tokens(B=1)
+    with torch.inference_mode():
+        stepper = decoder.Stepper(model)
+        cache = new_cache(model, 1)
+        decode(model, x[:, :4], cache, stepper=stepper)
+        with HostReads() as fixed:  # fixed-K steps and their sampling: nothing read (the caller reads the tokens)
+            for t in range(4, 8):
+                decoder.sample(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
+                                                        1.0, 10))
+        with HostReads() as speculative:  # drafting and verifying: where the first rejection is, once
+            _, drafted, _ = decoder.speculative_pass(model, x[:, 8:9], cache, 1, 3, 1.0, None, 0.0, 'max_prob', stepper)
+        with HostReads() as exits:  # exits: one number per loop that could stop (skipping work is the point)
+            _, loops = decode(model, x[:, 12:13], cache, 0.99, stepper=stepper)
+    assert fixed.reads == [] and drafted == 3
+    assert speculative.reads == ['__int__']
+    assert exits.reads == ['__bool__'] * min(int(loops), K - 1)
+
+
 # ---------------------------------------------------------------------------------------
 # precision: the decoder decodes the model that model.forward computes, in bf16 too
 
@@ -462,8 +499,6 @@ def test_greedy_text_under_bf16_autocast_is_the_forwards():
 def test_a_decoding_step_under_autocast_casts_no_weight():
     # autocast casts a weight it is handed at every call unless it is a leaf parameter; the
     # Stepper holds its weights already cast, so one step copies nothing weight-sized
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     class Casts(TorchDispatchMode):
         def __init__(self):
             super().__init__()
@@ -499,6 +534,16 @@ def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same
             decoded = stepwise_logits(model, x, decoder.Stepper(model))
     err_forward, err_decoded = ((logits - exact).abs().max().item() for logits in (forward, decoded))
     assert err_decoded <= 1.5 * err_forward, (err_decoded, err_forward)
+    with torch.inference_mode(), torch.autocast('cuda', dtype=torch.bfloat16):
+        stepper, cache = decoder.Stepper(model), new_cache(model, 1)
+        decode(model, x[:, :4], cache, stepper=stepper)
+        torch.cuda.set_sync_debug_mode('error')  # a fixed-K step that waited for the GPU would raise
+        try:
+            for t in range(4, 8):
+                decoder.sample(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
+                                                        1.0, 10))
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
     prompt = x[:, :4]
     with torch.autocast('cuda', dtype=torch.bfloat16):
         for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
