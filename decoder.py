@@ -288,7 +288,9 @@ class Stepper:
             for k in range(first, last):
                 x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], self.norm, self.normed[k > 0],
                                 w.fused, w.attn_fp32)
-            return x.clone() if self.graphs else x  # (a graph's output is overwritten at its next replay)
+                if self.graphs:  # a CUDA graph's output is overwritten at its next replay (gpt-fast clones too)
+                    x = x.clone()
+            return x
         for k in range(first, last):
             if k > 0 and self.norm is not None:  # the scale-removing recurrence, before every loop but the first
                 x = F.rms_norm(x, (x.size(-1),), *self.norm)  # (model.interloop_norm, without its module call)
