@@ -248,9 +248,10 @@ class Stepper:
     at a time (static_loop), one graph for every position, loop and depth; several tokens at once
     (a prefill, a verify pass) and tokens held back by exits run eagerly. On CUDA the compiled loop
     is a CUDA graph (mode='reduce-overhead'): the cache and the weights stay at fixed addresses and
-    the position is a persistent tensor written in place. Sampling stays outside the graph: it
-    runs once a token (the loop K times), its temperature, top_k and draft rules change per call,
-    and graph-safe RNG would be one more thing to get right; a few launches a token against ~10 a
+    the position is a persistent tensor written in place. Sampling stays outside the graph, a
+    choice not yet measured on a GPU: it runs once a token against K loops, exits read a readout
+    between loops anyway, temperature, top_k and the draft rule change per call, and graph-safe
+    RNG would be one more thing to get right; it adds a few launches a token to the ~10 of every
     layer and loop. The weights are cast once per precision they are used in (Weights)."""
 
     def __init__(self, model, compile=False):
