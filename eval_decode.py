@@ -9,7 +9,8 @@ first loops (acceptance from the states, and measured tok/s against what it pred
     python eval_depth.py out-raw_perloop-cpu-long-s1 --speculative
 
 eval_depth.py runs these and prints their tables; this file holds them so that each file
-answers one question.
+answers one question. Each study takes a runs.Scoring (the model, the split's windows, the
+batch size, the device and the precision context).
 """
 
 import itertools
@@ -19,7 +20,7 @@ import torch
 
 from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins
 from report import perplexity, pm
-from runtime import autocast, sync
+from runtime import sync
 
 
 def teacher_forced_exit(per_token, thresholds, K):
@@ -41,20 +42,21 @@ def teacher_forced_exit(per_token, thresholds, K):
 
 
 @torch.no_grad()
-def causal_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     """The split scored as the decoder runs it (decoder.decode on each window): a token that
     stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
-    there. ev: the evaluation's (model, data, windows, batch_size, device, ctx). Returns
+    there. sc: a runs.Scoring; windows: a subset of its windows (default: all). Returns
     per-token CE and loops used, (N,) each."""
-    model, data, all_windows, batch_size, device, ctx, batches, progress = ev
-    windows = all_windows if windows is None else windows
+    model = sc.model
+    windows = sc.windows if windows is None else windows
     ce, loops = [], []
-    stepper = Stepper(model)  # (its weights read once for the whole pass)
-    with progress(windows, batch_size, desc) as bar:
-        for x, y in batches(data, windows, batch_size, device):
-            with ctx:
-                logits, used = decode(model, x, new_cache(model, x.size(0), K, device), threshold, criterion, stand_in,
-                                      stepper)
+    with sc.ctx:
+        stepper = Stepper(model)  # (its weights read once for the whole pass)
+    with sc.progress(windows, desc) as bar:
+        for x, y in sc.batches(windows):
+            with sc.ctx:
+                logits, used = decode(model, x, new_cache(model, x.size(0), K, sc.device), exit_threshold=threshold,
+                                      criterion=criterion, stand_in=stand_in, stepper=stepper)
             logp = torch.log_softmax(logits.float(), dim=-1)
             ce.append(-logp.gather(-1, y[..., None]).flatten().cpu())
             loops.append(used.flatten().cpu())
@@ -62,26 +64,26 @@ def causal_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
     return torch.cat(ce), torch.cat(loops)
 
 
-def causal_exits(ev, K, thresholds, stand_ins, name):
+def causal_exits(sc, K, thresholds, stand_ins, name):
     out = []
     for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, thresholds):
-        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, desc=f"{name}: causal exit, {stand_in}, {criterion} > {tau}")
+        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, desc=f"{name}: causal exit, {stand_in}, {criterion} > {tau}")
         out.append(dict(mode='causal', stand_in=stand_in, criterion=criterion, threshold=tau,
                         mean_loops=loops.float().mean().item(), loss=ce.mean().item(), ppl=perplexity(ce.mean().item())))
     return out
 
 
 @torch.no_grad()
-def stand_in_error(ev, K):
+def stand_in_error(sc, K):
     """What a stand-in misses, on the first batch: for a token exiting at loop j < K, the token
     mean of ||k' - k_K|| / ||k_K|| at each layer, where k_K is its key at the last loop (run at
     full depth) and k' the stand-in read there: 'copy' its key at loop j, 'project' the layer's
     key of its exit state H_j. The same for values. [loop j][layer] lists."""
-    model, data, windows, batch_size, device, ctx, batches, _ = ev
-    x, _ = next(batches(data, windows[:batch_size], batch_size, device))
-    cache = new_cache(model, x.size(0), K, device)
-    T, stepper = x.size(1), Stepper(model)
-    with ctx:
+    model = sc.model
+    x, _ = sc.first_batch()
+    cache = new_cache(model, x.size(0), K, sc.device)
+    with sc.ctx:
+        T, stepper = x.size(1), Stepper(model)
         decode(model, x, cache, stepper=stepper)
         states = model.hidden_states(x, K)  # H_0 .. H_K
     true = cache.kv[K - 1][..., :T, :].float()  # (n_layer, 2, B, nh, T, hs)
@@ -122,36 +124,18 @@ def speedup(model, prompt, n_new, K, device, ctx, reps=3, **kw):
     return max(fixed), max(adaptive), loops
 
 
-def held_prompt(batches, data, windows, device):
+def held_prompt(sc):
     """The prompt calibrated halting times decoding from: the first 64 tokens of the first
     held-back window (the second half of the scored windows), batch 1."""
-    x, _ = next(batches(data, windows[len(windows) // 2:][:1], 1, device))
+    x, _ = sc.first_batch(sc.windows[len(sc.windows) // 2:][:1], 1)
     return x[:, :64]
-
-
-def retime(runs, device, data_dir=None):
-    """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
-    speed-ups are the one part of an evaluation that a busy machine distorts."""
-    from eval_depth import batches, load_run, score_windows  # (eval_depth imports this file)
-    for run in runs:
-        if not run.get('calibrated'):
-            continue
-        model, _, data = load_run(run['path'], device, run['split'], data_dir)
-        windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
-        prompt = held_prompt(batches, data, windows, device)  # calibrate's prompt
-        for c in run['calibrated']:
-            fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device,
-                                          autocast(device, run['dtype']), exit_threshold=c['threshold'],
-                                          criterion=c['criterion'], stand_in=c.get('stand_in', 'copy'))
-            c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
-                     retimed=True)
 
 
 # thresholds calibrated halting tries; 1e-6: every token stops after loop 1 (the 1-loop model)
 CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
 
-def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, grid=CALIBRATION_GRID):
+def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, grid=CALIBRATION_GRID):
     """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
     the first half of the scored windows; for each target, stand-in and criterion, the one that
     uses the fewest loops there while keeping perplexity within (1 + target) of full depth is
@@ -161,19 +145,19 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, gr
     over fixed K. The reference is this model's own full depth, or `reference` (dict name, pick,
     held: another run's full-depth ppl on the two halves, as eval_depth.py passes for an
     exit-trained run: its normally trained twin)."""
-    model, data, windows, batch_size, device, ctx, batches, _ = ev
+    model, windows, device, ctx = sc.model, sc.windows, sc.device, sc.ctx
     half = len(windows) // 2
     if half == 0:
         raise ValueError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
                          "calibration and held-back halves: raise --max_tokens")
     pick, held = windows[:half], windows[half:]
-    full_pick = causal_exit(ev, K, 'max_prob', 0.0, 'copy', pick, f"{name}: full depth")[0]
-    full_held = causal_exit(ev, K, 'max_prob', 0.0, 'copy', held, f"{name}: full depth")[0]
+    full_pick = causal_exit(sc, K, 'max_prob', 0.0, 'copy', pick, f"{name}: full depth")[0]
+    full_held = causal_exit(sc, K, 'max_prob', 0.0, 'copy', held, f"{name}: full depth")[0]
     scores = {}  # (stand_in, criterion, threshold) -> (ppl, mean loops) on the calibration half
     for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, grid):
-        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, pick, f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
+        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, pick, f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
         scores[stand_in, criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
-    prompt = held_prompt(batches, data, windows, device)
+    prompt = held_prompt(sc)
     full_ppl_pick = perplexity(full_pick.mean().item())
     own = dict(name='own', pick=full_ppl_pick, held=perplexity(full_held.mean().item()))
     ref = reference or own
@@ -182,7 +166,7 @@ def calibrate(ev, K, targets, stand_ins, decode_tokens, name, reference=None, gr
         limit = ref['pick'] * (1 + target)
         within = [tau for tau in grid if scores[stand_in, criterion, tau][0] <= limit]
         tau = min(within, key=lambda t: scores[stand_in, criterion, t][1]) if within else 1.0
-        ce, loops = causal_exit(ev, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
+        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
         fixed_tok_s, tok_s, decode_loops = speedup(model, prompt, decode_tokens, K, device, ctx, exit_threshold=tau,
                                                    criterion=criterion, stand_in=stand_in)
         out.append(dict(stand_in=stand_in, criterion=criterion, target=target, threshold=tau,
@@ -226,11 +210,11 @@ def predicted_speedup(a, j, g, K, draft_cost=None, verify_cost=None):
 def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
     """Measured seconds of a fixed-K token, a j-loop draft step, and a verify pass over g+1
     tokens (loops j+1..K), on a cache holding the prompt (batch 1)."""
-    stepper = Stepper(model)
     cache = new_cache(model, 1, K, device)
     t = prompt.size(1)
     with ctx:
-        decode(model, prompt, cache)
+        stepper = Stepper(model)
+        decode(model, prompt, cache, stepper=stepper)
         tok = prompt[:, -1:]
 
         def timed(fn):
@@ -249,13 +233,13 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
         def draft():
             h = embed(model, tok, t)
             h = stepper.loops(h, t, cache, 0, j)
-            sample(next_token_probs(model.logits(h, last=True)[0, -1], 1.0, None))
+            sample(next_token_probs(stepper.logits(h, last=True)[0, -1], 1.0, None))
 
         h0 = embed(model, prompt[:, -1:].expand(1, g + 1), t)
 
         def verify():
             h = stepper.loops(h0, t, cache, j, K)
-            next_token_probs(model.logits(h, last=True)[0], 1.0, None)
+            next_token_probs(stepper.logits(h, last=True)[0], 1.0, None)
 
         return timed(fixed), timed(draft), timed(verify)
 
@@ -299,12 +283,12 @@ def label(group):
 def exit_table(g):
     K = g['mean']['final_norm_hist']['loop']
     full = g['mean']['per_K'][K - 1]
-    stand_ins = sorted({e.get('stand_in', 'copy') for e in g['mean']['early_exit'] if e['mode'] == 'causal'})
+    stand_ins = sorted({e['stand_in'] for e in g['mean']['early_exit'] if e['mode'] == 'causal'})
     lines = [f"\nearly exit, {label(g)} (no exit, K={K}: ppl {pm(full['ppl'], g['std']['per_K'][K - 1]['ppl'])})",
              '| criterion | threshold | teacher-forced: mean loops | ppl | ' +
              ' | '.join(f"causal, {s}: mean loops | ppl" for s in stand_ins) + ' |',
              '|---|---|---|---|' + '---|---|' * len(stand_ins)]
-    rows = {(e['mode'], e.get('stand_in', 'copy') if e['mode'] == 'causal' else None, e['criterion'], e['threshold']): (e, s)
+    rows = {(e['mode'], e['stand_in'] if e['mode'] == 'causal' else None, e['criterion'], e['threshold']): (e, s)
             for e, s in zip(g['mean']['early_exit'], g['std']['early_exit'])}
     for (mode, _, criterion, tau), (tf, tf_s) in rows.items():
         if mode != 'teacher_forced':
@@ -322,14 +306,20 @@ def exit_table(g):
     return '\n'.join(lines)
 
 
-def calibration_table(g):
+def calibration_table(g, runs=()):
+    """runs: the group's runs (each seed names its own reference: an exit-trained run is measured
+    against its normally trained twin of the same seed)."""
+    members = [r for r in runs if r['name'] in g['runs'] and r.get('calibrated')]
     lines = [f"\ncalibrated halting, {label(g)}: threshold picked on the first half of the tokens, "
              "reported on the held-back second half",
              '| stand-in | criterion | target (of) | threshold | ppl (exit) | ppl (full K) | mean loops | decode tok/s fixed K | adaptive | speed-up |',
              '|---|---|---|---|---|---|---|---|---|---|']
-    for c, s in zip(g['mean']['calibrated'], g['std']['calibrated']):
-        of = '' if c.get('reference', 'own') == 'own' else f" ({c['reference']}: {c['reference_ppl']:.3f})"
-        lines.append(f"| {c.get('stand_in', 'copy')} | {c['criterion']} | +{100 * c['target']:g}%{of} | {pm(c['threshold'], s['threshold'], '.3f')} | "
+    for i, (c, s) in enumerate(zip(g['mean']['calibrated'], g['std']['calibrated'])):
+        refs = [(r['calibrated'][i]['reference'], r['calibrated'][i]['reference_ppl']) for r in members] or \
+            [(c['reference'], c['reference_ppl'])]
+        of = '' if all(name == 'own' for name, _ in refs) else \
+            ' (' + ', '.join(f"{name}: {ppl:.3f}" for name, ppl in refs) + ')'
+        lines.append(f"| {c['stand_in']} | {c['criterion']} | +{100 * c['target']:g}%{of} | {pm(c['threshold'], s['threshold'], '.3f')} | "
                      f"{pm(c['ppl'], s['ppl'])} | {pm(c['full_ppl'], s['full_ppl'])} | "
                      f"{pm(c['mean_loops'], s['mean_loops'], '.2f')} | {pm(c['fixed_decode_tok_per_s'], s['fixed_decode_tok_per_s'], ',.0f')} | "
                      f"{pm(c['decode_tok_per_s'], s['decode_tok_per_s'], ',.0f')} | {pm(c['speedup'], s['speedup'], '.2f')}x |")

@@ -11,85 +11,48 @@ are grouped into mean ± std.
     python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project --speculative
     python eval_depth.py --from_results a/results.json,b/results.json --retime --out merged   # seeds evaluated apart
 
-The decoding studies (stand-ins, calibration, speculative decoding) live in eval_decode.py.
-Writes a markdown table to stdout and, in --out, results.json (every run, and every group
-of seeds) and PNG plots. Perplexity is over the whole split in non-overlapping windows of
-the trained block size: every token but the first is scored exactly once.
+The decoding studies (stand-ins, calibration, speculative decoding) live in eval_decode.py;
+loading a run and choosing the scored windows, in runs.py. Writes a markdown table to stdout
+and, in --out, results.json (every run, and every group of seeds) and PNG plots. Perplexity
+is over the whole split in non-overlapping windows of the trained block size: every token
+but the first is scored exactly once.
 """
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
 import time
-from collections import Counter
 
 import numpy as np
 import torch
 
 import plots
-from data import gather_windows, load_tokens
 from decoder import EXIT_CRITERIA, STAND_INS, exit_confidence
-from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, label, retime, speculative_bench,
-                         speculative_table, stand_in_error, teacher_forced_exit)
+from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, held_prompt, label,
+                         speculative_bench, speculative_table, speedup, stand_in_error, teacher_forced_exit)
 from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
 from report import mean_std, perplexity, pm, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
-
-
-class EvalError(Exception):
-    """Something the user can fix; printed as one line."""
-
-
-# -----------------------------------------------------------------------------
-# which tokens are scored
-
-def score_windows(n_tokens, block_size, max_tokens=0):
-    """Non-overlapping (start, length) windows: inputs data[start:start+length], targets
-    data[start+1:start+1+length]. Together the targets are tokens 1 .. n-1 (or the first
-    max_tokens of them), each exactly once."""
-    n_targets = n_tokens - 1 if max_tokens <= 0 else min(max_tokens, n_tokens - 1)
-    return [(s, min(block_size, n_targets - s)) for s in range(0, n_targets, block_size)]
-
-
-def batches(data, windows, batch_size, device):
-    """Windows of equal length stacked into (B, T) batches; the shorter tail window alone."""
-    groups = {}
-    for s, n in windows:
-        groups.setdefault(n, []).append(s)
-    for n, starts in sorted(groups.items(), reverse=True):
-        for i in range(0, len(starts), batch_size):
-            x, y = gather_windows(data, starts[i:i + batch_size], n)
-            yield x.to(device), y.to(device)
-
-
-def n_batches(windows, batch_size):
-    return sum(math.ceil(count / batch_size) for count in Counter(n for _, n in windows).values())
-
-
-def progress(windows, batch_size, desc):
-    from tqdm import tqdm
-    return tqdm(total=n_batches(windows, batch_size), desc=desc, unit='batch', leave=False, file=sys.stderr,
-                disable=None)  # (None: only on a terminal)
+from runs import EvalError, Scoring, load_run, run_folder, score_windows
 
 
 # -----------------------------------------------------------------------------
 # passes over the split
 
 @torch.no_grad()
-def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, diag_tokens, device, ctx, desc):
+def evaluate(sc, max_loops, clamp, exit_loops, diag_tokens, desc):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
     tokens, angular change) and, for loops 1..exit_loops (0: none), each criterion's exit
     confidence of the readout there and the speculative acceptance of loop j by loop
     exit_loops (eval_decode.acceptance). Returns (rows, N) tensors."""
     rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], 'greedy_agree': [], 'sample_accept': [],
             **{f'conf_{c}': [] for c in EXIT_CRITERIA}}
-    seen = 0
-    with progress(windows, batch_size, desc) as bar:
-        for x, y in batches(data, windows, batch_size, device):
-            with ctx:
+    model, seen = sc.model, 0
+    with sc.progress(sc.windows, desc) as bar:
+        for x, y in sc.batches():
+            with sc.ctx:
                 states = model.hidden_states(x, max_loops, clamp)
                 rows['ce'].append(model.depth_losses(states[1:], y))
                 if exit_loops:  # three (B, T, vocab) readouts alive at a time
@@ -118,16 +81,17 @@ def evaluate(model, data, windows, batch_size, max_loops, clamp, exit_loops, dia
 
 
 @torch.no_grad()
-def lemma(model, data, windows, batch_size, n_loops, max_tokens, device, ctx, name):
+def lemma(sc, n_loops, max_tokens, name):
     """Lemma 2 out to n_loops loops on the first max_tokens scored tokens: per loop, the token
     means of s_k, the radial increment, the angular step and s_k x angular step (model.lemma_sums),
     one state held at a time. c, the constant of the angular step's c / s_k law, is the median
     of s_k x angular step over the second half of the loops (the drifted regime, if any)."""
     sums, n = None, 0
-    sub = score_windows(sum(n for _, n in windows) + 1, model.config.block_size, max_tokens)
-    with progress(sub, batch_size, f"{name}: Lemma 2, {n_loops} loops") as bar:
-        for x, _ in batches(data, sub, batch_size, device):
-            with ctx:
+    model = sc.model
+    sub = score_windows(sum(n for _, n in sc.windows) + 1, model.config.block_size, max_tokens)
+    with sc.progress(sub, f"{name}: Lemma 2, {n_loops} loops") as bar:
+        for x, _ in sc.batches(sub):
+            with sc.ctx:
                 got = lemma_sums(h for k, h in enumerate(model.loop_states(x, n_loops)) if k >= 1)
             n += got.pop('tokens')
             sums = got if sums is None else {k: sums[k] + v for k, v in got.items()}
@@ -154,27 +118,6 @@ def throughput(model, x, n_loops, iters, device):
 # -----------------------------------------------------------------------------
 # one run
 
-def run_folder(path):
-    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-
-
-def load_run(path, device, split, data_dir):
-    try:
-        model, ckpt = LoopedGPT.from_checkpoint(path, device)
-    except (FileNotFoundError, ValueError) as e:
-        raise EvalError(str(e))
-    config = ckpt.get('config', {})
-    folder = os.path.join(data_dir or config.get('data_dir', 'data'), config.get('dataset', ''))
-    try:
-        data, meta = load_tokens(folder, split)
-    except FileNotFoundError as e:
-        raise EvalError(str(e))
-    if meta['vocab_size'] != model.config.vocab_size:
-        raise EvalError(f"{path} was trained with vocab {model.config.vocab_size}, but {folder} has vocab "
-                        f"{meta['vocab_size']} ({meta['tokenizer']}): evaluate on the data it was trained on")
-    return model.eval(), config, data
-
-
 def evaluate_run(path, model, config, data, args, device, dtype, reference=None):
     cfg = model.config
     ctx = autocast(device, dtype)
@@ -188,11 +131,10 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
                seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
+    sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
     exit_loops = last  # (the confidences and acceptances of the trained depth are cheap beside the rest)
-    free = evaluate(model, data, windows, batch_size, max_loops, False, exit_loops, args.diag_tokens, device, ctx,
-                    f"{name}: K=1..{max_loops}")
-    clamped = evaluate(model, data, windows, batch_size, max_loops, True, 0, args.diag_tokens, device, ctx,
-                       f"{name}: clamped") if args.clamp else None
+    free = evaluate(sc, max_loops, False, exit_loops, args.diag_tokens, f"{name}: K=1..{max_loops}")
+    clamped = evaluate(sc, max_loops, True, 0, args.diag_tokens, f"{name}: clamped") if args.clamp else None
 
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
@@ -205,7 +147,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
         fwd.load_state_dict(model.state_dict())
         fwd.loop = torch.compile(fwd.loop)
     run['compiled'] = fwd is not model
-    x, _ = next(batches(data, windows[:batch_size], batch_size, device))
+    x, _ = sc.first_batch()
     peak = peak_flops(device, dtype)
     run['per_K'] = []
     for K in range(1, max_loops + 1):
@@ -224,29 +166,47 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
     edges = np.logspace(-1, 7, 161)
     counts, _ = np.histogram(free['norm'][last - 1].double().numpy().clip(edges[0], edges[-1]), bins=edges)
     run['final_norm_hist'] = dict(loop=last, edges=edges.tolist(), counts=counts.tolist())
-    ev = (model, data, windows, batch_size, device, ctx, batches, progress)  # what the decoding studies need
     run['early_exit'] = []
     if last > 1:
         run['speculative'] = dict(greedy_agree=free['greedy_agree'].mean(1).tolist(),
                                   sample_accept=free['sample_accept'].mean(1).tolist())
     if args.exit:
-        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + causal_exits(ev, last, args.exit, args.stand_in, name)
+        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + causal_exits(sc, last, args.exit, args.stand_in, name)
         if last > 1:
-            run['stand_in_error'] = stand_in_error(ev, last)
+            run['stand_in_error'] = stand_in_error(sc, last)
     if args.calibrate:
         try:
-            run['calibrated'] = calibrate(ev, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference)
+            run['calibrated'] = calibrate(sc, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference)
         except ValueError as e:
             raise EvalError(str(e))
     if args.speculative and last > 1:
-        x1, _ = next(batches(data, windows[-1:], 1, device))
+        x1, _ = sc.first_batch(windows[-1:], 1)
         by_j = dict(greedy=run['speculative']['greedy_agree'], sample=run['speculative']['sample_accept'])
-        run['speculative_bench'] = speculative_bench(model, x1[:, :64], last, args.decode_tokens, device, ctx, by_j, name)
+        prompt = x1[:, :min(64, cfg.block_size // 2)]  # (room in the block for every draft length timed)
+        run['speculative_bench'] = speculative_bench(model, prompt, last, args.decode_tokens, device, ctx, by_j, name)
     if args.lemma_loops:
-        run['lemma'] = lemma(model, data, windows, batch_size, args.lemma_loops, args.lemma_tokens, device, ctx, name)
+        run['lemma'] = lemma(sc, args.lemma_loops, args.lemma_tokens, name)
     if args.curves:
         run['curve'] = read_curve(run_folder(path))
     return run
+
+
+def retime(runs, device, data_dir=None):
+    """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
+    speed-ups are the one part of an evaluation that a busy machine distorts."""
+    for run in runs:
+        if not run.get('calibrated'):
+            continue
+        model, _, data = load_run(run['path'], device, run['split'], data_dir)
+        windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
+        ctx = autocast(device, run['dtype'])
+        prompt = held_prompt(Scoring(model, data, windows, 1, device, ctx))  # calibrate's prompt
+        for c in run['calibrated']:
+            fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device, ctx,
+                                          exit_threshold=c['threshold'], criterion=c['criterion'],
+                                          stand_in=c['stand_in'])
+            c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
+                     retimed=True)
 
 
 # -----------------------------------------------------------------------------
@@ -527,7 +487,7 @@ def main(argv=None):
         if g['mean']['early_exit']:
             print(exit_table(g))
         if 'calibrated' in g['mean']:
-            print(calibration_table(g))
+            print(calibration_table(g, runs))
         if 'speculative' in g['mean']:
             print(speculative_table(g))
     if any(g['mean'].get('lemma') for g in groups):

@@ -30,71 +30,82 @@ def label(group):
     return f"{group['name']} ({g['readout']} readout, {g['loss']} CE{extra}, K={g['trained_K']}{seeds})"
 
 
-def all_plots(groups, runs, out):
-    """Writes the PNGs into out and returns their paths."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    paths = []
+def legend(ax, ncol=2):
+    """Below the axes, so that no line is hidden behind it."""
+    ax.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.13), ncol=ncol, frameon=False)
 
-    def save(fig, name):
-        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
-        plt.close(fig)
-        paths.append(os.path.join(out, name))
 
-    def legend(ax, ncol=2):  # below the axes, so that no line is hidden behind it
-        ax.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.13), ncol=ncol, frameon=False)
+def clip_ppl(ax, values):
+    """Untrained readouts (e.g. early loops of a terminal-loss run) reach perplexities in the
+    millions: keep the axis on the range where the runs differ, and say so."""
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    if hi > 2 * lo:
+        ax.set_ylim(0.97 * lo, 2 * lo)
+        ax.set_title(ax.get_title() + f'\n(axis cut at 2x the best, {2 * lo:.1f}; higher points are off the chart)',
+                     fontsize=9)
 
-    def clip_ppl(ax, values):
-        # untrained readouts (e.g. early loops of a terminal-loss run) reach perplexities in the
-        # millions; keep the axis on the range where the runs differ and say so
-        values = [v for v in values if v is not None and math.isfinite(v)]
-        lo, hi = min(values), max(values)
-        if hi > 2 * lo:
-            ax.set_ylim(0.97 * lo, 2 * lo)
-            ax.set_title(ax.get_title() + f'\n(axis cut at 2x the best, {2 * lo:.1f}; higher points are off the chart)',
-                         fontsize=9)
 
-    def per_k(g, key):
-        return num([r[key] for r in g['mean']['per_K']]), err([r[key] for r in g['std']['per_K']])
+def per_k(g, key):
+    """A group's value at every K, and its error bars."""
+    return num([r[key] for r in g['mean']['per_K']]), err([r[key] for r in g['std']['per_K']])
 
-    ks = {id(g): [r['K'] for r in g['mean']['per_K']] for g in groups}
-    seeds = ' (mean ± std over seeds)' if any(g['n'] > 1 for g in groups) else ''
 
+def ks(g):
+    return [r['K'] for r in g['mean']['per_K']]
+
+
+def seeds_note(groups):
+    return ' (mean ± std over seeds)' if any(g['n'] > 1 for g in groups) else ''
+
+
+# -----------------------------------------------------------------------------
+# one function a figure: each draws on a new figure and returns it with its file name
+
+def ppl_vs_k(plt, groups, runs):
     fig, ax = plt.subplots(figsize=(8, 6))
     for g in groups:
-        ax.errorbar(ks[id(g)], *per_k(g, 'ppl'), marker='o', capsize=3, label=label(g))
+        ax.errorbar(ks(g), *per_k(g, 'ppl'), marker='o', capsize=3, label=label(g))
     ax.axvline(groups[0]['mean']['trained_K'], color='gray', ls=':', lw=1)
     ax.set(xlabel='inference depth K (loops)', ylabel=f"{groups[0]['mean']['split']} perplexity (per token)",
-           title=f'Perplexity vs inference depth (dotted: trained K){seeds}')
+           title=f'Perplexity vs inference depth (dotted: trained K){seeds_note(groups)}')
     clip_ppl(ax, [p for g in groups for p in per_k(g, 'ppl')[0]])
     legend(ax)
-    save(fig, 'ppl_vs_k.png')
+    return fig, 'ppl_vs_k.png'
 
+
+def norms_vs_k(plt, groups, runs):
     fig, ax = plt.subplots(figsize=(8, 6))
     for g in groups:
-        line = ax.errorbar(ks[id(g)], *per_k(g, 'norm_mean'), marker='o', capsize=3, label=f"{label(g)}: mean")
-        ax.errorbar(ks[id(g)], *per_k(g, 'norm_p99'), ls='--', capsize=3, color=line.lines[0].get_color(),
+        line = ax.errorbar(ks(g), *per_k(g, 'norm_mean'), marker='o', capsize=3, label=f"{label(g)}: mean")
+        ax.errorbar(ks(g), *per_k(g, 'norm_p99'), ls='--', capsize=3, color=line.lines[0].get_color(),
                     label=f"{g['name']}: p99")
     ax.set_yscale('log')
-    ax.set(xlabel='loop k', ylabel='‖H_k‖ per token (L2 norm, log scale)', title=f'Hidden-state norm after each loop{seeds}')
+    ax.set(xlabel='loop k', ylabel='‖H_k‖ per token (L2 norm, log scale)',
+           title=f'Hidden-state norm after each loop{seeds_note(groups)}')
     legend(ax)
-    save(fig, 'norms_vs_k.png')
+    return fig, 'norms_vs_k.png'
 
+
+def frontier(plt, groups, runs):
     fig, ax = plt.subplots(figsize=(8, 6))
     for g in groups:
         x, xerr = per_k(g, 'tok_per_s')
         y, yerr = per_k(g, 'ppl')
         ax.errorbar(x, y, yerr=yerr, xerr=xerr, marker='o', capsize=3, label=label(g))
-        for k, xi, yi in zip(ks[id(g)], x, y):
+        for k, xi, yi in zip(ks(g), x, y):
             ax.annotate(f"K={k}", (xi, yi), fontsize=6, textcoords='offset points', xytext=(3, 3))
     ax.set_xscale('log')
     ax.set(xlabel=f"forward throughput (tokens/s, {runs[0]['device']}, batch {runs[0]['batch_size']})",
            ylabel='perplexity', title='Compute-quality frontier (lower right is better)')
     clip_ppl(ax, [p for g in groups for p in per_k(g, 'ppl')[0]])
     legend(ax)
-    save(fig, 'frontier.png')
+    return fig, 'frontier.png'
 
+
+def norm_hist(plt, groups, runs):
     fig, ax = plt.subplots(figsize=(8, 6))
     used = []
     for g in groups:  # the seeds' tokens pooled
@@ -108,62 +119,91 @@ def all_plots(groups, runs, out):
     ax.set(xlabel='‖H_K‖ of each token at the trained K (log scale, 20 bins a decade)', ylabel='fraction of tokens',
            title='Per-token hidden-state norm at the last trained loop')
     legend(ax)
-    save(fig, 'norm_hist.png')
+    return fig, 'norm_hist.png'
 
-    if any(g['mean']['early_exit'] for g in groups):
-        fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
-        for ax, mode, title in zip(axes, ('teacher_forced', 'causal'),
-                                   ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
-            for i, g in enumerate(groups):
-                for criterion, ls in (('max_prob', '-'), ('entropy', '--')):
-                    pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
-                                 if e['mode'] == mode and e['criterion'] == criterion)
-                    if pts:
-                        ax.plot(*zip(*pts), marker='o', ls=ls, color=f'C{i % 10}', label=f"{g['name']}: {criterion}")
-            ax.set(xlabel='mean loops used per token', ylabel='perplexity', title=f'Early exit, {title}')
-            clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean']['early_exit']])
-        legend(axes[0])
-        fig.suptitle('Perplexity vs loops used (solid: max prob, dashed: entropy confidence)')
-        save(fig, 'early_exit.png')
 
-    lemma = [g for g in groups if g['mean'].get('lemma')]
-    if lemma:
-        fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
-        for i, g in enumerate(lemma):
-            lem, color = g['mean']['lemma'], f'C{i % 10}'
-            k = np.arange(1, lem['loops'] + 1)
-            axes[0].plot(k, lem['s'], color=color, label=label(g))
-            axes[1].plot(k[:-1], lem['radial_increment'], color=color)
-            axes[2].plot(k[:-1], lem['angular_step'], color=color)
-            axes[2].plot(k[:-1], lem['c'] / np.asarray(lem['s'][:-1]), color=color, ls=':', lw=1)
-        axes[0].set(yscale='log', xlabel='loop k', ylabel='s_k = RMS of H_k (log scale)', title='Scale s_k')
-        axes[1].set(xlabel='loop k', ylabel='a_k = <u_k, H_k+1 - H_k>', title='Radial increment per loop')
-        axes[2].set(yscale='log', xlabel='loop k', ylabel='‖u_k+1 - u_k‖ (log scale)',
-                    title='Angular step (dotted: c / s_k, c fitted on the later loops)')
-        fig.suptitle(f"Lemma 2 out to {lemma[0]['mean']['lemma']['loops']} loops: the larger s_k, "
-                     "the less a loop turns the state")
-        legend(axes[0], ncol=1)
-        save(fig, 'lemma.png')
+def early_exit(plt, groups, runs):
+    if not any(g['mean']['early_exit'] for g in groups):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    for ax, mode, title in zip(axes, ('teacher_forced', 'causal'),
+                               ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
+        for i, g in enumerate(groups):
+            for criterion, ls in (('max_prob', '-'), ('entropy', '--')):
+                pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
+                             if e['mode'] == mode and e['criterion'] == criterion)
+                if pts:
+                    ax.plot(*zip(*pts), marker='o', ls=ls, color=f'C{i % 10}', label=f"{g['name']}: {criterion}")
+        ax.set(xlabel='mean loops used per token', ylabel='perplexity', title=f'Early exit, {title}')
+        clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean']['early_exit']])
+    legend(axes[0])
+    fig.suptitle('Perplexity vs loops used (solid: max prob, dashed: entropy confidence)')
+    return fig, 'early_exit.png'
 
-    if any('curve' in run for run in runs):
-        color = {name: f'C{i % 10}' for i, g in enumerate(groups) for name in g['runs']}
-        fig, axes = plt.subplots(1, 2, figsize=(14, 6))
-        for g in groups:
-            for run in (r for r in runs if r['name'] in g['runs']):
-                c, first = run['curve'], run['name'] == g['runs'][0]
-                axes[0].plot(c['train_iter'], c['norm_mean'], color=color[run['name']], label=label(g) if first else None)
-                axes[0].plot(c['iter'], c['norm_p99'], color=color[run['name']], ls='--', lw=1, marker='.')
-                axes[1].plot(c['iter'], c['val_loss_K'], color=color[run['name']], label=label(g) if first else None)
-                axes[1].plot(c['iter'], c['val_loss_1'], color=color[run['name']], ls=':', lw=1)
-        axes[0].set(yscale='log', xlabel='training iteration', ylabel='‖H_K‖ at the trained K (log scale)',
-                    title='Drift over training: mean (solid, training batches) and p99 (dashed, validation)')
-        axes[1].set(xlabel='training iteration', ylabel='validation loss',
-                    title='Validation loss at the trained K (solid) and at K=1 (dotted)')
-        lo = min((v for run in runs if 'curve' in run for v in run['curve']['val_loss_K'] if math.isfinite(v)),
-                 default=None)
-        if lo is not None:
-            axes[1].set_ylim(0.97 * lo, 1.6 * lo)
-        legend(axes[0], ncol=1)
-        fig.suptitle('Every run, from its log.jsonl (one colour per condition)')
-        save(fig, 'drift.png')
+
+def lemma(plt, groups, runs):
+    shown = [g for g in groups if g['mean'].get('lemma')]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    for i, g in enumerate(shown):
+        lem, color = g['mean']['lemma'], f'C{i % 10}'
+        k = np.arange(1, lem['loops'] + 1)
+        axes[0].plot(k, lem['s'], color=color, label=label(g))
+        axes[1].plot(k[:-1], lem['radial_increment'], color=color)
+        axes[2].plot(k[:-1], lem['angular_step'], color=color)
+        axes[2].plot(k[:-1], lem['c'] / np.asarray(lem['s'][:-1]), color=color, ls=':', lw=1)
+    axes[0].set(yscale='log', xlabel='loop k', ylabel='s_k = RMS of H_k (log scale)', title='Scale s_k')
+    axes[1].set(xlabel='loop k', ylabel='a_k = <u_k, H_k+1 - H_k>', title='Radial increment per loop')
+    axes[2].set(yscale='log', xlabel='loop k', ylabel='‖u_k+1 - u_k‖ (log scale)',
+                title='Angular step (dotted: c / s_k, c fitted on the later loops)')
+    fig.suptitle(f"Lemma 2 out to {shown[0]['mean']['lemma']['loops']} loops: the larger s_k, "
+                 "the less a loop turns the state")
+    legend(axes[0], ncol=1)
+    return fig, 'lemma.png'
+
+
+def drift(plt, groups, runs):
+    """Every run's curve from its log.jsonl; a diverged run's non-finite values (null in the
+    JSON) are gaps in its line."""
+    if not any('curve' in run for run in runs):
+        return None
+    color = {name: f'C{i % 10}' for i, g in enumerate(groups) for name in g['runs']}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6))
+    for g in groups:
+        for run in (r for r in runs if r['name'] in g['runs'] and 'curve' in r):
+            c, first = {k: num(v) for k, v in run['curve'].items()}, run['name'] == g['runs'][0]
+            axes[0].plot(c['train_iter'], c['norm_mean'], color=color[run['name']], label=label(g) if first else None)
+            axes[0].plot(c['iter'], c['norm_p99'], color=color[run['name']], ls='--', lw=1, marker='.')
+            axes[1].plot(c['iter'], c['val_loss_K'], color=color[run['name']], label=label(g) if first else None)
+            axes[1].plot(c['iter'], c['val_loss_1'], color=color[run['name']], ls=':', lw=1)
+    axes[0].set(yscale='log', xlabel='training iteration', ylabel='‖H_K‖ at the trained K (log scale)',
+                title='Drift over training: mean (solid, training batches) and p99 (dashed, validation)')
+    axes[1].set(xlabel='training iteration', ylabel='validation loss',
+                title='Validation loss at the trained K (solid) and at K=1 (dotted)')
+    finite = [v for run in runs if 'curve' in run for v in num(run['curve']['val_loss_K']) if math.isfinite(v)]
+    if finite:
+        axes[1].set_ylim(0.97 * min(finite), 1.6 * min(finite))
+    legend(axes[0], ncol=1)
+    fig.suptitle('Every run, from its log.jsonl (one colour per condition)')
+    return fig, 'drift.png'
+
+
+FIGURES = (ppl_vs_k, norms_vs_k, frontier, norm_hist, early_exit, lemma, drift)
+
+
+def all_plots(groups, runs, out):
+    """Writes the PNGs into out and returns their paths."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    paths = []
+    for figure in FIGURES:
+        made = figure(plt, groups, runs)
+        if made is None:  # nothing of that kind was measured
+            continue
+        fig, name = made
+        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
+        plt.close(fig)
+        paths.append(os.path.join(out, name))
     return paths

@@ -15,8 +15,11 @@ from torch.nn import functional as F
 
 import eval_decode
 import eval_depth
+import runs as runs_module
 from conftest import assert_one_line_error, run_script, train_args
 from model import LoopedGPT
+from report import mean_std
+from runs import Scoring, score_windows
 
 
 @pytest.fixture(scope='module')
@@ -28,12 +31,14 @@ def runs(tiny_data, tmp_path_factory):
     return root / 'norm-perloop', root / 'raw-terminal'
 
 
+SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
+
+
 @pytest.fixture(scope='module')
 def evaluated(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp('eval')
-    r = run_script('eval_depth.py', *runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out,
-                   '--bench_iters=2', '--batch_size=4', '--lemma_loops=6', '--lemma_tokens=256', '--curves',
-                   '--calibrate=0.05', '--decode_tokens=8', timeout=900)  # (78 calibration passes: minutes on a busy CPU)
+    r = run_script('eval_depth.py', *runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
+                   '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
     assert r.returncode == 0, r.stderr
     with open(out / 'results.json') as f:
         return r, out, json.load(f)['runs']
@@ -55,17 +60,16 @@ def test_table_results_and_every_plot_are_written(evaluated):
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
 
 
-def test_from_results_redraws_without_evaluating(evaluated, tmp_path):
+def test_from_results_redraws_without_evaluating(evaluated, tmp_path, capsys):
     r, out, _ = evaluated
-    again = run_script('eval_depth.py', '--from_results', out / 'results.json', '--out', tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == r.stdout  # the same tables, from the JSON
+    eval_depth.main(['--from_results', str(out / 'results.json'), '--out', str(tmp_path)])
+    assert capsys.readouterr().out == r.stdout  # the same tables, from the JSON
     assert (tmp_path / 'lemma.png').exists() and not (tmp_path / 'results.json').exists()
-    one = run_script('eval_depth.py', '--from_results', out / 'results.json', 'raw-terminal', '--out', tmp_path)
-    assert '| raw-terminal |' in one.stdout and '| norm-perloop |' not in one.stdout
-    assert_one_line_error(run_script('eval_depth.py', '--from_results', out / 'results.json', 'nope'),
-                          'eval_depth.py', 'nope')
-    assert_one_line_error(run_script('eval_depth.py'), 'eval_depth.py', 'no runs given')
+    eval_depth.main(['--from_results', str(out / 'results.json'), 'raw-terminal', '--out', str(tmp_path)])
+    one = capsys.readouterr().out
+    assert '| raw-terminal |' in one and '| norm-perloop |' not in one
+    assert 'nope' in fails('--from_results', out / 'results.json', 'nope')
+    assert 'no runs given' in fails()
 
 
 def test_each_run_says_how_it_was_trained(evaluated):
@@ -75,7 +79,7 @@ def test_each_run_says_how_it_was_trained(evaluated):
     assert [(run['readout'], run['loss']) for run in results] == [('norm', 'perloop'), ('raw', 'terminal')]
 
 
-def test_perplexity_equals_an_independent_computation_over_every_token(evaluated, runs, tiny_data):
+def test_perplexity_equals_an_independent_computation_over_the_scored_tokens(evaluated, runs, tiny_data):
     _, _, results = evaluated
     with open(tiny_data / 'tiny-bytes' / 'meta.json') as f:
         meta = json.load(f)
@@ -86,12 +90,12 @@ def test_perplexity_equals_an_independent_computation_over_every_token(evaluated
         T, K = model.config.block_size, model.config.n_loops
         total, count = 0.0, 0
         with torch.no_grad():
-            for s in range(0, len(val) - 1, T):  # non-overlapping windows, written out here by hand
-                chunk = torch.from_numpy(val[s:s + T + 1])[None]
+            for s in range(0, SCORED, T):  # non-overlapping windows, written out here by hand
+                chunk = torch.from_numpy(val[s:min(s + T, SCORED) + 1])[None]
                 logits, _ = model(chunk[:, :-1], n_loops=K)
                 total += F.cross_entropy(logits[0], chunk[0, 1:], reduction='sum').item()
                 count += chunk.size(1) - 1
-        assert count == len(val) - 1 == run['tokens_scored']
+        assert count == SCORED == run['tokens_scored'] < len(val) - 1
         assert run['per_K'][K - 1]['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
 
 
@@ -99,9 +103,9 @@ def test_perplexity_equals_an_independent_computation_over_every_token(evaluated
                                                 (1000, 32, 100), (50, 64, 0)])
 def test_every_token_is_scored_exactly_once(n, block, max_tokens):
     data = np.arange(n)  # token value = its position, so the targets name themselves
-    windows = eval_depth.score_windows(n, block, max_tokens)
+    windows = score_windows(n, block, max_tokens)
     scored = []
-    for x, y in eval_depth.batches(data, windows, 3, 'cpu'):
+    for x, y in runs_module.batches(data, windows, 3, 'cpu'):
         assert torch.equal(x + 1, y) and y.size(1) <= block
         scored += y.flatten().tolist()
     expect = min(n - 1, max_tokens) if max_tokens else n - 1
@@ -125,7 +129,6 @@ def test_stand_ins_speculative_acceptance_and_calibration_are_reported(evaluated
         assert {e['stand_in'] for e in causal} == {'copy', 'project'}
         assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge'}
         assert set(run['stand_in_error']) == {'copy', 'project'}
-        assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
         spec = run['speculative']  # loop j's acceptance by loop K, j = 1..K-1
         K = run['trained_K']
         assert len(spec['greedy_agree']) == len(spec['sample_accept']) == K - 1
@@ -171,9 +174,8 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     monkeypatch.setattr(eval_decode, 'decode_speed', lambda model, prompt, n, K, device, ctx, exit_threshold=0.0, **kw:
                         (100.0 / (1 + 3 * exit_threshold if exit_threshold else 4), 1.0, {}))
     data = np.arange(2000) % 50
-    windows = eval_depth.score_windows(2000, 100)
-    ev = (None, data, windows, 4, 'cpu', None, eval_depth.batches, eval_depth.progress)
-    got = eval_decode.calibrate(ev, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
+    sc = Scoring(None, data, score_windows(2000, 100), 4, 'cpu', None)
+    got = eval_decode.calibrate(sc, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
     # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
     # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
     assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 6 + [(0.01, 0.999)] * 6
@@ -190,7 +192,7 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
         ce = 2.0 if threshold < 0.05 else 2.5 if threshold < 0.995 else 2.0
         return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
     monkeypatch.setattr(eval_decode, 'causal_exit', dip)
-    got = eval_decode.calibrate(ev, 4, [0.01], ['copy'], 16, 'x')
+    got = eval_decode.calibrate(sc, 4, [0.01], ['copy'], 16, 'x')
     assert [c['threshold'] for c in got] == [1e-6] * 3
 
 
@@ -229,43 +231,52 @@ def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
         trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])
 
 
+def fails(*argv):
+    """eval_depth.main's one-line error for argv (checked in-process: no torch import per case)."""
+    with pytest.raises(SystemExit) as e:
+        eval_depth.main([str(a) for a in argv])
+    message = str(e.value.code)
+    assert message.startswith('eval_depth.py: error: ') and '\n' not in message, message
+    return message
+
+
 def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
     empty = tmp_path / 'empty-run'
     empty.mkdir()
+    # from the outside once: exactly one line on stderr, no traceback
     assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'no checkpoint', 'ckpt.pt')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--max_loops=0'), 'eval_depth.py', '--max_loops')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--device=gpu'), 'eval_depth.py', "'gpu'")
+    out = ['--out', tmp_path / 'eval-out']
+    assert '--max_loops' in fails(runs[0], '--max_loops=0', *out)
+    assert "'gpu'" in fails(runs[0], '--device=gpu', *out)
     (empty / 'ckpt.pt').write_bytes(b'not a checkpoint')
-    r = run_script('eval_depth.py', empty)
-    assert_one_line_error(r, 'eval_depth.py', 'not a checkpoint written by train.py')
-    assert 'weights_only' not in r.stderr
+    message = fails(empty, *out)
+    assert 'not a checkpoint written by train.py' in message and 'weights_only' not in message
     torch.save({'weights': torch.zeros(2)}, empty / 'ckpt.pt')  # a torch file, but not train.py's
-    assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'not a checkpoint written by train.py')
+    assert 'not a checkpoint written by train.py' in fails(empty, *out)
     for bad in ('0', '1.5', '0.5,-1', 'high'):
-        assert_one_line_error(run_script('eval_depth.py', runs[0], '--exit', bad), 'eval_depth.py', '--exit')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--lemma_loops=1'), 'eval_depth.py', '--lemma_loops')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--calibrate=1.5'), 'eval_depth.py', '--calibrate')
-    r = run_script('eval_depth.py', runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
-    assert_one_line_error(r, 'eval_depth.py', 'two windows')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--batch_size=-1'), 'eval_depth.py', '--batch_size')
+        assert '--exit' in fails(runs[0], '--exit', bad, *out)
+    assert '--lemma_loops' in fails(runs[0], '--lemma_loops=1', *out)
+    assert '--calibrate' in fails(runs[0], '--calibrate=1.5', *out)
+    assert 'two windows' in fails(runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
+    assert '--batch_size' in fails(runs[0], '--batch_size=-1', *out)
     for bad in ('mean', 'copy,recompute', ','):
-        assert_one_line_error(run_script('eval_depth.py', runs[0], f'--stand_in={bad}'), 'eval_depth.py', '--stand_in')
+        assert '--stand_in' in fails(runs[0], f'--stand_in={bad}', *out)
     (tmp_path / 'a-file').write_text('')
-    assert_one_line_error(run_script('eval_depth.py', runs[0], '--out', tmp_path / 'a-file'), 'eval_depth.py', '--out')
+    assert '--out' in fails(runs[0], '--out', tmp_path / 'a-file')
     no_evals = tmp_path / 'no-evals'
     no_evals.mkdir()
     (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())
     (no_evals / 'log.jsonl').write_text(json.dumps(dict(kind='train', iter=1, h_norm=[1.0])) + '\n')
-    assert_one_line_error(run_script('eval_depth.py', no_evals, '--curves'), 'eval_depth.py', 'no eval lines')
+    assert 'no eval lines' in fails(no_evals, '--curves', *out)
     # data made with another tokenizer, under the name the run was trained on
     other = tmp_path / 'data' / 'tiny-bytes'
     other.mkdir(parents=True)
     np.arange(5000, dtype=np.uint16).tofile(other / 'val.bin')
     (other / 'meta.json').write_text(json.dumps(dict(tokenizer='gpt2', vocab_size=50257, dtype='uint16',
                                                      tokens=dict(val=5000))))
-    r = run_script('eval_depth.py', runs[0], f'--data_dir={tmp_path / "data"}', cwd=tmp_path)
-    assert_one_line_error(r, 'eval_depth.py', 'vocab 256', 'vocab 50257')
-    assert not (tmp_path / 'eval-out').exists()  # nothing written
+    message = fails(runs[0], f'--data_dir={tmp_path / "data"}', *out)
+    assert 'vocab 256' in message and 'vocab 50257' in message
+    assert not (tmp_path / 'eval-out').exists()  # nothing written by any of them
 
 
 def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
@@ -287,10 +298,9 @@ def test_stand_in_error_is_the_distance_between_loop_keys():
     model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
                                       dropout=0.0, init_std=0.02)).eval()
     data = np.arange(400) % 50
-    windows = eval_depth.score_windows(len(data), 16)
-    ev = (model, data, windows, 2, 'cpu', torch.no_grad(), eval_depth.batches, eval_depth.progress)
-    got = eval_decode.stand_in_error(ev, 3)
-    x, _ = next(eval_depth.batches(data, windows[:2], 2, 'cpu'))
+    sc = Scoring(model, data, score_windows(len(data), 16), 2, 'cpu', torch.no_grad())
+    got = eval_decode.stand_in_error(sc, 3)
+    x, _ = sc.first_batch()
     with torch.no_grad():
         hs = model.hidden_states(x, 3)
         attn = model.transformer.h[0]
@@ -328,3 +338,56 @@ def test_several_results_files_are_grouped_together(evaluated):
     assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
     with pytest.raises(eval_depth.EvalError, match='cannot read'):
         eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
+
+
+def test_calibration_speculative_timing_and_retime(runs, tmp_path):
+    # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
+    out = tmp_path / 'cal'
+    r = run_script('eval_depth.py', runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8',
+                   '--speculative', '--bench_iters=1', '--max_loops=2', '--out', out)
+    assert r.returncode == 0, r.stderr
+    assert 'calibrated halting' in r.stdout and '| greedy | 1 |' in r.stdout
+    run = json.loads((out / 'results.json').read_text())['runs'][0]
+    assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
+    for c in run['calibrated']:
+        assert c['threshold'] in eval_decode.CALIBRATION_GRID + (1.0,)  # 1.0: nothing within the target exits
+        assert c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
+        assert 'retimed' not in c
+    bench = run['speculative_bench']  # K=2: draft with loop 1, every g and draft_stop, greedy and sampled
+    assert len(bench) == len(eval_decode.SPEC_GRID['g']) * len(eval_decode.SPEC_GRID['draft_stop']) * 2
+    for row in bench:
+        assert row['j'] == 1 and 0 <= row['accept_rate'] <= 1 and row['tokens_per_pass'] >= 1
+        assert row['speedup'] == pytest.approx(row['tok_per_s'] / row['fixed_tok_per_s'])
+
+    again = tmp_path / 'retimed'  # the calibrated picks timed again, nothing else recomputed
+    r = run_script('eval_depth.py', '--from_results', out / 'results.json', '--retime', '--out', again)
+    assert r.returncode == 0, r.stderr
+    rerun = json.loads((again / 'results.json').read_text())['runs'][0]
+    assert [c['threshold'] for c in rerun['calibrated']] == [c['threshold'] for c in run['calibrated']]
+    for c in rerun['calibrated']:
+        assert c['retimed'] and c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
+
+
+def test_a_diverged_run_is_redrawn(evaluated, tmp_path):
+    # a run whose loss became non-finite logs null values: its curve has gaps, and nothing crashes
+    _, out, _ = evaluated
+    results = json.loads((out / 'results.json').read_text())
+    curve = results['runs'][0]['curve']
+    for key in ('val_loss_K', 'val_loss_1', 'norm_p99', 'norm_mean'):
+        curve[key][-1] = None
+    (tmp_path / 'results.json').write_text(json.dumps(results))
+    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'plots')])
+    assert (tmp_path / 'plots' / 'drift.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_calibration_table_names_each_seeds_reference():
+    # an exit-trained seed is measured against its own normally trained twin: the table names each
+    def run(seed, ref_ppl):
+        return dict(name=f'exit-s{seed}', calibrated=[dict(
+            stand_in='copy', criterion='max_prob', target=0.01, threshold=0.9, ppl=5.7, full_ppl=5.8, mean_loops=3.0,
+            reference=f'twin-s{seed}', reference_ppl=ref_ppl, fixed_decode_tok_per_s=100.0, decode_tok_per_s=110.0,
+            speedup=1.1)])
+    members = [run(1, 5.5), run(2, 5.6)]
+    mean, std = mean_std(members)
+    table = eval_decode.calibration_table(dict(name='exit', n=2, runs=['exit-s1', 'exit-s2'], mean=mean, std=std), members)
+    assert '(twin-s1: 5.500, twin-s2: 5.600)' in table and 'None' not in table
