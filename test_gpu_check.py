@@ -1,0 +1,118 @@
+"""
+gpu_check.py from the outside, so that a check no CI runs on a GPU cannot rot: its --cpu mode runs
+every step at a tiny shape and must print every row, with numbers, in the documented order; a
+compiler inductor cannot use skips the compiled rows and the eager ones still run; a missing
+torch, or no GPU without --cpu, is one error line. The settings' checks run in-process.
+
+    python -m pytest -q test_gpu_check.py
+"""
+
+import os
+import re
+
+import pytest
+import torch
+
+import gpu_check
+from conftest import assert_one_line_error, run_script
+
+# the order the docstring promises (most needed first); the summary must keep it
+ROWS = ['preflight', 'train-44m-fused', 'train-129m-fused', 'decode-eager', 'decode-compiled', 'decode-graphs',
+        'decode-speculative', 'train-44m-plain', 'train-129m-plain']
+NUMBER = r'=(\d+(\.\d+)?)\b'
+
+
+def summary(stdout):
+    """The summary's lines, name -> the rest of the line."""
+    text = stdout.split('=== summary', 1)[1]
+    return {line.split()[0]: line for line in text.splitlines()[1:] if line and not line.startswith('total')}
+
+
+def field(line, key):
+    m = re.search(rf'\b{key}{NUMBER}', line)
+    assert m, f"no number for {key} in: {line}"
+    return float(m.group(1))
+
+
+def test_cpu_mode_runs_every_step_and_the_summary_has_every_row_in_order_with_numbers(tmp_path):
+    out = tmp_path / 'check'
+    r = run_script('gpu_check.py', '--cpu', f'--out={out}', '--steps=1', '--warmup=0')
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    rows = summary(r.stdout)
+    assert list(rows) == ROWS  # every row, in the fixed order, nothing else
+    assert re.search(r'compile=ok .*compile_s' + NUMBER, rows['preflight'])
+    for name in ROWS[1:]:
+        assert field(rows[name], 'tok_per_s') > 0 and field(rows[name], 'elapsed_s') >= 0
+    for name in ('train-44m-fused', 'train-129m-plain'):
+        assert re.search(r'\bpeak_mem_gib' + NUMBER, rows[name]) and 'mfu=n/a' in rows[name]  # (no MFU on a CPU)
+    # one compile per process: the preflight's, and one loop per compiled decode step; the speculative
+    # row drafts with decode-graphs' compiled loop, and the training rows run eagerly on a CPU
+    compiled = {'preflight': 1, 'decode-compiled': 1, 'decode-graphs': 1}
+    assert {name: field(rows[name], 'compiles') for name in ROWS} == {name: compiled.get(name, 0) for name in ROWS}
+    assert f'{sum(compiled.values())} compiles' in r.stdout.splitlines()[-1]
+    assert field(rows['decode-speculative'], 'accept_rate') <= 1
+    # each step announced and timed as it ran, its log kept under its number in the order
+    for i, step in enumerate(gpu_check.STEPS, 1):
+        assert re.search(rf'^--- {step}: ok, \d+\.\d s$', r.stdout, re.M), step
+        assert (out / f'{i}-{step}.log').read_text().count(f'row {step}:') == 1
+
+
+def test_a_compiler_inductor_cannot_use_skips_the_compiled_rows_and_the_eager_ones_still_run(tmp_path):
+    env = dict(os.environ, CXX=str(tmp_path / 'no-such-g++'), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / 'inductor'))
+    r = run_script('gpu_check.py', '--cpu', f'--out={tmp_path / "check"}', '--only=decode-eager,decode-compiled',
+                   env=env)
+    assert_one_line_error(r, 'gpu_check.py', '1 of 3 rows not measured (decode-compiled)')
+    assert 'torch.compile cannot build here' in r.stdout and 'no-such-g++ (not found)' in r.stdout
+    rows = summary(r.stdout)
+    assert list(rows) == ['preflight', 'decode-eager', 'decode-compiled']
+    assert 'compile=failed' in rows['preflight'] and field(rows['decode-eager'], 'tok_per_s') > 0
+    assert 'SKIPPED' in rows['decode-compiled'] and 'preflight could not compile' in rows['decode-compiled']
+
+
+def test_a_torch_that_does_not_import_is_its_own_error_not_no_gpu(tmp_path):
+    fake = tmp_path / 'torch'
+    fake.mkdir()
+    (fake / '__init__.py').write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    r = run_script('gpu_check.py', f'--out={tmp_path / "check"}', env=env)
+    assert_one_line_error(r, 'gpu_check.py', 'cannot import torch', 'libcudart.so.12', 'requirements.txt')
+    assert 'no CUDA GPU' not in r.stderr and r.stdout == ''
+
+
+def test_without_a_gpu_one_line_says_to_pass_cpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip('this machine has CUDA')
+    r = run_script('gpu_check.py', f'--out={tmp_path / "never-made"}')
+    assert_one_line_error(r, 'gpu_check.py', 'no CUDA GPU here', '--cpu')
+    assert r.stdout == '' and not (tmp_path / 'never-made').exists()
+
+
+def test_a_package_that_does_not_import_is_named_with_its_own_error(monkeypatch, capsys):
+    real = gpu_check.importlib.import_module
+
+    def broken(name):
+        if name == 'tiktoken':
+            raise ImportError("cannot import name 'Encoding' (simulated)")
+        return real(name)
+    monkeypatch.setattr(gpu_check.importlib, 'import_module', broken)
+    with pytest.raises(gpu_check.CheckError, match='cannot import tiktoken .*requirements.txt'):
+        gpu_check.preflight(dict(cpu=True))
+    assert "cannot import tiktoken: ImportError: cannot import name 'Encoding' (simulated)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('argv, needle', [
+    (['--compile=maybe'], "compile must be on or off; got 'maybe'"),
+    (['--steps=0'], "'steps' must be at least 1"),
+    (['--only=decode-eager,decode-fast'], "unknown step 'decode-fast'"),
+    (['--step=train-7b'], "unknown step 'train-7b'"),
+    (['--stepz=1'], "unknown setting 'stepz'"),
+])
+def test_each_bad_setting_is_named(argv, needle):
+    with pytest.raises(gpu_check.CheckError) as e:
+        gpu_check.main(argv)
+    assert needle in str(e.value)
+
+
+def test_only_keeps_the_fixed_order_and_always_runs_the_preflight():
+    s = dict(gpu_check.SETTINGS, only='train-129m-plain,decode-eager')
+    assert gpu_check.check_settings(s) == ['preflight', 'decode-eager', 'train-129m-plain']
