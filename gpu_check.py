@@ -22,24 +22,28 @@ The steps, most needed first, so that a run cut short still has them:
   train-129m-fused  the same at the 129M shape (config/129m.py).
   decode-eager      decoder.generate at the 44M shape, batch 1, random weights, fixed K, sampling:
                     tok_per_s and ms_per_token of a run after a warm-up run of the same tokens
-                    (warmup_s: the compile and the CUDA-graph recordings, reported on their own).
+                    (warmup_s: that first run, with the compile and graph recordings where any).
   decode-compiled   the one-loop step compiled by inductor's default mode, no CUDA graphs.
   decode-graphs     compiled as sample.py --compile=on compiles it: mode='reduce-overhead', a CUDA
                     graph (on a CPU, the same code without graphs).
   decode-speculative  draft_loops=1, in decode-graphs' process, on its compiled loop (no compile).
+                    Random weights read out near-uniform distributions, so its accept_rate is near 1:
+                    the row times the mechanics, not a trained model's speed-up.
   train-44m-plain, train-129m-plain  --loss_path=plain (F.cross_entropy on K logit tensors); last.
 
-Compiles and time (an estimate: no GPU was lent to the session that wrote this). One compile per
-process: 7 in all, each row's compiles= counts dynamo's graphs, and the summary adds them up.
-  - 9 process starts with CUDA's initialisation: ~5 s each, ~45 s.
-  - preflight: the first Triton kernel in a cold cache, ~10-20 s.
-  - 4 training compiles (forward and backward of K=4 unrolled loops: 32 blocks at 44M, 48 at
-    129M): ~45-100 s each, the later ones faster where the kernel caches already hold a shape's
-    blocks; ~3-6 minutes together. Their timed steps (23 per row, ~20 TFLOP each, 50-100 ms at
-    30-40% MFU) take seconds.
-  - 2 decode compiles of one loop (8 blocks, forward only): ~15-40 s each.
-  - 4 decode rows, two runs of block_size - prompt_tokens = 240 tokens each at 1-5 ms: ~10 s.
-So about 5-9 minutes, under 10; the compiles are most of it. Measure it on the first GPU lent.
+Compiles and time: an estimate, since no GPU was lent to the session that wrote this. One compile
+per process, 7 in all (each row's compiles= counts dynamo's graphs; the summary adds them up):
+  - 8 step processes and the parent, each importing torch (and dynamo) and starting CUDA: ~45 s.
+  - preflight: the first Triton kernel in a cold cache (its launcher is built with the C compiler): 10-20 s.
+  - 4 training compiles, forward and backward of K=4 unrolled loops (32 blocks at 44M, 48 at 129M):
+    ~40-120 s each, 3-6 minutes together; the plain path's compile reuses its shape's block kernels from
+    the caches. Dynamo and AOT autograd alone (backend aot_eager) took ~15 s at 44M on a busy
+    2-core CPU; inductor's lowering and Triton's kernels come on top.
+  - their timed steps: 23 a row of ~24 TFLOP (44M, 64 x 256) or ~31 TFLOP (129M, 32 x 256),
+    60-80 ms each at 40% MFU of an H100's 989 TFLOP/s: seconds.
+  - 2 decode compiles of one loop (8 blocks, forward only): 15-40 s each.
+  - 4 decode rows, two runs of block_size - prompt_tokens = 240 tokens each, at 1-8 ms a token: ~10 s.
+So about 5-9 minutes, under 10; the compiles are most of it. The first GPU lent measures it.
 """
 
 import importlib
