@@ -42,7 +42,8 @@ import math
 import torch
 from torch.nn import functional as F
 
-EXIT_CRITERIA = ('max_prob', 'entropy', 'converge')
+EXIT_CRITERIA = ('max_prob', 'entropy', 'converge', 'angular', 'latent')
+READOUT_FREE = ('angular', 'latent')  # decided from the states alone (as is a learned gate, a callable criterion)
 STAND_INS = ('copy', 'project')
 
 
@@ -53,7 +54,8 @@ def exit_confidence(logits, criterion, prev=None):
     'entropy'   1 - H(p) / ln(vocab).
     'converge'  exp(-KL(p_k || p_{k-1})): 1 when this loop's readout equals the previous loop's
                 (prev, the logits of loop k-1), as recurrent-depth decoders stop when the
-                prediction stops changing. At loop 1 (prev None) there is nothing to compare: 0."""
+                prediction stops changing. At loop 1 (prev None) there is nothing to compare: 0.
+    The readout-free criteria are state_confidence's."""
     if criterion == 'max_prob':
         return F.softmax(logits.float(), dim=-1).amax(-1)
     if criterion == 'entropy':
@@ -65,7 +67,59 @@ def exit_confidence(logits, criterion, prev=None):
         logp, logq = F.log_softmax(logits.float(), dim=-1), F.log_softmax(prev.float(), dim=-1)
         kl = (logp.exp() * (logp - logq)).sum(-1).clamp_min(0)
         return torch.exp(-kl)
-    raise ValueError(f"unknown exit criterion {criterion!r}: use {', '.join(EXIT_CRITERIA)}")
+    if readout_free(criterion):
+        raise ValueError(f"the {criterion!r} criterion reads the states, not a readout: use state_confidence")
+    raise ValueError(f"unknown exit criterion {criterion!r}: use {', '.join(EXIT_CRITERIA)} (or a gate: exit_gate.py)")
+
+
+def readout_free(criterion):
+    """Whether a criterion decides from the states alone (O(d) a token, no readout): 'angular',
+    'latent', or a callable one (a learned gate, exit_gate.ExitGate: state (..., C) -> (...,))."""
+    return callable(criterion) or criterion in READOUT_FREE
+
+
+def state_confidence(h, before, criterion):
+    """How settled a token is after a loop, in [0, 1], from its state h = H_k and the state that
+    entered the loop, before = H_{k-1} (..., C), without a readout: O(d) a token against the
+    readout's d x vocab. Both are scale-free, so a drifted state (||H|| ~ 1e4) reads as it would
+    at any scale: what they measure is how much a loop changes the state relative to its size.
+    'angular'   1 - ||u_k - u_{k-1}|| / 2, u = H / ||H||: Lemma 2's angular step (there u = H / s
+                with ||u|| = sqrt(d); the same step over its largest value, 2 sqrt(d)), i.e.
+                1 - sin(theta / 2) with theta the angle between H_k and H_{k-1}. 1: the loop did
+                not turn the state, and by Lemma 2 a state that stops turning stops changing the
+                prediction of a normalized readout. (1 - sin(theta/2) rather than cos theta: it
+                spreads small steps over the threshold grid, 1 - cos = 1e-3 is 0.978 here, and the
+                difference of unit vectors keeps float32 precision where 1 - cos rounds to 0.)
+    'latent'    exp(-||H_k - H_{k-1}|| / ||H_k||): Huginn's latent-diff (the relative change of
+                the state, radial part included) mapped to [0, 1] as 'converge' maps its KL.
+                On a drifted model both read "settled" (Lemma 2: the radial increment a_k stays
+                about constant while ||H_k|| grows, so both the turn and the relative change
+                shrink like 1 / s_k); that is right for a normalized readout, whose prediction
+                stops changing, but 'latent' also counts the radial growth such a readout cannot
+                see, so on a model whose loops still turn it is the more cautious of the two.
+    a callable  the learned gate's exit probability from h alone (exit_gate.ExitGate).
+    At loop 1, before is the embedding H_0 (decoder.embed): the value says how far the first
+    loop moved the token from its context-free input. A choice: the same formula at every loop,
+    so loop 1 can exit; in practice the first loop turns nearly every token a long way and these
+    criteria exit from loop 2 on (on the CPU demo runs, the median loop-1 confidence was 0.32-0.37
+    and no token's exceeded 0.9, against 0.85-0.98 angular medians at loop 2)."""
+    if callable(criterion):
+        return criterion(h)
+    h, before = h.float(), before.float()
+    if criterion == 'angular':
+        step = F.normalize(h, dim=-1) - F.normalize(before, dim=-1)
+        return 1 - step.norm(dim=-1) / 2
+    if criterion == 'latent':
+        return torch.exp(-(h - before).norm(dim=-1) / h.norm(dim=-1).clamp_min(1e-30))
+    raise ValueError(f"unknown readout-free criterion {criterion!r}: use {', '.join(READOUT_FREE)} or a gate")
+
+
+def confidence(criterion, h, before, logits=None, prev=None):
+    """Any criterion's confidence after a loop: a readout-free one from the states h and before
+    (state_confidence), any other from the readout's logits and the previous loop's, prev."""
+    if readout_free(criterion):
+        return state_confidence(h, before, criterion)
+    return exit_confidence(logits, criterion, prev)
 
 
 def compute_dtype(model, device_type):
@@ -249,10 +303,10 @@ class Stepper:
     (a prefill, a verify pass) and tokens held back by exits run eagerly. On CUDA the compiled loop
     is a CUDA graph (mode='reduce-overhead'): the cache and the weights stay at fixed addresses and
     the position is a persistent tensor written in place. Sampling stays outside the graph, a
-    choice not yet measured on a GPU: it runs once a token against K loops, exits read a readout
-    between loops anyway, temperature, top_k and the draft rule change per call, and graph-safe
-    RNG would be one more thing to get right; it adds a few launches a token to the ~10 of every
-    layer and loop. The weights are cast once per precision they are used in (Weights)."""
+    choice not yet measured on a GPU: it runs once a token against K loops, exits read a number
+    between loops anyway (a readout's or a state's confidence), temperature, top_k and the
+    draft rule change per call, and graph-safe RNG would be one more thing to get right; it
+    adds a few launches a token to the ~10 of every layer and loop. The weights are cast once per precision they are used in (Weights)."""
 
     def __init__(self, model, compile=False):
         self.model, self.nh = model, model.config.n_head
@@ -347,11 +401,14 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     to cache.n_loops loops, attending to the cached tokens and to each other causally, and
     caches their keys and values.
 
-    Per-token early exit (0 < exit_threshold < 1): after each loop, a token whose readout is
-    confident enough (exit_confidence > threshold) stops there and is answered by that readout,
-    read as the model run with that many loops (an exit at loop 1 is exactly the 1-loop model).
-    Its later loops never run; later tokens read its stand-in there. When every new token has
-    stopped, the loop ends: a single decoded token that exits at loop j costs j loops.
+    Per-token early exit (0 < exit_threshold < 1): after each loop, a token whose confidence
+    (a name of EXIT_CRITERIA, or a callable gate) exceeds the threshold stops there and is
+    answered by that loop's readout, read as the model run with that many loops (an exit at
+    loop 1 is exactly the 1-loop model). Its later loops never run; later tokens read its
+    stand-in there. When every new token has stopped, the loop ends: a single decoded token
+    that exits at loop j costs j loops. A readout-free criterion (readout_free) decides from
+    the states, so a token pays for one readout, at its exit (or at the last loop), where a
+    readout criterion pays for one at every loop it could stop after.
 
     Returns (logits (B, T, vocab) from each token's last loop, loops used (B, T) int)."""
     B, T = idx.size()
@@ -361,6 +418,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     stepper = stepper or Stepper(model)
     h = embed(model, idx, t0)  # (B, T, C)
     exits = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
+    free = readout_free(criterion)
     loops = torch.full((B, T), K, dtype=torch.long, device=idx.device)
     if not exits:  # every loop at once (one compiled call, where compiled)
         out = stepper.logits(stepper.loops(h, t0, cache, 0, K), last=True)
@@ -369,10 +427,14 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     if B * T == 1:  # one token (a decoding step): one number decides, nothing to mask
         prev = None
         for k in range(K):
-            h = stepper.loops(h, t0, cache, k, k + 1)
-            out = stepper.logits(h, last=True)  # the token as the model run with k+1 loops
+            before, h = h, stepper.loops(h, t0, cache, k, k + 1)
+            if k == K - 1:
+                out = stepper.logits(h, last=True)
+                break
+            out = None if free else stepper.logits(h, last=True)  # the token as the model run with k+1 loops
             # (compared as a tensor, in its dtype, exactly as the many-token path below compares)
-            if k < K - 1 and bool(exit_confidence(out, criterion, prev) > exit_threshold):
+            if bool(confidence(criterion, h, before, out, prev) > exit_threshold):
+                out = stepper.logits(h, last=True) if free else out  # (readout-free: the one readout, at the exit)
                 fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k)
                 loops.fill_(k + 1)
                 break
@@ -380,20 +442,21 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         cache.length = t0 + 1
         return out, loops
     logits, prev = None, None
-    running, some_stopped = torch.ones(B, T, dtype=torch.bool, device=idx.device), False
+    running, some_stopped, n_running = torch.ones(B, T, dtype=torch.bool, device=idx.device), False, B * T
     for k in range(K):
         x = stepper.loops(h, t0, cache, k, k + 1, running if some_stopped else None)
-        h = torch.where(running[..., None], x, h) if some_stopped else x  # stopped tokens stay put
+        before, h = h, (torch.where(running[..., None], x, h) if some_stopped else x)  # stopped tokens stay put
         if k == K - 1:
             continue
-        out = stepper.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
-        stop = running & (exit_confidence(out, criterion, prev) > exit_threshold)
+        out = None if free else stepper.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
+        stop = running & (confidence(criterion, h, before, out, prev) > exit_threshold)
         prev = out
-        logits = out if logits is None else torch.where(stop[..., None], out, logits)
-        loops = torch.where(stop, k + 1, loops)
         running = running & ~stop
-        n_running = int(running.sum())  # the host must know: skipping work is the point
-        if n_running < running.numel():
+        n_before, n_running = n_running, int(running.sum())  # the host must know: skipping work is the point
+        if n_running < n_before:  # some stopped here: read them out, write their stand-ins
+            out = stepper.logits(h, last=True) if out is None else out
+            logits = out if logits is None else torch.where(stop[..., None], out, logits)
+            loops = torch.where(stop, k + 1, loops)
             fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k, stop)
             some_stopped = True
         if n_running == 0:  # every new token has stopped: later loops read stand-ins
@@ -465,18 +528,20 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     tok = last
     for i in range(g + 1):
         h, prev = embed(model, tok, t + i), None
-        if draft_stop > 0 and criterion == 'converge' and j > 1:  # the readout of loop j-1 too
-            h = stepper.loops(h, t + i, cache, 0, j - 1)
-            prev = stepper.logits(h, last=True)
-            h = stepper.loops(h, t + i, cache, j - 1, j)
+        before = h
+        if draft_stop > 0 and (criterion == 'converge' or readout_free(criterion)):  # the state of loop j-1 too
+            before = stepper.loops(h, t + i, cache, 0, j - 1)  # (j = 1: the embedding)
+            prev = stepper.logits(before, last=True) if criterion == 'converge' and j > 1 else None
+            h = stepper.loops(before, t + i, cache, j - 1, j)
         else:
             h = stepper.loops(h, t + i, cache, 0, j)
         states.append(h)
         if i == g:
             break
-        logits = stepper.logits(h, last=True)[0]  # (1, vocab): the j-loop model's next token
-        if draft_stop > 0 and float(exit_confidence(logits, criterion, prev[0] if prev is not None else None)) < draft_stop:
+        logits = stepper.logits(h, last=True)  # (1, 1, vocab): the j-loop model's next token
+        if draft_stop > 0 and float(confidence(criterion, h, before, logits, prev)) < draft_stop:
             break  # not sure enough to draft: the verify pass gives this position's token
+        logits = logits[0]
         q = next_token_probs(logits[0], temperature, top_k)
         qs.append(q)
         tok = sample(q)[None]  # (1, 1)
