@@ -16,6 +16,7 @@ batch size, the device and the precision context).
 import itertools
 import time
 
+import numpy as np
 import torch
 
 from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins
@@ -23,30 +24,97 @@ from report import perplexity, pm
 from runtime import sync
 
 
+def criteria_of(gates=None):
+    """The criteria a run is scored with: name -> what decoder.decode takes (EXIT_CRITERIA's
+    names, then the run's learned gates, exit_gate.ExitGate, under their names)."""
+    return {**{c: c for c in EXIT_CRITERIA}, **(gates or {})}
+
+
+def exit_loops(conf, tau):
+    """conf (K, N): the 0-based loop each token stops at, the first whose confidence exceeds tau
+    (the last loop always answers). (N,) long."""
+    confident = conf > tau
+    confident[-1] = True
+    return confident.float().argmax(dim=0)  # (argmax: the first loop over the threshold)
+
+
 def teacher_forced_exit(per_token, thresholds, K):
     """Each token stops at the first loop k <= K whose confidence exceeds the threshold (else at
     K) and is scored by that loop's readout, every loop having run on the true prefix at full
     depth: the paper's measurement. What it saves is only what a decoder could save if exited
-    tokens cost nothing later; causal_exit measures what one does."""
+    tokens cost nothing later; causal_exit measures what one does. Every criterion with a
+    conf_<name> row in per_token."""
     out = []
-    for criterion in EXIT_CRITERIA:
+    for key in [k for k in per_token if k.startswith('conf_')]:
         for tau in thresholds:
-            confident = per_token[f'conf_{criterion}'][:K] > tau
-            confident[-1] = True  # the last loop always answers
-            exit_at = confident.float().argmax(dim=0)  # first loop over the threshold, (N,)
+            exit_at = exit_loops(per_token[key][:K].clone(), tau)
             ce = per_token['ce'][:K].gather(0, exit_at[None]).squeeze(0)
-            out.append(dict(mode='teacher_forced', criterion=criterion, threshold=tau,
+            out.append(dict(mode='teacher_forced', criterion=key[5:], threshold=tau,
                             mean_loops=(exit_at + 1).float().mean().item(), loss=ce.mean().item(),
                             ppl=perplexity(ce.mean().item())))
     return out
+
+
+# -------------------------------------------------------------------------------------
+# the bound: the best any per-token decider could do, and every criterion against it
+
+ORACLE_MU = tuple(np.logspace(-2, 3, 41).tolist())  # nats^-1: the price of a nat of CE, in loops
+# thresholds of the teacher-forced frontiers (cheap: no decoding), dense near 1 where the
+# readout-free criteria sit
+FRONTIER_GRID = tuple(sorted({*np.round(np.linspace(0.02, 0.98, 49), 4).tolist(),
+                              *(1 - np.logspace(-1.5, -5, 22)).tolist(), 1e-6, 1.0}))  # (1: nothing exits)
+
+
+def oracle_frontier(ce, mu_grid=ORACLE_MU):
+    """The teacher-forced oracle: for each mu, every token exits at the loop k that minimizes
+    k + mu * CE_k (its CE there, teacher-forced; the fewest loops on a tie). ce (K, N), the
+    per-token CE of each depth. Small mu: every token at loop 1; large mu: each at its own
+    best loop, which can beat full depth (it picks each token's luckiest loop): a bound on any
+    per-token decider, not a target. Returns dict(mu, mean_loops, ppl) lists."""
+    ce = ce.double()
+    cost = torch.arange(1, ce.size(0) + 1, dtype=torch.float64)[:, None]  # (K, 1) loops
+    out = dict(mu=list(mu_grid), mean_loops=[], ppl=[])
+    for mu in mu_grid:
+        at = (cost + mu * ce).argmin(0)  # (torch.argmin: the first of equal values, the fewest loops)
+        out['mean_loops'].append((at + 1).double().mean().item())
+        out['ppl'].append(perplexity(ce.gather(0, at[None]).mean().item()))
+    return out
+
+
+def loops_at(frontier, limit):
+    """The fewest mean loops of a frontier's points (dict mean_loops, ppl lists) with ppl <= limit;
+    None if none is."""
+    within = [n for n, p in zip(frontier['mean_loops'], frontier['ppl']) if p <= limit]
+    return min(within) if within else None
+
+
+def exit_frontiers(per_token, K, targets=(0.01, 0.05), grid=FRONTIER_GRID):
+    """The oracle's frontier and every criterion's teacher-forced one (its threshold swept over
+    grid), and the mean loops each needs at +target of full-depth ppl, with its gap to the
+    oracle's, in loops: how far each decider is from the best possible."""
+    full = perplexity(per_token['ce'][K - 1].mean().item())
+    oracle = oracle_frontier(per_token['ce'][:K])
+    tf = {}
+    for e in teacher_forced_exit(per_token, grid, K):
+        f = tf.setdefault(e['criterion'], dict(threshold=[], mean_loops=[], ppl=[]))
+        for key in f:
+            f[key].append(e[key])
+    at = {}
+    for target in targets:
+        limit = full * (1 + target)
+        best = loops_at(oracle, limit)
+        at[f'{target:g}'] = {c: dict(loops=loops_at(f, limit), oracle_gap=None if best is None or loops_at(f, limit) is None
+                                     else loops_at(f, limit) - best) for c, f in tf.items()}
+        at[f'{target:g}']['oracle'] = dict(loops=best, oracle_gap=0.0)
+    return dict(full_ppl=full, oracle=oracle, teacher_forced=tf, at=at)
 
 
 @torch.no_grad()
 def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     """The split scored as the decoder runs it (decoder.decode on each window): a token that
     stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
-    there. sc: a runs.Scoring; windows: a subset of its windows (default: all). Returns
-    per-token CE and loops used, (N,) each."""
+    there. sc: a runs.Scoring; windows: a subset of its windows (default: all); criterion: a
+    name or a gate (criteria_of). Returns per-token CE and loops used, (N,) each."""
     model = sc.model
     windows = sc.windows if windows is None else windows
     ce, loops = [], []
@@ -64,10 +132,13 @@ def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     return torch.cat(ce), torch.cat(loops)
 
 
-def causal_exits(sc, K, thresholds, stand_ins, name):
+def causal_exits(sc, K, thresholds, stand_ins, name, criteria=None):
+    """Every criterion (criteria_of) at every threshold with every stand-in, scored causally."""
+    criteria = criteria or criteria_of()
     out = []
-    for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, thresholds):
-        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, desc=f"{name}: causal exit, {stand_in}, {criterion} > {tau}")
+    for stand_in, criterion, tau in itertools.product(stand_ins, criteria, thresholds):
+        ce, loops = causal_exit(sc, K, criteria[criterion], tau, stand_in,
+                                desc=f"{name}: causal exit, {stand_in}, {criterion} > {tau}")
         out.append(dict(mode='causal', stand_in=stand_in, criterion=criterion, threshold=tau,
                         mean_loops=loops.float().mean().item(), loss=ce.mean().item(), ppl=perplexity(ce.mean().item())))
     return out
@@ -135,7 +206,7 @@ def held_prompt(sc):
 CALIBRATION_GRID = (1e-6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
 
-def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, grid=CALIBRATION_GRID):
+def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, grid=CALIBRATION_GRID, criteria=None):
     """Calibrated halting, made real. Every threshold of the grid is scored with causal exits on
     the first half of the scored windows; for each target, stand-in and criterion, the one that
     uses the fewest loops there while keeping perplexity within (1 + target) of full depth is
@@ -144,8 +215,9 @@ def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, gr
     perplexity and mean loops of the causal exit, and the measured speed-up of real decoding
     over fixed K. The reference is this model's own full depth, or `reference` (dict name, pick,
     held: another run's full-depth ppl on the two halves, as eval_depth.py passes for an
-    exit-trained run: its normally trained twin)."""
+    exit-trained run: its normally trained twin). criteria: criteria_of's (default: EXIT_CRITERIA)."""
     model, windows, device, ctx = sc.model, sc.windows, sc.device, sc.ctx
+    criteria = criteria or criteria_of()
     half = len(windows) // 2
     if half == 0:
         raise ValueError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
@@ -154,21 +226,23 @@ def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, gr
     full_pick = causal_exit(sc, K, 'max_prob', 0.0, 'copy', pick, f"{name}: full depth")[0]
     full_held = causal_exit(sc, K, 'max_prob', 0.0, 'copy', held, f"{name}: full depth")[0]
     scores = {}  # (stand_in, criterion, threshold) -> (ppl, mean loops) on the calibration half
-    for stand_in, criterion, tau in itertools.product(stand_ins, EXIT_CRITERIA, grid):
-        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, pick, f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
+    for stand_in, criterion, tau in itertools.product(stand_ins, criteria, grid):
+        ce, loops = causal_exit(sc, K, criteria[criterion], tau, stand_in, pick,
+                                f"{name}: calibrating, {stand_in}, {criterion} > {tau:g}")
         scores[stand_in, criterion, tau] = perplexity(ce.mean().item()), loops.float().mean().item()
     prompt = held_prompt(sc)
     full_ppl_pick = perplexity(full_pick.mean().item())
     own = dict(name='own', pick=full_ppl_pick, held=perplexity(full_held.mean().item()))
     ref = reference or own
     out = []
-    for target, stand_in, criterion in itertools.product(targets, stand_ins, EXIT_CRITERIA):
+    for target, stand_in, criterion in itertools.product(targets, stand_ins, criteria):
         limit = ref['pick'] * (1 + target)
         within = [tau for tau in grid if scores[stand_in, criterion, tau][0] <= limit]
         tau = min(within, key=lambda t: scores[stand_in, criterion, t][1]) if within else 1.0
-        ce, loops = causal_exit(sc, K, criterion, tau, stand_in, held, f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
+        ce, loops = causal_exit(sc, K, criteria[criterion], tau, stand_in, held,
+                                f"{name}: held-back, {stand_in}, {criterion} > {tau:g}")
         fixed_tok_s, tok_s, decode_loops = speedup(model, prompt, decode_tokens, K, device, ctx, exit_threshold=tau,
-                                                   criterion=criterion, stand_in=stand_in)
+                                                   criterion=criteria[criterion], stand_in=stand_in)
         out.append(dict(stand_in=stand_in, criterion=criterion, target=target, threshold=tau,
                         calibration_tokens=int(sum(n for _, n in pick)), heldout_tokens=int(sum(n for _, n in held)),
                         ppl=perplexity(ce.mean().item()), full_ppl=own['held'], full_ppl_pick=own['pick'],
@@ -303,6 +377,24 @@ def exit_table(g):
         keys = rows_['keys']
         lines.append(f"stand-in error ({s}), ||k' - k_{K}|| / ||k_{K}|| (mean over layers) for a token exiting at loop j = "
                      + ', '.join(f"{j + 1}: {sum(row) / len(row):.3f}" for j, row in enumerate(keys)))
+    return '\n'.join(lines)
+
+
+def frontier_table(g):
+    """Each criterion's teacher-forced mean loops at +1% and +5% of full-depth ppl, and its gap
+    in loops to the oracle's (the fewest loops any per-token decider could use there)."""
+    f, fs = g['mean']['exit_frontier'], g['std']['exit_frontier']
+    targets = list(f['at'])
+    lines = [f"\nexit deciders against the oracle, {label(g)}: teacher-forced mean loops within +target of full-depth "
+             f"ppl {pm(f['full_ppl'], fs['full_ppl'])} (gap: loops above the oracle's)",
+             '| criterion | ' + ' | '.join(f"+{100 * float(t):g}%: loops | gap" for t in targets) + ' |',
+             '|---|' + '---|---|' * len(targets)]
+    for c in ['oracle'] + [c for c in f['at'][targets[0]] if c != 'oracle']:
+        cells = [c]
+        for t in targets:
+            a, s = f['at'][t][c], fs['at'][t][c]
+            cells += [pm(a['loops'], s['loops'], '.2f'), pm(a['oracle_gap'], s['oracle_gap'], '+.2f')]
+        lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 

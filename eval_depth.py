@@ -1,6 +1,7 @@
 """
 Perplexity, hidden-state norms and throughput against inference depth K, the scale clamp,
-early exit (teacher-forced and as a decoder really runs it), calibrated halting, Lemma 2
+early exit (teacher-forced against the oracle bound, and as a decoder really runs it, with
+the readout's criteria, the states' and learned gates), calibrated halting, Lemma 2
 out to many loops and the drift over training, for trained runs; seeds of one condition
 are grouped into mean ± std.
 
@@ -9,6 +10,7 @@ are grouped into mean ± std.
     python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01      # halting within 1% of full depth
     python eval_depth.py out-raw_perloop/ckpt.pt --split test --max_tokens 100000
     python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project --speculative
+    python eval_depth.py out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
     python eval_depth.py --from_results a/results.json,b/results.json --retime --out merged   # seeds evaluated apart
 
 The decoding studies (stand-ins, calibration, speculative decoding) live in eval_decode.py;
@@ -29,9 +31,11 @@ import numpy as np
 import torch
 
 import plots
-from decoder import EXIT_CRITERIA, STAND_INS, exit_confidence
-from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, exit_table, held_prompt, label,
-                         speculative_bench, speculative_table, speedup, stand_in_error, teacher_forced_exit)
+from decoder import EXIT_CRITERIA, STAND_INS, confidence
+from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, criteria_of, exit_frontiers, exit_table,
+                         frontier_table, held_prompt, label, speculative_bench, speculative_table, speedup, stand_in_error,
+                         teacher_forced_exit)
+from exit_gate import GateError, load_gate
 from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
 from report import mean_std, perplexity, pm, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
@@ -42,13 +46,15 @@ from runs import EvalError, Scoring, load_run, run_folder, score_windows
 # passes over the split
 
 @torch.no_grad()
-def evaluate(sc, max_loops, clamp, exit_loops, diag_tokens, desc):
+def evaluate(sc, max_loops, clamp, exit_loops, diag_tokens, desc, criteria=None):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
     tokens, angular change) and, for loops 1..exit_loops (0: none), each criterion's exit
-    confidence of the readout there and the speculative acceptance of loop j by loop
-    exit_loops (eval_decode.acceptance). Returns (rows, N) tensors."""
+    confidence there (criteria: eval_decode.criteria_of's, the readout's and the states') and
+    the speculative acceptance of loop j by loop exit_loops (eval_decode.acceptance). Returns
+    (rows, N) tensors."""
+    criteria = criteria or criteria_of()
     rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], 'greedy_agree': [], 'sample_accept': [],
-            **{f'conf_{c}': [] for c in EXIT_CRITERIA}}
+            **{f'conf_{c}': [] for c in criteria}}
     model, seen = sc.model, 0
     with sc.progress(sc.windows, desc) as bar:
         for x, y in sc.batches():
@@ -60,13 +66,13 @@ def evaluate(sc, max_loops, clamp, exit_loops, diag_tokens, desc):
                     last_out, prev, conf, agree, accept = model.logits(states[exit_loops], last=True), None, [], [], []
                     for k in range(1, exit_loops + 1):
                         out = model.logits(states[k], last=True) if k < exit_loops else last_out
-                        conf.append([exit_confidence(out, c, prev).flatten() for c in EXIT_CRITERIA])
+                        conf.append([confidence(c, states[k], states[k - 1], out, prev).flatten() for c in criteria.values()])
                         if k < exit_loops:  # speculative decoding: is the k-loop model's token kept by loop K?
                             a, b = acceptance(out, last_out)
                             agree.append(a.flatten())
                             accept.append(b.flatten())
                         prev = out
-                    for i, c in enumerate(EXIT_CRITERIA):
+                    for i, c in enumerate(criteria):
                         rows[f'conf_{c}'].append(torch.stack([row[i] for row in conf]))
                     if agree:
                         rows['greedy_agree'].append(torch.stack(agree))
@@ -118,7 +124,7 @@ def throughput(model, x, n_loops, iters, device):
 # -----------------------------------------------------------------------------
 # one run
 
-def evaluate_run(path, model, config, data, args, device, dtype, reference=None):
+def evaluate_run(path, model, config, data, args, device, dtype, reference=None, criteria=None):
     cfg = model.config
     ctx = autocast(device, dtype)
     max_loops = args.max_loops or 2 * cfg.n_loops
@@ -129,11 +135,13 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
     run = dict(name=name, path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
                interloop_norm=cfg.interloop_norm, exit_train=cfg.exit_train, trained_K=cfg.n_loops,
                seed=config.get('seed'), config=config, split=args.split,
-               tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
+               tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype,
+               gates={n: dict(reads=c.reads) for n, c in (criteria or {}).items() if callable(c)})
 
     sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
+    criteria = criteria or criteria_of()  # the readout's criteria, the states' (angular, latent) and the run's gates
     exit_loops = last  # (the confidences and acceptances of the trained depth are cheap beside the rest)
-    free = evaluate(sc, max_loops, False, exit_loops, args.diag_tokens, f"{name}: K=1..{max_loops}")
+    free = evaluate(sc, max_loops, False, exit_loops, args.diag_tokens, f"{name}: K=1..{max_loops}", criteria)
     clamped = evaluate(sc, max_loops, True, 0, args.diag_tokens, f"{name}: clamped") if args.clamp else None
 
     def stats(per_token, K):  # the summary of loop K as a dict of floats
@@ -170,13 +178,17 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
     if last > 1:
         run['speculative'] = dict(greedy_agree=free['greedy_agree'].mean(1).tolist(),
                                   sample_accept=free['sample_accept'].mean(1).tolist())
+        # the oracle bound and every criterion's teacher-forced frontier (no decoding: cheap)
+        run['exit_frontier'] = exit_frontiers(free, last)
     if args.exit:
-        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + causal_exits(sc, last, args.exit, args.stand_in, name)
+        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + \
+            causal_exits(sc, last, args.exit, args.stand_in, name, criteria)
         if last > 1:
             run['stand_in_error'] = stand_in_error(sc, last)
     if args.calibrate:
         try:
-            run['calibrated'] = calibrate(sc, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference)
+            run['calibrated'] = calibrate(sc, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference,
+                                          criteria=criteria)
         except ValueError as e:
             raise EvalError(str(e))
     if args.speculative and last > 1:
@@ -191,6 +203,19 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None)
     return run
 
 
+def run_criteria(path, model, names=None):
+    """The exit criteria a run is scored with, name -> what decoder.decode takes: those named
+    (a gate name must have its file, out_dir/<name>.pt, trained by exit_gate.py), or with
+    names None every one of EXIT_CRITERIA and the run's default gate, gate.pt, where it has one."""
+    folder = run_folder(path)
+    if names is None:
+        names = list(EXIT_CRITERIA) + (['gate'] if os.path.isfile(os.path.join(folder, 'gate.pt')) else [])
+    try:
+        return {n: load_gate(folder, n, model) if n.startswith('gate') else n for n in names}
+    except GateError as e:
+        raise EvalError(str(e))
+
+
 def retime(runs, device, data_dir=None):
     """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
     speed-ups are the one part of an evaluation that a busy machine distorts."""
@@ -201,9 +226,10 @@ def retime(runs, device, data_dir=None):
         windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
         ctx = autocast(device, run['dtype'])
         prompt = held_prompt(Scoring(model, data, windows, 1, device, ctx))  # calibrate's prompt
+        criteria = run_criteria(run['path'], model, sorted({c['criterion'] for c in run['calibrated']}))
         for c in run['calibrated']:
             fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device, ctx,
-                                          exit_threshold=c['threshold'], criterion=c['criterion'],
+                                          exit_threshold=c['threshold'], criterion=criteria[c['criterion']],
                                           stand_in=c['stand_in'])
             c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
                      retimed=True)
@@ -348,6 +374,12 @@ def check(args):
     if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
         raise EvalError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
     args.exit = parse_thresholds(args.exit) if args.exit else []
+    if args.criteria is not None:
+        args.criteria = list(dict.fromkeys(v.strip() for v in args.criteria.split(',') if v.strip()))
+        bad = [v for v in args.criteria if v not in EXIT_CRITERIA and not v.startswith('gate')]
+        if bad or not args.criteria:
+            raise EvalError(f"--criteria takes {', '.join(EXIT_CRITERIA)} and learned gates (gate, gate-raw, ...: "
+                            f"exit_gate.py's --name), comma-separated; got {','.join(bad) or 'nothing'}")
     args.stand_in = [v.strip() for v in args.stand_in.split(',') if v.strip()]
     bad = [v for v in args.stand_in if v not in STAND_INS]
     if bad or not args.stand_in:
@@ -376,6 +408,7 @@ def evaluate_runs(args):
         raise EvalError(str(e))
     dtype = resolve_dtype(args.dtype, device)
     loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
+    criteria = {path: run_criteria(path, model, args.criteria) for path, model, _, _ in loaded}
     if args.curves:
         for path, *_ in loaded:
             read_curve(run_folder(path))
@@ -387,7 +420,7 @@ def evaluate_runs(args):
     twins = {}
     for path, model, config, data in loaded:
         twin = twins.get(condition({**config, 'exit_train': 0.0}) + (('seed', repr(config.get('seed'))),))
-        run = evaluate_run(path, model, config, data, args, device, dtype, twin)
+        run = evaluate_run(path, model, config, data, args, device, dtype, twin, criteria[path])
         print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
         runs.append(run)
         if run.get('calibrated') and not config.get('exit_train'):
@@ -445,6 +478,11 @@ def main(argv=None):
                    help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
     p.add_argument('--stand_in', default='copy,project',
                    help="the stand-ins --exit and --calibrate score: copy, project or both (comma-separated)")
+    p.add_argument('--criteria', default=None,
+                   help="the exit criteria --exit and --calibrate score, comma-separated: max_prob, entropy, converge "
+                        "(the readout's), angular, latent (the states', no readout) and learned gates by name (gate: "
+                        "out_dir/gate.pt, gate-raw: gate-raw.pt; exit_gate.py trains them). Default: all of the first "
+                        "five, and gate where a run has gate.pt")
     p.add_argument('--retime', action='store_true',
                    help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine), "
                         "and write the results to --out")
@@ -484,6 +522,8 @@ def main(argv=None):
         print(f"eval_depth.py: note: {note}", file=sys.stderr)
     print(table(groups))
     for g in groups:
+        if g['mean'].get('exit_frontier'):
+            print(frontier_table(g))
         if g['mean']['early_exit']:
             print(exit_table(g))
         if 'calibrated' in g['mean']:

@@ -129,7 +129,8 @@ def early_exit(plt, groups, runs):
     for ax, mode, title in zip(axes, ('teacher_forced', 'causal'),
                                ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
         for i, g in enumerate(groups):
-            for criterion, ls in (('max_prob', '-'), ('entropy', '--')):
+            criteria = list(dict.fromkeys(e['criterion'] for e in g['mean']['early_exit']))
+            for criterion, ls in zip(criteria, LINES):
                 pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
                              if e['mode'] == mode and e['criterion'] == criterion)
                 if pts:
@@ -137,8 +138,30 @@ def early_exit(plt, groups, runs):
         ax.set(xlabel='mean loops used per token', ylabel='perplexity', title=f'Early exit, {title}')
         clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean']['early_exit']])
     legend(axes[0])
-    fig.suptitle('Perplexity vs loops used (solid: max prob, dashed: entropy confidence)')
+    fig.suptitle('Perplexity vs loops used, one line style a criterion')
     return fig, 'early_exit.png'
+
+
+def exit_frontiers(plt, groups, runs):
+    """One figure a run: the oracle's frontier (each token at its best loop for a price mu of a
+    nat in loops) and every criterion's teacher-forced frontier, mean loops vs ppl, with
+    full-depth ppl +1% and +5% marked. Returns a list of (figure, file name)."""
+    made = []
+    for run in (r for r in runs if r.get('exit_frontier')):
+        f = run['exit_frontier']
+        fig, ax = plt.subplots(figsize=(8, 6))
+        ax.plot(f['oracle']['mean_loops'], num(f['oracle']['ppl']), color='k', lw=2, label='oracle (bound)')
+        for i, (c, tf) in enumerate(f['teacher_forced'].items()):
+            pts = sorted(zip(tf['mean_loops'], num(tf['ppl'])))
+            ax.plot(*zip(*pts), marker='.', ms=3, ls=LINES[i % len(LINES)], color=f'C{i % 10}', label=c)
+        for t, ls in (('0.01', ':'), ('0.05', '--')):
+            ax.axhline(f['full_ppl'] * (1 + float(t)), color='gray', ls=ls, lw=1)
+        ax.set(xlabel='mean loops used per token (teacher-forced)', ylabel=f"{run['split']} perplexity",
+               title=f"Exit deciders against the oracle, {run['name']}\n(gray: full depth +1% dotted, +5% dashed)")
+        ax.set_ylim(0.98 * min(num(f['oracle']['ppl'])), 1.25 * f['full_ppl'])
+        legend(ax, ncol=3)
+        made.append((fig, f"exit_frontier_{run['name']}.png"))
+    return made
 
 
 def lemma(plt, groups, runs):
@@ -189,7 +212,8 @@ def drift(plt, groups, runs):
     return fig, 'drift.png'
 
 
-FIGURES = (ppl_vs_k, norms_vs_k, frontier, norm_hist, early_exit, lemma, drift)
+LINES = ('-', '--', ':', '-.', (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1)))  # one a criterion
+FIGURES = (ppl_vs_k, norms_vs_k, frontier, norm_hist, early_exit, exit_frontiers, lemma, drift)
 
 
 def all_plots(groups, runs, out):
@@ -202,8 +226,8 @@ def all_plots(groups, runs, out):
         made = figure(plt, groups, runs)
         if made is None:  # nothing of that kind was measured
             continue
-        fig, name = made
-        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
-        plt.close(fig)
-        paths.append(os.path.join(out, name))
+        for fig, name in (made if isinstance(made, list) else [made]):  # (a list: one figure a run)
+            fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
+            plt.close(fig)
+            paths.append(os.path.join(out, name))
     return paths
