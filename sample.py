@@ -7,6 +7,8 @@ speculative decoding that drafts with the model's own first loops (decoder.py).
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --n_loops=8        # deeper than trained
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --exit_criterion=entropy
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --stand_in=project
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.95 --exit_criterion=angular   # no readout to decide
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.5 --exit_criterion=gate      # after exit_gate.py
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --draft_loops=1 --draft_tokens=3   # speculative
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start=FILE:prompt.txt --kv_cache=False
 
@@ -28,6 +30,7 @@ import torch
 from configurator import ConfigError, configure
 from data import get_tokenizer, load_meta
 from decoder import EXIT_CRITERIA, STAND_INS, generate
+from exit_gate import GateError, load_gate
 from model import LoopedGPT
 from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
 
@@ -44,7 +47,7 @@ dtype = 'auto'                # 'auto' (bfloat16 on GPUs, float32 on CPUs) | 'fl
 compile = 'off'               # torch.compile the one-token loop step: 'auto' (on for CUDA) | 'on' | 'off'
 n_loops = None                # K, loops per token; None: the trained K. Any K >= 1
 kv_cache = True               # False: recompute the whole context at every step (for checking and timing)
-exit_criterion = 'max_prob'   # 'max_prob' | 'entropy' (1 - entropy / ln V) | 'converge' (exp -KL(p_k || p_k-1))
+exit_criterion = 'max_prob'   # readout's: 'max_prob' | 'entropy' (1 - H / ln V) | 'converge' (exp -KL(p_k || p_k-1)); state's, no readout: 'angular' (1 - Lemma 2's step) | 'latent' (exp -||H_k - H_k-1|| / ||H_k||) | 'gate' (out_dir/gate.pt; 'gate-raw': gate-raw.pt, ...: exit_gate.py)
 exit_threshold = 0.0          # a token stops after the first loop whose confidence exceeds this; 0: off
 stand_in = 'copy'             # what later tokens read at an exited token's skipped loops: 'copy' | 'project'
 draft_loops = 0               # speculative decoding: draft with the first j loops (1 <= j < K); 0: off
@@ -62,8 +65,9 @@ class SampleError(Exception):
 
 def check(config):
     """Every check on the settings, in one place."""
-    if config['exit_criterion'] not in EXIT_CRITERIA:
-        raise SampleError(f"exit_criterion must be one of {', '.join(EXIT_CRITERIA)}; got {config['exit_criterion']!r}")
+    if config['exit_criterion'] not in EXIT_CRITERIA and not config['exit_criterion'].startswith('gate'):
+        raise SampleError(f"exit_criterion must be one of {', '.join(EXIT_CRITERIA)}, or a learned gate (gate, gate-raw, "
+                          f"...: exit_gate.py); got {config['exit_criterion']!r}")
     if not 0 <= config['exit_threshold'] <= 1:
         raise SampleError(f"exit_threshold must lie in [0, 1] (0: no early exit); got {config['exit_threshold']}")
     K = config['n_loops']
@@ -111,6 +115,19 @@ def load(config, device):
     if tokenizer.n_vocab != model.config.vocab_size:
         raise SampleError(f"{folder} has vocab {tokenizer.n_vocab} but the checkpoint has {model.config.vocab_size}")
     return model.eval(), tokenizer
+
+
+def exit_criterion(config, model):
+    """What decoder.generate takes as the criterion: its name, or the learned gate it names,
+    loaded from the run folder (one line, naming the command that trains it, if there is none)."""
+    name = config['exit_criterion']
+    if not name.startswith('gate'):
+        return name
+    out_dir = config['out_dir']
+    try:
+        return load_gate(out_dir if os.path.isdir(out_dir) else os.path.dirname(os.path.abspath(out_dir)), name, model)
+    except GateError as e:
+        raise SampleError(str(e))
 
 
 def prompt_text(start):
@@ -165,7 +182,7 @@ def main(argv):
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     kw = dict(temperature=config['temperature'], top_k=config['top_k'] or None, n_loops=config['n_loops'],
-              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=config['exit_criterion'],
+              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=exit_criterion(config, model),
               stand_in=config['stand_in'], draft_loops=config['draft_loops'], draft_tokens=config['draft_tokens'],
               draft_stop=config['draft_stop'], compile=use_compile(config['compile'], dev))
     # -------------------------------------------------------------------------
