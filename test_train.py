@@ -273,6 +273,18 @@ def test_every_condition_config_loads_and_overlays_compose():
         settings(os.path.join(config, 'raw_perloop.py'), os.path.join(config, overlay))
 
 
+def test_the_cpu_44m_overlay_keeps_the_papers_recipe():
+    # config/cpu_44m.py sizes only the batch and the length for a CPU: the model, its init and
+    # the optimizer are the paper's 44M recipe (train.py's defaults)
+    config = os.path.join(HERE, 'config')
+    paper = settings(os.path.join(config, 'norm_perloop.py'))
+    cpu = settings(os.path.join(config, 'norm_perloop.py'), os.path.join(config, 'cpu_44m.py'))
+    changed = {k for k in paper if paper[k] != cpu[k]}
+    assert changed == {'out_dir', 'device', 'compile', 'batch_size', 'max_iters', 'eval_interval', 'eval_iters',
+                       'log_interval'}
+    assert (cpu['n_embd'], cpu['n_layer'], cpu['n_head'], cpu['n_loops'], cpu['block_size']) == (512, 8, 8, 4, 256)
+
+
 def test_configurator_types():
     s = dict(lr=3e-4, n=4, flag=False, name='a')
     assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
