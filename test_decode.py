@@ -316,34 +316,124 @@ def test_accepting_drafts_by_the_rule():
 # ---------------------------------------------------------------------------------------
 # recomputed stand-ins, the convergence criterion, the compiled loop
 
-@pytest.mark.parametrize('interloop_norm', [False, True])
-def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm):
+def random_gate(seed=3):
+    """A learned exit gate with random weights (exit_gate.ExitGate): a callable criterion."""
+    from exit_gate import ExitGate
+    gate = ExitGate(D, 'norm')
+    torch.nn.init.normal_(gate.linear.weight, generator=torch.Generator().manual_seed(seed))
+    return gate
+
+
+def teacher_forced_confidence(model, states, criterion):
+    """(K, B, T): each loop's confidence from the states of one forward, H_0 .. H_K."""
+    prev, rows = None, []
+    for k in range(1, len(states)):
+        out = model.logits(states[k], last=True)
+        rows.append(decoder.confidence(criterion, states[k], states[k - 1], out, prev))
+        prev = out
+    return torch.stack(rows)
+
+
+def between(values):
+    """A threshold between two neighbouring values near the median, at their widest gap: no
+    token's confidence sits near it, so float noise cannot move an exit across it."""
+    v = values.flatten().sort().values
+    lo, hi = len(v) // 4, 3 * len(v) // 4
+    i = lo + int((v[lo + 1:hi + 1] - v[lo:hi]).argmax())
+    return ((v[i] + v[i + 1]) / 2).item()
+
+
+@pytest.mark.parametrize('interloop_norm,criterion', [(False, 'max_prob'), (True, 'max_prob'), (False, 'angular'),
+                                                      (True, 'latent'), (True, 'gate')])
+def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm, criterion):
     # exit-aware training freezes a token after its exit loop and lets the others attend to it;
-    # decoding with projected stand-ins must be that same computation, position by position
+    # decoding with projected stand-ins must be that same computation, position by position, and
+    # the exits must be the pattern the criterion implies on that forward's states (the readout's
+    # criteria from its logits, the readout-free ones from the states alone)
     model = tiny(readout='raw', init_std=0.1, interloop_norm=interloop_norm)
+    criterion = random_gate() if criterion == 'gate' else criterion
     x = tokens(B=2)
     with torch.no_grad():
-        h1 = model.logits(model.hidden_states(x, 1)[1], last=True)
-        threshold = exit_confidence(h1, 'max_prob').median().item()
-        logits, loops = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'project')
+        conf = teacher_forced_confidence(model, model.hidden_states(x, K), criterion)
+        threshold = between(conf[0] if criterion == 'max_prob' else conf[1])  # about half stop at loop 1 (2)
+        logits, loops = decode(model, x, new_cache(model, 2), threshold, criterion, 'project')
         cache = new_cache(model, 2)  # and one token at a time
-        steps = [decode(model, x[:, t:t + 1], cache, threshold, 'max_prob', 'project') for t in range(T)]
+        steps = [decode(model, x[:, t:t + 1], cache, threshold, criterion, 'project') for t in range(T)]
         alone = []  # each row alone, one token at a time: decode's one-token path
         for b in range(2):
             cache = new_cache(model, 1)
-            alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, 'max_prob', 'project') for t in range(T)])
+            alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, criterion, 'project') for t in range(T)])
         states = list(model.loop_states(x, exit_at=loops))  # the masked training forward, same pattern
         want = torch.stack([model.logits(states[k], last=True) for k in range(1, K + 1)])  # (K, B, T, V)
         want = want.gather(0, (loops - 1)[None, ..., None].expand(1, *want.shape[1:])).squeeze(0)
+        # the pattern the criterion implies there: the first loop over the threshold (else K)
+        implied = 1 + eval_exit_loops(teacher_forced_confidence(model, states, criterion), threshold)
     assert len(set(loops.flatten().tolist())) > 1  # tokens exited at different loops
+    assert torch.equal(loops, implied)
     assert torch.allclose(logits, want, atol=1e-4)
     assert torch.equal(torch.cat([s[1] for s in steps], 1), loops)
     assert torch.allclose(torch.cat([s[0] for s in steps], 1), want, atol=1e-4)
     for b in range(2):
         assert torch.equal(torch.cat([s[1] for s in alone[b]], 1)[0], loops[b])
         assert torch.allclose(torch.cat([s[0] for s in alone[b]], 1)[0], want[b], atol=1e-4)
-    copied, _ = decode(model, x, new_cache(model, 2), threshold, 'max_prob', 'copy')
+    copied, _ = decode(model, x, new_cache(model, 2), threshold, criterion, 'copy')
     assert not torch.allclose(copied, want, atol=1e-3)  # the copy is something else
+
+
+def eval_exit_loops(conf, tau):
+    from eval_decode import exit_loops
+    return exit_loops(conf.clone(), tau)
+
+
+def test_the_readout_free_criteria_by_hand():
+    h = torch.tensor([3.0, 4.0])
+    conf = decoder.state_confidence
+    assert conf(h, 1000 * h, 'angular').item() == pytest.approx(1.0)  # scale-free: no turn, whatever the sizes
+    assert conf(h, -h, 'angular').item() == pytest.approx(0.0, abs=1e-7)  # turned around: the largest step
+    assert conf(h, torch.tensor([-4.0, 3.0]), 'angular').item() == pytest.approx(1 - math.sin(math.pi / 4))  # 90 degrees
+    tiny_turn = torch.tensor([1.0, 1e-4])  # 1 - cos = 5e-9 rounds to 0 in float32; the step does not
+    assert conf(tiny_turn, torch.tensor([1.0, 0.0]), 'angular').item() == pytest.approx(1 - 5e-5, abs=1e-7)
+    assert conf(h, torch.zeros(2), 'latent').item() == pytest.approx(math.exp(-1))  # ||H_1 - H_0|| / ||H_1|| = 1
+    assert conf(h, 0.9 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # radial growth counts for latent
+    assert conf(1e4 * h, 0.9e4 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # relative: scale-free too
+    for c in ('angular', 'latent'):
+        with pytest.raises(ValueError, match='state_confidence'):
+            exit_confidence(h, c)
+    with pytest.raises(ValueError, match='unknown'):
+        conf(h, h, 'margin')
+
+
+def count_readouts(monkeypatch):
+    """Counts Stepper.logits calls: the decoder's readouts."""
+    calls = []
+    real = decoder.Stepper.logits
+    monkeypatch.setattr(decoder.Stepper, 'logits', lambda self, h, last: calls.append(h.shape) or real(self, h, last))
+    return calls
+
+
+@pytest.mark.parametrize('criterion', ['angular', 'latent', 'gate'])
+def test_a_readout_free_exit_reads_out_once_and_waits_once_a_loop(monkeypatch, criterion):
+    model = tiny(readout='raw', init_std=0.3)
+    criterion = random_gate() if criterion == 'gate' else criterion
+    x = tokens(B=1)
+    calls = count_readouts(monkeypatch)
+    with torch.inference_mode():
+        stepper = decoder.Stepper(model)
+        cache = new_cache(model, 1)
+        decode(model, x[:, :4], cache, stepper=stepper)
+        for threshold, want_loops in ((1 - 1e-12, K), (1e-9, 1)):  # never stops (float32 < 1 - 1e-12), stops at loop 1
+            calls.clear()
+            cache.length = 4
+            with HostReads() as reads:
+                _, loops = decode(model, x[:, 4:5], cache, threshold, criterion, stepper=stepper)
+            assert int(loops) == want_loops and len(calls) == 1  # one readout: at the exit or the last loop
+            assert reads.reads == ['__bool__'] * min(want_loops, K - 1)  # one number per loop that could stop
+        calls.clear()
+        decode(model, x[:, 4:5], cache, 1 - 1e-12, 'max_prob', stepper=stepper)  # the control: a readout's criterion
+        assert len(calls) == K  # reads out after every loop it could stop after, and at the last
+        calls.clear()  # many tokens at once: a readout only at the loops where some stop
+        _, loops = decode(model, x[:, :8], new_cache(model, 1), 1 - 1e-12, criterion, stepper=stepper)
+        assert (loops == K).all() and len(calls) == 1
 
 
 def test_the_convergence_criterion_on_hand_made_distributions():
@@ -385,7 +475,8 @@ def test_one_compiled_loop_serves_every_depth_exit_and_draft(monkeypatch):
     prompt = tokens(B=1, n=4)
     exited, passes = False, 0
     for n_loops in range(2, 7):
-        for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
+        for kw in (dict(), dict(exit_threshold=0.1), dict(exit_threshold=0.9, criterion='angular'),
+                   dict(draft_loops=1, draft_tokens=2)):
             kw = dict(kw, n_loops=n_loops, max_new_tokens=T, top_k=1)  # (past block_size: a window restart)
             eager = generate(model, prompt, **kw)
             compiled = generate(model, prompt, compile=True, **kw)
@@ -546,7 +637,8 @@ def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same
             torch.cuda.set_sync_debug_mode('default')
     prompt = x[:, :4]
     with torch.autocast('cuda', dtype=torch.bfloat16):
-        for kw in (dict(), dict(exit_threshold=0.1), dict(draft_loops=1, draft_tokens=2)):
+        for kw in (dict(), dict(exit_threshold=0.1), dict(exit_threshold=0.9, criterion='angular'),
+                   dict(draft_loops=1, draft_tokens=2)):
             eager = generate(model, prompt, 40, top_k=1, **kw)  # (past block_size: a window restart)
             graphs = generate(model, prompt, 40, top_k=1, compile=True, **kw)  # reduce-overhead: CUDA graphs
             assert torch.equal(eager[0], graphs[0]) and torch.equal(eager[1], graphs[1]), kw

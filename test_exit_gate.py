@@ -1,0 +1,156 @@
+"""
+The learned exit gate (exit_gate.py): its labels by hand, its training learns from the state
+(and a control with shuffled labels does not), a gate saved with a run loads back and decodes
+the same exits, and sample.py and eval_depth.py take it as a criterion, or say in one line
+how to train one.
+
+    python -m pytest -q test_exit_gate.py
+"""
+
+import json
+import os
+from contextlib import nullcontext
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+import eval_depth
+import exit_gate
+import sample as sample_py
+from decoder import decode, new_cache
+from model import LoopedGPT, LoopedGPTConfig
+
+K = 3
+
+
+@pytest.fixture(scope='module')
+def run(tiny_data, tmp_path_factory):
+    """A tiny 3-loop run trained here for a few seconds, in-process, saved as train.py saves one."""
+    torch.manual_seed(0)
+    args = dict(vocab_size=256, block_size=32, n_layer=1, n_head=2, n_embd=32, n_loops=K, dropout=0.0,
+                readout='raw', init_std=0.02)
+    model = LoopedGPT(LoopedGPTConfig(**args))
+    train = np.fromfile(tiny_data / 'tiny-bytes' / 'train.bin', dtype=np.uint16).astype(np.int64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        starts = torch.randint(0, len(train) - 33, (8,), generator=g).numpy()
+        chunk = torch.from_numpy(train[starts[:, None] + np.arange(33)])
+        _, loss = model(chunk[:, :-1], chunk[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    folder = tmp_path_factory.mktemp('gate') / 'run'
+    folder.mkdir()
+    torch.save(dict(model_args=args, model=model.state_dict(), iter_num=40,
+                    config=dict(dataset='tiny-bytes', data_dir=str(tiny_data), seed=0)), folder / 'ckpt.pt')
+    return folder, model.eval()
+
+
+def test_labels_by_hand():
+    ce = torch.tensor([[2.0, 1.0, 3.0],    # loop 1
+                       [1.97, 1.5, 2.0],   # loop 2
+                       [1.9, 0.5, 2.5]])   # loop 3 (always answers: no label)
+    argmax = torch.tensor([[1, 2, 3], [1, 5, 3], [1, 6, 4]])
+    # token 0: loop 1 is 0.1 above the best later (1.9): no; loop 2 is 0.07 above: within 0.1
+    # token 1: later loops are better by 0.5 and 1.0: no, no; token 2: loop 2 is the best of 2..3
+    want = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 1.0]])
+    assert torch.equal(exit_gate.gate_labels(ce, argmax, 'improve', 0.08), want)
+    assert torch.equal(exit_gate.gate_labels(ce, argmax, 'improve', 0.1), torch.tensor([[1.0, 0, 0], [1, 0, 1]]))
+    assert torch.equal(exit_gate.gate_labels(ce, argmax, 'agree', 0.0), torch.tensor([[1.0, 0, 0], [1, 0, 0]]))
+
+
+def held_out_bce(x, y, shuffle=False):
+    """x (K-1, N, C), y (K-1, N): fits a gate on the first 80% of the tokens (every loop of
+    them) and returns (its BCE on the other 20%, the base rate's there)."""
+    n = int(0.8 * y.size(1))
+    x_fit, y_fit = x[:, :n].reshape(-1, x.size(-1)), y[:, :n].reshape(-1)
+    if shuffle:
+        y_fit = y_fit[torch.randperm(len(y_fit), generator=torch.Generator().manual_seed(0))]
+    gate = exit_gate.fit(exit_gate.ExitGate(x.size(-1), 'norm'), x_fit, y_fit, 300, 0.01, 1024)
+    x_test, y_test = x[:, n:].reshape(-1, x.size(-1)), y[:, n:].reshape(-1)
+    return exit_gate.bce(gate, x_test, y_test), F.binary_cross_entropy(y_fit.mean().expand(len(y_test)), y_test).item()
+
+
+def test_training_learns_from_the_state_and_shuffled_labels_do_not(run, tiny_data):
+    _, model = run
+    train = np.memmap(tiny_data / 'tiny-bytes' / 'train.bin', dtype=np.uint16, mode='r')
+    states, ce, argmax = exit_gate.collect(model, train, 8192, nullcontext(), 'cpu')
+    assert states.shape == (K - 1, 8192, 32) and ce.shape == argmax.shape == (K, 8192)
+    y = exit_gate.gate_labels(ce, argmax, 'improve', 0.0)  # (eps 0: about half the labels 1 on this tiny model)
+    perm = torch.randperm(8192, generator=torch.Generator().manual_seed(1))  # windows mixed, each token's loops together
+    gate, base = held_out_bce(states[:, perm], y[:, perm])
+    assert gate < base - 0.006, (gate, base)  # the state says more than the base rate (0.681 vs 0.693 here)
+    shuffled, base = held_out_bce(states[:, perm], y[:, perm], shuffle=True)
+    assert shuffled > base - 0.003, (shuffled, base)  # the control: labels the state cannot know (0.692)
+
+
+def test_a_gate_saved_with_the_run_loads_back_and_decodes_the_same_exits(run, tiny_data, capsys):
+    folder, model = run
+    exit_gate.main([f'--out_dir={folder}', '--device=cpu', '--tokens=2048', '--iters=50'])
+    line = capsys.readouterr().err
+    assert f"gate={folder / 'gate.pt'} reads=norm target=improve" in line
+    assert sorted(os.listdir(folder)) == ['ckpt.pt', 'gate.pt']  # written whole (no .tmp left)
+    saved = torch.load(folder / 'gate.pt', weights_only=True)
+    assert saved['reads'] == 'norm' and saved['target'] == 'improve' and saved['info']['pairs'] > 0
+    gate = exit_gate.load_gate(str(folder), 'gate', model)
+    trained = exit_gate.ExitGate(32, 'norm')
+    trained.linear.weight.data.copy_(saved['weight'])
+    trained.linear.bias.data.copy_(saved['bias'])
+    x = torch.from_numpy(np.fromfile(tiny_data / 'tiny-bytes' / 'val.bin', dtype=np.uint16)[:64].astype(np.int64)).view(2, 32)
+    with torch.no_grad():
+        h = model.hidden_states(x, K)[1]
+        threshold = gate(h).median().item()
+        a = decode(model, x, new_cache(model, 2), threshold, gate)
+        b = decode(model, x, new_cache(model, 2), threshold, trained)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(set(a[1].flatten().tolist())) > 1
+    # sample.py and eval_depth.py find it by name
+    config = dict(sample_py.SETTINGS, out_dir=str(folder), exit_criterion='gate')
+    assert torch.equal(sample_py.exit_criterion(config, model).linear.weight, gate.linear.weight)
+    assert set(eval_depth.run_criteria(str(folder), model)) == {'max_prob', 'entropy', 'converge', 'angular', 'latent',
+                                                                 'gate'}
+
+
+def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
+    folder, _ = run
+    if not (folder / 'gate.pt').exists():
+        exit_gate.main([f'--out_dir={folder}', '--device=cpu', '--tokens=2048', '--iters=50'])
+    out = tmp_path / 'eval'
+    eval_depth.main([str(folder), '--criteria=angular,gate', '--exit=0.5', '--stand_in=project', '--max_tokens=512',
+                     '--bench_iters=1', '--max_loops=3', '--diag_tokens=32', '--out', str(out)])
+    r = json.loads((out / 'results.json').read_text())['runs'][0]
+    assert {e['criterion'] for e in r['early_exit']} == {'angular', 'gate'} and r['gates'] == {'gate': {'reads': 'norm'}}
+    front = r['exit_frontier']
+    assert set(front['teacher_forced']) == {'angular', 'gate'}
+    assert front['at']['0.01']['oracle']['loops'] <= front['at']['0.01']['gate']['loops']  # the oracle bounds it
+    assert (out / 'exit_frontier_run.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
+    folder, model = run
+    for call in (lambda: exit_gate.load_gate(str(tmp_path), 'gate-raw', model),
+                 lambda: sample_py.exit_criterion(dict(sample_py.SETTINGS, out_dir=str(tmp_path),
+                                                       exit_criterion='gate-raw'), model)):
+        with pytest.raises((exit_gate.GateError, sample_py.SampleError)) as e:
+            call()
+        assert 'python exit_gate.py --out_dir=' in str(e.value) and '--name=gate-raw' in str(e.value)
+    with pytest.raises(SystemExit) as e:  # eval_depth.py: one line, naming the command
+        eval_depth.main([str(folder), '--criteria=max_prob,gate-raw', '--out', str(tmp_path / 'x')])
+    assert str(e.value.code).startswith('eval_depth.py: error: ') and 'exit_gate.py' in str(e.value.code)
+    with pytest.raises(SystemExit) as e:
+        eval_depth.main([str(folder), '--criteria=margin', '--out', str(tmp_path / 'x')])
+    assert '--criteria' in str(e.value.code) and '\n' not in str(e.value.code)
+    assert 'exit_criterion' in pytest.raises(sample_py.SampleError, sample_py.check,
+                                             dict(sample_py.SETTINGS, exit_criterion='margin')).value.args[0]
+    other = LoopedGPT(model.config)  # another checkpoint of the same shape
+    exit_gate.save_gate(str(tmp_path / 'gate.pt'), exit_gate.ExitGate(32), model, {})
+    with pytest.raises(exit_gate.GateError, match='another checkpoint'):
+        exit_gate.load_gate(str(tmp_path), 'gate', other)
+    for settings, needle in ((dict(reads='scale'), 'reads'), (dict(target='loss'), 'target'),
+                             (dict(name='exit'), 'name'), (dict(holdout=1.0), 'holdout'), (dict(tokens=0), 'tokens')):
+        with pytest.raises(exit_gate.GateError, match=needle):
+            exit_gate.check(dict(exit_gate.SETTINGS, **settings))
+    with pytest.raises(exit_gate.GateError, match='no checkpoint'):
+        exit_gate.main([f'--out_dir={tmp_path / "nowhere"}', '--device=cpu'])
