@@ -56,7 +56,7 @@ def test_table_results_and_every_plot_are_written(evaluated):
             assert math.isfinite(row[key]) and row[key] > 0, key
         assert sum(run['final_norm_hist']['counts']) == run['tokens_scored']
     for name in ('ppl_vs_k.png', 'norms_vs_k.png', 'frontier.png', 'norm_hist.png', 'early_exit.png', 'lemma.png',
-                 'drift.png'):
+                 'drift.png', 'exit_frontier_norm-perloop.png', 'exit_frontier_raw-terminal.png'):  # (one a run)
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
 
 
@@ -127,7 +127,11 @@ def test_stand_ins_speculative_acceptance_and_calibration_are_reported(evaluated
     for run in results:
         causal = [e for e in run['early_exit'] if e['mode'] == 'causal']
         assert {e['stand_in'] for e in causal} == {'copy', 'project'}
-        assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge'}
+        assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
+        front = run['exit_frontier']  # every criterion's teacher-forced frontier, against the oracle's
+        assert set(front['teacher_forced']) == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
+        for at in front['at'].values():
+            assert all(a['loops'] >= at['oracle']['loops'] - 1e-9 for a in at.values())  # nothing beats the bound
         assert set(run['stand_in_error']) == {'copy', 'project'}
         spec = run['speculative']  # loop j's acceptance by loop K, j = 1..K-1
         K = run['trained_K']
@@ -164,6 +168,29 @@ def test_teacher_forced_exit_picks_the_first_confident_loop():
     assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
 
 
+def test_the_oracle_frontier_by_hand():
+    # 3 loops, 4 tokens. Token 0 is best at loop 1, token 1 gains 1 nat a loop, token 2 gains
+    # 0.1 nats at loop 2 only, token 3 is best at loop 2 and worse at loop 3
+    ce = torch.tensor([[1.0, 3.0, 2.0, 2.0],
+                       [1.5, 2.0, 1.9, 1.0],
+                       [2.0, 1.0, 1.9, 1.5]])
+    got = eval_decode.oracle_frontier(ce, (0.01, 2.0, 20.0))
+    # mu = 0.01: a loop costs more than any CE saved, all at loop 1
+    # mu = 2: token 1 saves 2 x 1 = 2 per loop at the cost of 1: loop 3; token 2 saves 0.2 < 1: loop 1;
+    #         token 3 saves 2 at loop 2; token 0 stays at 1
+    # mu = 20: token 2 saves 2 > 1 at loop 2, and loop 3 saves it nothing more
+    assert got['mean_loops'] == pytest.approx([1.0, (1 + 3 + 1 + 2) / 4, (1 + 3 + 2 + 2) / 4])
+    assert got['ppl'] == pytest.approx([math.exp(8 / 4), math.exp((1 + 1 + 2 + 1) / 4), math.exp((1 + 1 + 1.9 + 1) / 4)])
+    # the frontier's loops at a perplexity limit, and the gap of a criterion to the oracle's
+    assert eval_decode.loops_at(got, math.exp(5 / 4)) == 1.75 and eval_decode.loops_at(got, 1.0) is None
+    conf = torch.tensor([[0.9, 0.1, 0.1, 0.1], [0.0, 0.1, 0.9, 0.9], [0.0, 0.0, 0.0, 0.0]])  # exits at 1, 3, 2, 2
+    front = eval_decode.exit_frontiers({'ce': ce, 'conf_x': conf}, 3, targets=(0.01,), grid=(0.5, 1.0))
+    assert front['full_ppl'] == pytest.approx(math.exp(6.4 / 4))
+    assert front['teacher_forced']['x']['mean_loops'] == pytest.approx([2.0, 3.0])  # tau 0.5: 1, 3, 2, 2; tau 1: all 3
+    x, oracle = front['at']['0.01']['x'], front['at']['0.01']['oracle']
+    assert x['loops'] == 2.0 and x['oracle_gap'] == pytest.approx(2.0 - oracle['loops'])
+
+
 def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
     def fake_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
@@ -178,8 +205,9 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     got = eval_decode.calibrate(sc, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
     # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
     # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
-    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 6 + [(0.01, 0.999)] * 6
-    assert [c['stand_in'] for c in got[:6]] == ['copy'] * 3 + ['project'] * 3
+    n = len(eval_decode.EXIT_CRITERIA)  # (every criterion, with each stand-in)
+    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 2 * n + [(0.01, 0.999)] * 2 * n
+    assert [c['stand_in'] for c in got[:2 * n]] == ['copy'] * n + ['project'] * n
     for c in got:
         assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= (1 + c['target']) * c['full_ppl']
         assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
@@ -193,7 +221,7 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
         return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
     monkeypatch.setattr(eval_decode, 'causal_exit', dip)
     got = eval_decode.calibrate(sc, 4, [0.01], ['copy'], 16, 'x')
-    assert [c['threshold'] for c in got] == [1e-6] * 3
+    assert [c['threshold'] for c in got] == [1e-6] * n
 
 
 def test_lemma_and_curves_are_written_per_run(evaluated, runs):
@@ -344,11 +372,12 @@ def test_calibration_speculative_timing_and_retime(runs, tmp_path):
     # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
     out = tmp_path / 'cal'
     r = run_script('eval_depth.py', runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8',
-                   '--speculative', '--bench_iters=1', '--max_loops=2', '--out', out)
+                   '--speculative', '--bench_iters=1', '--max_loops=2', '--criteria=max_prob,angular', '--out', out)
     assert r.returncode == 0, r.stderr
     assert 'calibrated halting' in r.stdout and '| greedy | 1 |' in r.stdout
     run = json.loads((out / 'results.json').read_text())['runs'][0]
     assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
+    assert {c['criterion'] for c in run['calibrated']} == {'max_prob', 'angular'}  # (--criteria: a readout's, a state's)
     for c in run['calibrated']:
         assert c['threshold'] in eval_decode.CALIBRATION_GRID + (1.0,)  # 1.0: nothing within the target exits
         assert c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
