@@ -118,3 +118,20 @@ def test_the_warm_up_has_its_own_line_and_a_compiler_that_cannot_build_is_one_cl
     env = dict(os.environ, CXX=str(tmp_path / 'no-such-g++'), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / 'inductor'))
     r = run_script('sample.py', f'--out_dir={run}', '--device=cpu', *common, '--compile=on', env=env)
     assert_one_line_error(r, 'sample.py', 'torch.compile could not build', 'C++ compiler', '--compile=off')
+
+
+def test_readout_free_criteria_and_a_missing_gate_in_process(run, capsys):
+    # an always-firing angular exit is the 1-loop model (no readout decides it, the exit reads out once)
+    common = [f'--out_dir={run}', '--device=cpu', '--start=the norm', '--num_samples=1', '--max_new_tokens=20',
+              '--top_k=1']
+    sample_py.main(common + ['--exit_criterion=angular', '--exit_threshold=1e-9'])
+    angular = capsys.readouterr()
+    sample_py.main(common + ['--n_loops=1'])
+    assert angular.out == capsys.readouterr().out and 'mean_loops=1.000' in angular.err
+    sample_py.main(common + ['--exit_criterion=latent', '--exit_threshold=0.999999'])  # (never fires here)
+    assert 'mean_loops=3.000' in capsys.readouterr().err
+    with pytest.raises(sample_py.SampleError, match=r'python exit_gate.py --out_dir=.*run`$'):
+        sample_py.main(common + ['--exit_criterion=gate', '--exit_threshold=0.5'])
+    import configurator  # --help lists every criterion (read from sample.py's source, as the command line does)
+    text = configurator.help_text(sample_py.SETTINGS, [sample_py.__file__])
+    assert all(c in text for c in ('angular', 'latent', 'gate', 'exit_gate.py'))
