@@ -5,6 +5,7 @@ with the standard deviation as error bars) and its runs.
     python -c "import json, plots; r = json.load(open('assets/results.json')); plots.all_plots(r['groups'], r['runs'], '/tmp')"
 """
 
+import itertools
 import math
 import os
 
@@ -130,7 +131,7 @@ def early_exit(plt, groups, runs):
                                ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
         for i, g in enumerate(groups):
             criteria = list(dict.fromkeys(e['criterion'] for e in g['mean']['early_exit']))
-            for criterion, ls in zip(criteria, LINES):
+            for criterion, ls in zip(criteria, itertools.cycle(LINES)):
                 pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
                              if e['mode'] == mode and e['criterion'] == criterion)
                 if pts:
