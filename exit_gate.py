@@ -205,7 +205,8 @@ def save_gate(path, gate, model, settings):
     """gate.pt: the weights and what the gate was trained with, written to a temporary file
     and renamed, so a reader never finds half a gate."""
     torch.save(dict(weight=gate.linear.weight.detach().cpu(), bias=gate.linear.bias.detach().cpu(),
-                    scale=float(gate.scale), reads=gate.reads, fingerprint=fingerprint(model), **settings), path + '.tmp')
+                    scale=float(gate.scale), reads=gate.reads, fingerprint=fingerprint(model), **settings),
+               path + '.tmp')
     os.replace(path + '.tmp', path)
 
 
@@ -243,7 +244,8 @@ def check(config):
     if config['target'] not in TARGETS:
         raise GateError(f"target must be one of {', '.join(TARGETS)}; got {config['target']!r}")
     if not config['name'].startswith('gate') or not config['name'].replace('-', '_').isidentifier():
-        raise GateError(f"name must start with 'gate' (it names the criterion: gate, gate-raw, ...); got {config['name']!r}")
+        raise GateError(f"name must start with 'gate' (it names the criterion: gate, gate-raw, ...); "
+                        f"got {config['name']!r}")
     if config['tokens'] < 1 or config['iters'] < 1 or config['batch_size'] < 1 or config['eps'] < 0 or config['lr'] <= 0:
         raise GateError("tokens, iters and batch_size must be >= 1, eps >= 0 and lr > 0")
     if not 0 <= config['holdout'] < 1:

@@ -117,7 +117,7 @@ def load(config, device):
     return model.eval(), tokenizer
 
 
-def exit_criterion(config, model):
+def criterion_of(config, model):
     """What decoder.generate takes as the criterion: its name, or the learned gate it names,
     loaded from the run folder (one line, naming the command that trains it, if there is none)."""
     name = config['exit_criterion']
@@ -182,7 +182,7 @@ def main(argv):
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     kw = dict(temperature=config['temperature'], top_k=config['top_k'] or None, n_loops=config['n_loops'],
-              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=exit_criterion(config, model),
+              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=criterion_of(config, model),
               stand_in=config['stand_in'], draft_loops=config['draft_loops'], draft_tokens=config['draft_tokens'],
               draft_stop=config['draft_stop'], compile=use_compile(config['compile'], dev))
     # -------------------------------------------------------------------------

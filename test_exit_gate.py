@@ -108,7 +108,7 @@ def test_a_gate_saved_with_the_run_loads_back_and_decodes_the_same_exits(run, ti
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(set(a[1].flatten().tolist())) > 1
     # sample.py and eval_depth.py find it by name
     config = dict(sample_py.SETTINGS, out_dir=str(folder), exit_criterion='gate')
-    assert torch.equal(sample_py.exit_criterion(config, model).linear.weight, gate.linear.weight)
+    assert torch.equal(sample_py.criterion_of(config, model).linear.weight, gate.linear.weight)
     assert set(eval_depth.run_criteria(str(folder), model)) == {'max_prob', 'entropy', 'converge', 'angular', 'latent',
                                                                  'gate'}
 
@@ -131,7 +131,7 @@ def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
 def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
     folder, model = run
     for call in (lambda: exit_gate.load_gate(str(tmp_path), 'gate-raw', model),
-                 lambda: sample_py.exit_criterion(dict(sample_py.SETTINGS, out_dir=str(tmp_path),
+                 lambda: sample_py.criterion_of(dict(sample_py.SETTINGS, out_dir=str(tmp_path),
                                                        exit_criterion='gate-raw'), model)):
         with pytest.raises((exit_gate.GateError, sample_py.SampleError)) as e:
             call()
