@@ -308,13 +308,15 @@ class Stepper:
     draft rule change per call, and graph-safe RNG would be one more thing to get right; it
     adds a few launches a token to the ~10 of every layer and loop. The weights are cast once per precision they are used in (Weights)."""
 
-    def __init__(self, model, compile=False):
+    def __init__(self, model, compile=False, graphs=True):
+        """compile: compile the one-token loop; graphs: as a CUDA graph where on CUDA (False: inductor's
+        default mode, for comparing the two)."""
         self.model, self.nh = model, model.config.n_head
         self.device = model.lm_head.weight.device
         self.device_type = self.device.type
         norm = model.interloop_norm
         self.norm = (norm.weight, norm.eps) if norm is not None else None
-        graphs = compile and self.device.type == 'cuda'
+        graphs = compile and graphs and self.device.type == 'cuda'
         self.static = torch.compile(static_loop, fullgraph=True, dynamic=False,
                                     mode='reduce-overhead' if graphs else None) if compile else None
         self.graphs = graphs
@@ -325,6 +327,17 @@ class Stepper:
                 torch._dynamo.mark_static_address(t, guard=False)
         self.cast = {}
         self.weights()  # (cast now, in the precision of the caller's context)
+        self.held = None  # the KVCache generate reuses from call to call (cache)
+
+    def cache(self, batch_size, n_loops):
+        """An empty KVCache for generate, the same one (same addresses) at every call of that shape and
+        precision: a CUDA graph recorded on it replays in the next call instead of recording anew."""
+        dtype = compute_dtype(self.model, self.device_type)
+        c = self.held
+        if c is None or c.all.shape[:4] != (n_loops, self.model.config.n_layer, 2, batch_size) or c.all.dtype != dtype:
+            c = self.held = new_cache(self.model, batch_size, n_loops, self.device)
+        c.length = 0
+        return c
 
     def weights(self):
         """The Weights for the precision in force now (autocast's or the model's), made once."""
@@ -559,7 +572,7 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
 @torch.inference_mode()  # (no autograd bookkeeping at all: 12% faster than no_grad, decoding on a CPU)
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=None, kv_cache=True,
              exit_threshold=0.0, criterion='max_prob', stand_in='copy', draft_loops=0, draft_tokens=1,
-             draft_stop=0.0, compile=False):
+             draft_stop=0.0, compile=False, stepper=None):
     """Samples max_new_tokens after idx (B, T), as nanoGPT's generate, at any depth K, with
     per-token early exit (decode) or speculative decoding (draft_loops = j >= 1: batch 1 only).
     Returns (idx with the new tokens, loops used per new token (B, new), stats): stats counts
@@ -570,13 +583,15 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
     window is full it restarts from its last 3/4 (one prefill) and grows again. A speculative
     pass drafts only as far as the window allows, so every token is predicted from the same
     context as without speculation. kv_cache=False recomputes the whole window at every step
-    through the same decode: the same windows and exits, so greedy text is the same."""
+    through the same decode: the same windows and exits, so greedy text is the same.
+    stepper: a Stepper to reuse (its cast weights, compiled loop and cache) across calls, as
+    sample.py does for its samples; default: a new one (with compile)."""
     K = n_loops or model.config.n_loops
     bs = model.config.block_size
     keep = max(1, bs - bs // 4)
     window = max(0, idx.size(1) - keep) if idx.size(1) > bs else 0  # where the context starts
-    stepper = Stepper(model, compile)
-    cache = new_cache(model, idx.size(0), K, idx.device)  # once: a restart refills it in place
+    stepper = stepper or Stepper(model, compile)
+    cache = stepper.cache(idx.size(0), K)  # once: a restart refills it in place
     used, stats = [], dict(passes=0, drafted=0, accepted=0)
     while len(used) < max_new_tokens:
         if idx.size(1) - window > bs:

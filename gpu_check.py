@@ -55,7 +55,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-from contextlib import contextmanager
 
 from configurator import ConfigError, configure  # (standard library only: torch is imported per step)
 
@@ -199,43 +198,10 @@ def train_row(s, name):
 # decode rows: decoder.generate, batch 1, at the 44M shape with random weights (speed does not
 # depend on what the weights say; the speculative row's acceptance does, so it is printed)
 
-@contextmanager
-def one_stepper_and_cache(graphs):
-    """generate() casts the weights (a new Stepper) and allocates a KV cache at every call. Under
-    CUDA graphs a tensor at a new address means a new recording, so the timed call would record
-    again; a long-lived decoder (a server) keeps both. Here a row's generate calls share one of
-    each, made at the first call. graphs=False compiles the loop with inductor's default mode
-    instead, no CUDA graphs (generate has no setting for that)."""
-    import decoder
-    import torch
-    made = {}
-    Stepper, new_cache = decoder.Stepper, decoder.new_cache
-
-    def stepper(model, compile=False):
-        if 'stepper' not in made:
-            made['stepper'] = Stepper(model, compile and graphs)
-            if compile and not graphs:  # (the Stepper's own compile, without mode='reduce-overhead')
-                made['stepper'].static = torch.compile(decoder.static_loop, fullgraph=True, dynamic=False)
-        return made['stepper']
-
-    def cache(model, batch_size, n_loops=None, device=None):
-        kv = made.setdefault('cache', new_cache(model, batch_size, n_loops, device))
-        kv.length = 0  # (a new call starts from an empty cache)
-        return kv
-
-    decoder.Stepper, decoder.new_cache = stepper, cache
-    try:
-        yield
-    finally:
-        decoder.Stepper, decoder.new_cache = Stepper, new_cache
-    if not {'stepper', 'cache'} <= made.keys():
-        raise CheckError("decoder.generate no longer makes its Stepper and cache through decoder.Stepper and "
-                         "decoder.new_cache: update gpu_check.one_stepper_and_cache")
-
-
 def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
-    """Two identical runs (the same seed, so the same tokens and the same calls): the first compiles
-    and records, the second is timed. One row."""
+    """Two identical runs (the same seed, so the same tokens and the same calls) on one Stepper
+    (kw['stepper']: its weights, compiled loop and KV cache are made once and reused, as a
+    long-lived decoder keeps them): the first compiles and records, the second is timed. One row."""
     import bench
     import torch
     from decoder import generate
@@ -263,6 +229,7 @@ def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
 def decode_rows(s, name):
     import bench
     import torch
+    from decoder import Stepper
     from model import LoopedGPT
     from runtime import autocast, resolve_dtype
     c, device, _, _ = bench.setup(shape_args(s, '44m'))
@@ -274,10 +241,11 @@ def decode_rows(s, name):
     model = LoopedGPT(bench.model_config(c)).to(device).eval()
     prompt = torch.randint(0, c.vocab_size, (1, s['prompt_tokens']), device=device)
     run = dict(model=model, prompt=prompt, n_new=n_new, ctx=ctx, device=device, seed=c.seed)
-    with one_stepper_and_cache(graphs=name != 'decode-compiled'):
-        timed_generate(name, compile=name != 'decode-eager', **run)
-        if name == 'decode-graphs':  # the same compiled loop drafts: no compile of its own
-            timed_generate('decode-speculative', compile=True, draft_loops=1, draft_tokens=s['draft_tokens'], **run)
+    with ctx:  # (the Stepper casts the weights to the precision in force)
+        stepper = Stepper(model, compile=name != 'decode-eager', graphs=name == 'decode-graphs')
+    timed_generate(name, stepper=stepper, **run)
+    if name == 'decode-graphs':  # the same compiled loop drafts: no compile of its own
+        timed_generate('decode-speculative', stepper=stepper, draft_loops=1, draft_tokens=s['draft_tokens'], **run)
 
 
 def run_step(s):

@@ -29,7 +29,7 @@ import torch
 
 from configurator import ConfigError, configure
 from data import get_tokenizer, load_meta
-from decoder import EXIT_CRITERIA, STAND_INS, generate
+from decoder import EXIT_CRITERIA, STAND_INS, Stepper, generate
 from exit_gate import GateError, load_gate
 from model import LoopedGPT
 from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
@@ -153,7 +153,7 @@ def warm_up(model, x, kw, ctx, dev):
             generate(model, x, max_new_tokens=kw['draft_tokens'] + 2, **kw)  # (a prefill and one step or pass)
         sync(dev)
     except torch._dynamo.exc.BackendCompilerFailed as e:
-        if not kw['compile']:
+        if kw['stepper'].static is None:  # (not compiled: not a compiler's failure)
             raise
         cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise SampleError(f"compile is on but torch.compile could not build the decode step here ({cause[:200]}); "
@@ -184,10 +184,13 @@ def main(argv):
     kw = dict(temperature=config['temperature'], top_k=config['top_k'] or None, n_loops=config['n_loops'],
               kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=criterion_of(config, model),
               stand_in=config['stand_in'], draft_loops=config['draft_loops'], draft_tokens=config['draft_tokens'],
-              draft_stop=config['draft_stop'], compile=use_compile(config['compile'], dev))
+              draft_stop=config['draft_stop'])
+    compile = use_compile(config['compile'], dev)
+    with ctx:  # one Stepper for the warm-up and every sample: weights cast, loop compiled and cache made once
+        kw['stepper'] = Stepper(model, compile)
     # -------------------------------------------------------------------------
     warmup = warm_up(model, x, kw, ctx, dev)
-    print(f"warmup_seconds={warmup:.3f} compile={'on' if kw['compile'] else 'off'}", file=sys.stderr, flush=True)
+    print(f"warmup_seconds={warmup:.3f} compile={'on' if compile else 'off'}", file=sys.stderr, flush=True)
     # -------------------------------------------------------------------------
     torch.manual_seed(config['seed'])  # (after the warm-up: the samples do not depend on it)
     n_tokens, loops, seconds = 0, 0, 0.0

@@ -650,3 +650,20 @@ def test_the_exponential_race_samples_the_distribution():
     draws = decoder.sample(p.expand(20000, 4).contiguous()).flatten()
     freq = torch.bincount(draws, minlength=4).float() / draws.numel()
     assert torch.allclose(freq, p, atol=0.01) and freq[3] == 0  # a zero-probability token is never drawn
+
+
+def test_a_reused_stepper_keeps_its_cache_and_decodes_the_same_text():
+    # sample.py and gpu_check.py hand generate one Stepper for every call: the weights are cast, the
+    # loop compiled and the KV cache allocated once (a CUDA graph recorded on the cache then replays
+    # in the next call instead of recording anew), and a call starts from an empty cache
+    model = tiny(init_std=0.5)
+    prompt = tokens(B=1, n=5)
+    alone, _, _ = generate(model, prompt, 2 * T, top_k=1)  # (past block_size: a window restart too)
+    stepper = decoder.Stepper(model)
+    first, _, _ = generate(model, prompt, 2 * T, top_k=1, stepper=stepper)
+    held = stepper.held.all.data_ptr()
+    second, _, _ = generate(model, prompt, 2 * T, top_k=1, stepper=stepper)
+    assert stepper.held.all.data_ptr() == held
+    assert torch.equal(first, alone) and torch.equal(second, alone)
+    generate(model, tokens(B=2, n=5), 3, top_k=1, stepper=stepper)  # another batch size: a cache of its own
+    assert stepper.held.all.shape[3] == 2
