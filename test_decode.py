@@ -462,15 +462,19 @@ def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
     assert (never == K).all()
 
 
-def test_one_compiled_loop_serves_every_depth_exit_and_draft(monkeypatch):
+def test_one_compiled_loop_serves_every_depth_exit_and_draft():
     # one graph for every K, every exit depth, every draft: a second graph would be a recompile,
     # and past dynamo's recompile limit a silent eager fallback. With the limit at 1 and
-    # fail_on_recompile_limit_hit, any recompile raises here instead.
+    # fail_on_recompile_limit_hit, any recompile raises here instead. (config.patch, not
+    # monkeypatch: undoing a monkeypatch deleted the setting from dynamo's config for later tests)
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
+        one_compiled_loop_for_every_depth()
+
+
+def one_compiled_loop_for_every_depth():
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()
-    monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 1)
-    monkeypatch.setattr(torch._dynamo.config, 'fail_on_recompile_limit_hit', True)
     model = tiny(readout='final_norm', init_std=0.1, interloop_norm=True)
     prompt = tokens(B=1, n=4)
     exited, passes = False, 0
