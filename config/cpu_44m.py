@@ -7,10 +7,11 @@
 #   python prepare.py --train_file $WT103/wiki.valid.tokens --val_file $WT103/wiki.test.tokens \
 #       --tokenizer r50k_base --out_dir data/wt103-demo       # r50k_base = GPT-2's BPE ranks
 #   python train.py config/norm_perloop.py config/cpu_44m.py --dataset=wt103-demo
-# 200 iterations x 4 x 256 = 205k tokens: 0.04% of the paper's 4 epochs x 64 x 256 tokens
-# (about 470M GPT-2 tokens of WikiText-103's train split), 0.8 of a pass over WikiText-103's
-# validation text. About 12 s an iteration with one thread (two runs at once on 2 cores).
-# The norms drift within minutes; the language model is far from trained at this length.
+# 200 iterations x 4 x 256 = 204,800 tokens: 0.04% of the paper's 4 epochs of WikiText-103
+# (about 470M GPT-2 tokens), 0.8 of a pass over WikiText-103's validation text. 7-14 s an
+# iteration with one thread each, two runs at once on 2 cores (bf16): 28-46 minutes a run.
+# The norms drift within minutes; the language model is far from trained at this length
+# (docs/paper-shape.md).
 out_dir = out_dir + '-cpu44m'
 device = 'cpu'
 compile = 'off'

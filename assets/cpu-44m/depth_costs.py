@@ -1,0 +1,137 @@
+"""
+The costs of depth at one checkpoint, decoding at batch 1, every part timed side by side in
+one run: one loop, one readout, each exit decision, a verify pass per token, sampling; fixed
+K = 1..K tok/s; and what they imply for exits and for speculative decoding.
+
+    OMP_NUM_THREADS=2 python assets/cpu-44m/depth_costs.py out-norm_perloop-cpu44m-s1 --dtype float32
+
+Prints a markdown table and the implied speed-ups; run it on a quiet machine.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from decoder import Stepper, decode, embed, exit_confidence, generate, new_cache, next_token_probs, sample  # noqa: E402
+from eval_decode import acceptance, predicted_speedup, tokens_per_pass  # noqa: E402
+from runs import Scoring, load_run, score_windows  # noqa: E402
+from runtime import autocast  # noqa: E402
+
+
+def timed(fn, reps):
+    """Median seconds of reps calls, after 3 warm-up calls."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('run')
+    p.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
+    p.add_argument('--prompt', type=int, default=128, help='tokens in the cache when a step is timed')
+    p.add_argument('--reps', type=int, default=30)
+    p.add_argument('--new_tokens', type=int, default=48, help='tokens sampled to time fixed K')
+    p.add_argument('--accept_tokens', type=int, default=2048, help='tokens the acceptance of loop j is measured on')
+    p.add_argument('--g', type=int, default=3, help='drafts per verify pass')
+    args = p.parse_args()
+
+    model, config, data = load_run(args.run, 'cpu', 'val')
+    ctx = autocast('cpu', args.dtype)
+    K, C = model.config.n_loops, model.config.n_embd
+    sc = Scoring(model, data, score_windows(len(data), model.config.block_size, args.accept_tokens), 4, 'cpu', ctx)
+    prompt = torch.as_tensor(data[:args.prompt].astype('int64'))[None]
+    t = prompt.size(1)
+    rows = []
+    with ctx:
+        stepper = Stepper(model)
+        cache = new_cache(model, 1, K)
+        decode(model, prompt, cache, stepper=stepper)
+        tok = prompt[:, -1:]
+        h0 = embed(model, tok, t)
+        h1 = stepper.loops(h0, t, cache, 0, 1)
+        h2 = stepper.loops(h1, t, cache, 1, 2)
+        logits1, logits2 = stepper.logits(h1, last=True), stepper.logits(h2, last=True)
+
+        loop = timed(lambda: stepper.loops(h0, t, cache, 0, 1), args.reps)
+        readout = timed(lambda: stepper.logits(h1, last=True), args.reps)
+        decide = {c: timed(lambda c=c: bool(exit_confidence(logits2, c, logits1) > 0.5), args.reps)
+                  for c in ('max_prob', 'entropy', 'converge')}
+        decide['angular (no readout)'] = timed(
+            lambda: bool(1 - F.cosine_similarity(h2.float(), h1.float(), dim=-1) < 0.01), args.reps)
+        draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
+        hg = embed(model, prompt[:, -1:].expand(1, args.g + 1), t)
+        verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K), last=True), args.reps)
+                  for j in range(1, K)}
+        fixed = {}
+        for k in range(1, K + 1):
+            generate(model, prompt, 8, n_loops=k)  # warm-up
+            t0 = time.perf_counter()
+            generate(model, prompt, args.new_tokens, n_loops=k)
+            fixed[k] = args.new_tokens / (time.perf_counter() - t0)
+        # acceptance of loop j's readout by loop K's, on the first accept_tokens validation tokens
+        agree, accept = torch.zeros(K - 1), torch.zeros(K - 1)
+        n = 0
+        for x, _ in sc.batches():
+            states = model.hidden_states(x, K)
+            last = model.logits(states[K], last=True)
+            for j in range(1, K):
+                a, b = acceptance(model.logits(states[j], last=True), last)
+                agree[j - 1] += a.sum().float()
+                accept[j - 1] += b.sum().float()
+            n += x.numel()
+        agree, accept = (agree / n).tolist(), (accept / n).tolist()
+
+    ms = lambda s: f"{1000 * s:.3f}"  # noqa: E731
+    print(f"# {os.path.basename(os.path.normpath(args.run))}: d={C}, {model.config.n_layer} layers, K={K}, "
+          f"vocab {model.config.vocab_size}, {args.dtype}, {torch.get_num_threads()} threads, batch 1, "
+          f"{t} tokens cached, median of {args.reps}\n")
+    print('| part | ms |\n|---|---|')
+    print(f"| one loop (the {model.config.n_layer}-layer stack, one token) | {ms(loop)} |")
+    print(f"| one readout ({C} x {model.config.vocab_size}) | {ms(readout)} |")
+    for c, s in decide.items():
+        print(f"| exit decision: {c} | {ms(s)} |")
+    print(f"| sampling from the readout | {ms(draw)} |")
+    for j, s in verify.items():
+        print(f"| verify pass, loops {j + 1}..{K} over {args.g + 1} tokens, per token | {ms(s / (args.g + 1))} |")
+    print('\n| fixed K | tok/s (sampled, cached) |\n|---|---|')
+    for k, v in fixed.items():
+        print(f"| {k} | {v:,.1f} |")
+
+    per_token_fixed = K * loop + readout + draw
+    print(f"\nA fixed-K token, from the parts: {K} x {ms(loop)} + {ms(readout)} + {ms(draw)} = {ms(per_token_fixed)} ms "
+          f"({1 / per_token_fixed:,.1f} tok/s; measured {fixed[K]:,.1f}).")
+    print('\n| exit after loop e | with a readout per loop (max_prob) | speed-up | decided without a readout (angular) | speed-up |')
+    print('|---|---|---|---|---|')
+    for e in range(1, K):
+        with_readout = e * (loop + readout + decide['max_prob']) + draw
+        without = e * (loop + decide['angular (no readout)']) + readout + draw
+        print(f"| {e} | {ms(with_readout)} ms | {per_token_fixed / with_readout:.2f}x | {ms(without)} ms | "
+              f"{per_token_fixed / without:.2f}x |")
+    print(f"\nSpeculative decoding, g = {args.g} drafts per pass; acceptance a of loop j's token by loop {K}'s "
+          f"on {n:,} validation tokens; ideal = only loops cost; measured costs = the parts above:")
+    print('| j | greedy agree | sample accept | tokens/pass (sampled) | ideal speed-up | with the measured costs |')
+    print('|---|---|---|---|---|---|')
+    for j in range(1, K):
+        a = accept[j - 1]
+        draft = j * loop + readout + draw
+        cost = ((args.g + 1) * draft + verify[j]) / per_token_fixed
+        print(f"| {j} | {agree[j - 1]:.3f} | {a:.3f} | {tokens_per_pass(a, args.g):.2f} | "
+              f"{predicted_speedup(a, j, args.g, K):.2f}x | {tokens_per_pass(a, args.g) / cost:.2f}x |")
+
+
+if __name__ == '__main__':
+    main()
