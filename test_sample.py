@@ -1,13 +1,19 @@
 """
-sample.py from the outside, on a tiny run trained here.
+sample.py on a tiny run trained here: its main in-process, and from the outside where the
+one-line error and the compiler's failure are what is tested.
 
     python -m pytest -q test_sample.py
 """
 
+import contextlib
+import io
 import os
 import re
+import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 import sample as sample_py
 from conftest import assert_one_line_error, run_script, train_args
@@ -23,8 +29,24 @@ def run(tiny_data, tmp_path_factory):
     return out
 
 
+@pytest.fixture(autouse=True)
+def default_denormals():
+    yield
+    torch.set_flush_denormal(False)  # sample.main's setup_device turns flushing on, process-wide
+
+
 def sample(run, *args):
-    return run_script('sample.py', f'--out_dir={run}', '--device=cpu', *args)
+    """sample.py's main in this process (no torch import per call), its stdout and stderr captured;
+    the one-line error path from the outside is test_bad_input_is_one_clear_line's."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            sample_py.main([f'--out_dir={run}', '--device=cpu', *map(str, args)])
+        except sample_py.SampleError as e:
+            print(f"sample.py: error: {e}", file=sys.stderr)
+            code = 1
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_samples_and_the_summary_line(run):
@@ -63,7 +85,8 @@ def test_speculative_greedy_text_is_the_k_loop_text_and_the_summary_says_how_it_
 def test_bad_input_is_one_clear_line(run, tmp_path):
     # from the outside, the one-line error path: a setting checked before the model loads, and
     # one checked after (draft_loops against the run's K = 3)
-    assert_one_line_error(sample(run, '--exit_criterion=margin'), 'sample.py', 'exit_criterion', 'entropy')
+    outside = run_script('sample.py', f'--out_dir={run}', '--device=cpu', '--exit_criterion=margin')
+    assert_one_line_error(outside, 'sample.py', 'exit_criterion', 'entropy')
     assert_one_line_error(sample(run, '--draft_loops=2', '--n_loops=2'), 'sample.py', 'draft_loops', '[1, 1]')
 
 
