@@ -103,9 +103,11 @@ def exit_frontiers(per_token, K, targets=(0.01, 0.05), grid=FRONTIER_GRID):
     for target in targets:
         limit = full * (1 + target)
         best = loops_at(oracle, limit)
-        at[f'{target:g}'] = {c: dict(loops=loops_at(f, limit), oracle_gap=None if best is None or loops_at(f, limit) is None
-                                     else loops_at(f, limit) - best) for c, f in tf.items()}
-        at[f'{target:g}']['oracle'] = dict(loops=best, oracle_gap=0.0)
+        row = at[f'{target:g}'] = {}
+        for c, f in tf.items():
+            loops = loops_at(f, limit)
+            row[c] = dict(loops=loops, oracle_gap=None if best is None or loops is None else loops - best)
+        row['oracle'] = dict(loops=best, oracle_gap=0.0)
     return dict(full_ppl=full, oracle=oracle, teacher_forced=tf, at=at)
 
 

@@ -49,8 +49,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from configurator import ConfigError, configure
-from data import gather_windows
-from runs import EvalError, load_run
+from runs import EvalError, batches, load_run
 from runtime import autocast, resolve_dtype, setup_device
 
 # -----------------------------------------------------------------------------
@@ -130,11 +129,9 @@ def collect(model, data, n_tokens, ctx, device, batch=16):
     each depth (K, N) and each depth's argmax (K, N), N in window order."""
     T, K = model.config.block_size, model.config.n_loops
     n = max(1, math.ceil(n_tokens / T))
-    starts = np.linspace(0, len(data) - T - 1, n).astype(np.int64)
+    windows = [(int(s), T) for s in np.linspace(0, len(data) - T - 1, n).astype(np.int64)]
     states, ce, argmax = [], [], []
-    for i in range(0, n, batch):
-        x, y = gather_windows(data, starts[i:i + batch], T)
-        x, y = x.to(device), y.to(device)
+    for x, y in batches(data, windows, batch, device):  # (one length: in window order)
         with ctx:
             hs = model.hidden_states(x, K)[1:]  # H_1 .. H_K
             ce.append(model.depth_losses(hs, y).cpu())
