@@ -17,9 +17,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 
 import torch  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
 
-from decoder import Stepper, decode, embed, exit_confidence, generate, new_cache, next_token_probs, sample  # noqa: E402
+from decoder import Stepper, confidence, decode, embed, generate, new_cache, next_token_probs, sample  # noqa: E402
 from eval_decode import acceptance, predicted_speedup, tokens_per_pass  # noqa: E402
 from runs import Scoring, load_run, score_windows  # noqa: E402
 from runtime import autocast  # noqa: E402
@@ -55,7 +54,6 @@ def main():
     sc = Scoring(model, data, score_windows(len(data), model.config.block_size, args.accept_tokens), 4, 'cpu', ctx)
     prompt = torch.as_tensor(data[:args.prompt].astype('int64'))[None]
     t = prompt.size(1)
-    rows = []
     with ctx:
         stepper = Stepper(model)
         cache = new_cache(model, 1, K)
@@ -68,10 +66,9 @@ def main():
 
         loop = timed(lambda: stepper.loops(h0, t, cache, 0, 1), args.reps)
         readout = timed(lambda: stepper.logits(h1, last=True), args.reps)
-        decide = {c: timed(lambda c=c: bool(exit_confidence(logits2, c, logits1) > 0.5), args.reps)
-                  for c in ('max_prob', 'entropy', 'converge')}
-        decide['angular (no readout)'] = timed(
-            lambda: bool(1 - F.cosine_similarity(h2.float(), h1.float(), dim=-1) < 0.01), args.reps)
+        decide = {c: timed(lambda c=c: bool(confidence(c, h2, h1, logits2, logits1) > 0.5), args.reps)
+                  for c in ('max_prob', 'entropy', 'converge', 'angular')}  # (as decoder.decode decides)
+        decide['angular (no readout)'] = decide.pop('angular')
         draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
         hg = embed(model, prompt[:, -1:].expand(1, args.g + 1), t)
         verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K), last=True), args.reps)
