@@ -534,7 +534,7 @@ def main(argv=None):
         print(lemma_table(groups))
     if not args.from_results or args.retime:
         write_json(os.path.join(args.out, 'results.json'),
-                   dict(command=' '.join(sys.argv), runs=runs, groups=groups, notes=notes))
+                   dict(command=' '.join(sys.argv if argv is None else ['eval_depth.py', *map(str, argv)]), runs=runs, groups=groups, notes=notes))
     for path in plots.all_plots(groups, runs, args.out):
         print(f"wrote {path}", file=sys.stderr)
 

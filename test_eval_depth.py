@@ -5,8 +5,11 @@ raw terminal one), plus its window bookkeeping.
     python -m pytest -q test_eval_depth.py
 """
 
+import contextlib
+import io
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,22 +27,34 @@ from runs import Scoring, score_windows
 
 @pytest.fixture(scope='module')
 def runs(tiny_data, tmp_path_factory):
+    # trained in this process (train.py from the outside is test_train's): an interpreter start and
+    # a torch import per run were most of this file's time
+    import train
     root = tmp_path_factory.mktemp('runs')
-    for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
-        r = run_script('train.py', *train_args(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra))
-        assert r.returncode == 0, r.stderr
+    try:
+        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
+            train.main(train_args(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra))
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns it on for the whole process)
     return root / 'norm-perloop', root / 'raw-terminal'
 
 
 SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
 
 
+def evaluate(*argv):
+    """eval_depth.main(argv) in this process, as the script runs it: (stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        eval_depth.main([str(a) for a in argv])
+    return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
+
+
 @pytest.fixture(scope='module')
 def evaluated(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp('eval')
-    r = run_script('eval_depth.py', *runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
-                   '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
-    assert r.returncode == 0, r.stderr
+    r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
+                 '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
     with open(out / 'results.json') as f:
         return r, out, json.load(f)['runs']
 
@@ -308,9 +323,7 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
 
 
 def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
-    r = run_script('eval_depth.py', runs[0], '--max_loops=1', '--exit', '0.5', '--diag_tokens=64',
-                   '--bench_iters=1', '--out', tmp_path)
-    assert r.returncode == 0, r.stderr
+    evaluate(runs[0], '--max_loops=1', '--exit', '0.5', '--diag_tokens=64', '--bench_iters=1', '--out', tmp_path)
     run = json.loads((tmp_path / 'results.json').read_text())['runs'][0]
     assert [row['K'] for row in run['per_K']] == [1] and run['final_norm_hist']['loop'] == 1
     assert all(e['mean_loops'] == 1 for e in run['early_exit'])
@@ -371,9 +384,8 @@ def test_several_results_files_are_grouped_together(evaluated):
 def test_calibration_speculative_timing_and_retime(runs, tmp_path):
     # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
     out = tmp_path / 'cal'
-    r = run_script('eval_depth.py', runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8',
-                   '--speculative', '--bench_iters=1', '--max_loops=2', '--criteria=max_prob,angular', '--out', out)
-    assert r.returncode == 0, r.stderr
+    r = evaluate(runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8', '--speculative',
+                 '--bench_iters=1', '--max_loops=2', '--criteria=max_prob,angular', '--out', out)
     assert 'calibrated halting' in r.stdout and '| greedy | 1 |' in r.stdout
     run = json.loads((out / 'results.json').read_text())['runs'][0]
     assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
@@ -389,8 +401,7 @@ def test_calibration_speculative_timing_and_retime(runs, tmp_path):
         assert row['speedup'] == pytest.approx(row['tok_per_s'] / row['fixed_tok_per_s'])
 
     again = tmp_path / 'retimed'  # the calibrated picks timed again, nothing else recomputed
-    r = run_script('eval_depth.py', '--from_results', out / 'results.json', '--retime', '--out', again)
-    assert r.returncode == 0, r.stderr
+    evaluate('--from_results', out / 'results.json', '--retime', '--out', again)
     rerun = json.loads((again / 'results.json').read_text())['runs'][0]
     assert [c['threshold'] for c in rerun['calibrated']] == [c['threshold'] for c in run['calibrated']]
     for c in rerun['calibrated']:
