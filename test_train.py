@@ -133,8 +133,6 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
     assert len(full) == 8 and split == full
     torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
-    # one loop leaves the inter-loop norm unused: DDP must be told, or its second step fails
-    torchrun(tmp_path / 'one_loop', '--max_iters=3', '--interloop_norm=True', '--n_loops=1')
 
 
 def tiny_checkpoint(out_dir, tiny_data, *extra):
@@ -377,7 +375,7 @@ def test_float16_steps_through_the_grad_scaler():
     assert torch.isfinite(loss) and (update == 0).all() and scaler.get_scale() == 2.0**39
 
 
-def test_ddp_wraps_the_model_before_compile(tmp_path):
+def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_path):
     # compile(DDP(model)): DDPOptimizer then splits the compiled graph at DDP's buckets. One
     # gloo rank in this process is enough to build the wrappers (the two-rank test trains eager).
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -392,5 +390,13 @@ def test_ddp_wraps_the_model_before_compile(tmp_path):
         model.require_backward_grad_sync = False  # train_step's switch reaches DDP through the compiled wrapper
         assert model._orig_mod.require_backward_grad_sync is False
         assert not any('_orig_mod' in k or k.startswith('module.') for k in raw.state_dict())  # saved as is
+        # one loop leaves the inter-loop norm unused: DDP must be told, or its second backward fails
+        # (one rank is enough to see it: DDP checks every parameter got its gradient)
+        one_loop = tiny_model(interloop_norm=True, n_loops=1)
+        assert any(p.requires_grad for p in one_loop.interloop_norm.parameters())
+        model = train_module.wrap_for_training(one_loop, ddp=True, compile_it=False, device='cpu')
+        x = torch.randint(0, 64, (2, 16))
+        for _ in range(2):
+            model(x, x)[1].backward()
     finally:
         torch.distributed.destroy_process_group()
