@@ -34,16 +34,27 @@ def field(line, key):
     return float(m.group(1))
 
 
-def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path):
+def check(capsys, *argv):
+    """gpu_check.main(argv) in this process, as the script runs it (its steps in processes of their
+    own): (stdout, its error or ''). The parent's interpreter start and torch import are saved."""
+    try:
+        gpu_check.main([str(a) for a in argv])
+        error = ''
+    except gpu_check.CheckError as e:
+        error = str(e)
+    return capsys.readouterr().out, error
+
+
+def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys):
     # every kind of step, once (a process each costs seconds): a training row (every training step is
     # train_row at its shape and loss path), and decoding through the compiled loop (decode-graphs: on a
     # CPU the same compile as decode-compiled, without graphs) with speculative decoding on it; the
     # eager decode row runs in the next test. Listed out of order: the summary keeps the check's order.
     out = tmp_path / 'check'
     steps = ['decode-graphs', 'train-129m-plain']
-    r = run_script('gpu_check.py', '--cpu', f'--out={out}', '--steps=1', '--warmup=0', f"--only={','.join(steps)}")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    rows = summary(r.stdout)
+    stdout, error = check(capsys, '--cpu', f'--out={out}', '--steps=1', '--warmup=0', f"--only={','.join(steps)}")
+    assert not error, stdout[-3000:] + error
+    rows = summary(stdout)
     shown = [name for name in ROWS if name == 'preflight' or name in steps or name == 'decode-speculative']
     assert list(rows) == shown  # those rows, in the fixed order, nothing else
     assert re.search(r'compile=ok .*compile_s' + NUMBER, rows['preflight'])
@@ -55,24 +66,25 @@ def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_n
     # row drafts with decode-graphs' compiled loop, and the training rows run eagerly on a CPU
     compiled = {'preflight': 1, 'decode-graphs': 1}
     assert {name: field(rows[name], 'compiles') for name in shown} == {name: compiled.get(name, 0) for name in shown}
-    assert f'{sum(compiled.values())} compiles' in r.stdout.splitlines()[-1]
+    assert f'{sum(compiled.values())} compiles' in stdout.splitlines()[-1]
     assert field(rows['decode-speculative'], 'accept_rate') <= 1
     # each step announced and timed as it ran, its log kept under its number in the full order
     for i, step in enumerate(gpu_check.STEPS, 1):
         if step == 'preflight' or step in steps:
-            assert re.search(rf'^--- {step}: ok, \d+\.\d s$', r.stdout, re.M), step
+            assert re.search(rf'^--- {step}: ok, \d+\.\d s$', stdout, re.M), step
             assert (out / f'{i}-{step}.log').read_text().count(f'row {step}:') == 1
         else:
             assert not (out / f'{i}-{step}.log').exists()
 
 
-def test_a_compiler_inductor_cannot_use_skips_the_compiled_rows_and_the_eager_ones_still_run(tmp_path):
-    env = dict(os.environ, CXX=str(tmp_path / 'no-such-g++'), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / 'inductor'))
-    r = run_script('gpu_check.py', '--cpu', f'--out={tmp_path / "check"}', '--only=decode-eager,decode-compiled',
-                   env=env)
-    assert_one_line_error(r, 'gpu_check.py', '1 of 3 rows not measured (decode-compiled)')
-    assert 'torch.compile cannot build here' in r.stdout and 'no-such-g++ (not found)' in r.stdout
-    rows = summary(r.stdout)
+def test_a_compiler_inductor_cannot_use_skips_the_compiled_rows_and_the_eager_ones_still_run(tmp_path, capsys,
+                                                                                            monkeypatch):
+    monkeypatch.setenv('CXX', str(tmp_path / 'no-such-g++'))  # (for the steps' processes)
+    monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path / 'inductor'))
+    stdout, error = check(capsys, '--cpu', f'--out={tmp_path / "check"}', '--only=decode-eager,decode-compiled')
+    assert error.startswith('1 of 3 rows not measured (decode-compiled)'), error
+    assert 'torch.compile cannot build here' in stdout and 'no-such-g++ (not found)' in stdout
+    rows = summary(stdout)
     assert list(rows) == ['preflight', 'decode-eager', 'decode-compiled']
     assert 'compile=failed' in rows['preflight'] and field(rows['decode-eager'], 'tok_per_s') > 0
     assert 'SKIPPED' in rows['decode-compiled'] and 'preflight could not compile' in rows['decode-compiled']
@@ -88,12 +100,12 @@ def test_a_torch_that_does_not_import_is_its_own_error_not_no_gpu(tmp_path):
     assert 'no CUDA GPU' not in r.stderr and r.stdout == ''
 
 
-def test_without_a_gpu_one_line_says_to_pass_cpu(tmp_path):
+def test_without_a_gpu_one_line_says_to_pass_cpu(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip('this machine has CUDA')
-    r = run_script('gpu_check.py', f'--out={tmp_path / "never-made"}')
-    assert_one_line_error(r, 'gpu_check.py', 'no CUDA GPU here', '--cpu')
-    assert r.stdout == '' and not (tmp_path / 'never-made').exists()
+    stdout, error = check(capsys, f'--out={tmp_path / "never-made"}')  # (the one line from the outside: above)
+    assert 'no CUDA GPU here' in error and '--cpu' in error
+    assert stdout == '' and not (tmp_path / 'never-made').exists()
 
 
 def test_a_package_that_does_not_import_is_named_with_its_own_error(monkeypatch, capsys):
