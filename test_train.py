@@ -9,9 +9,9 @@ subprocess would only add an interpreter start and a torch import; and configura
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import train as train_module
-from conftest import HERE, TINY, assert_one_line_error, run_script, train_args
+from conftest import HERE, assert_one_line_error, run_script, train_args
 from configurator import ConfigError, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
@@ -120,19 +120,37 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, in_process
 def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
     # diverges after a resume if rank 1's dropout masks do not replay those of the full run
-    def torchrun(out, *extra):
+    common = ('--eval_interval=4', '--dropout=0.2', '--gradient_accumulation_steps=2')
+
+    def torchrun(out, *extra):  # as a user launches it
         r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, '--eval_interval=4',
-                            '--dropout=0.2', '--gradient_accumulation_steps=2', *extra)],
+                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, *common, *extra)],
                            capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
         assert r.returncode == 0, r.stderr[-3000:]
+
+    def two_ranks(out, *extra):  # each rank with the environment torchrun gives it, without the launcher's start
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        procs = []
+        for rank in (0, 1):
+            env = dict(os.environ, OMP_NUM_THREADS='1', RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
+                       LOCAL_WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+            log = open(tmp_path / f'rank{rank}.log', 'w')  # (a file, not a pipe: a full pipe could stall a rank)
+            procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, 'train.py'),
+                                            *train_args(tiny_data, out, *common, *extra)],
+                                           stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        for proc, log in procs:
+            rc = proc.wait(timeout=300)
+            log.close()
+            assert rc == 0, open(log.name).read()[-3000:]
     torchrun(tmp_path / 'full', '--max_iters=8')
-    torchrun(tmp_path / 'split', '--max_iters=4')
-    torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume')
+    two_ranks(tmp_path / 'split', '--max_iters=4')
+    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume')
     full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
     split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
     assert len(full) == 8 and split == full
-    torchrun(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
+    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
 
 
 def tiny_checkpoint(out_dir, tiny_data, *extra):
