@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 
 import torch  # noqa: E402
 
-from decoder import Stepper, confidence, decode, embed, generate, new_cache, next_token_probs, sample  # noqa: E402
+from decoder import Stepper, confidence, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins  # noqa: E402
 from eval_decode import acceptance, predicted_speedup, tokens_per_pass  # noqa: E402
 from runs import Scoring, load_run, score_windows  # noqa: E402
 from runtime import autocast  # noqa: E402
@@ -70,6 +70,7 @@ def main():
                   for c in ('max_prob', 'entropy', 'converge', 'angular')}  # (as decoder.decode decides)
         decide['angular (no readout)'] = decide.pop('angular')
         draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
+        project = timed(lambda: stand_ins(stepper, cache, h1, t, 0, 'project'), args.reps)  # (an exit's later keys/values)
         hg = embed(model, prompt[:, -1:].expand(1, args.g + 1), t)
         verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K), last=True), args.reps)
                   for j in range(1, K)}
@@ -102,6 +103,7 @@ def main():
     for c, s in decide.items():
         print(f"| exit decision: {c} | {ms(s)} |")
     print(f"| sampling from the readout | {ms(draw)} |")
+    print(f"| an exited token's projected stand-ins (every layer's keys and values from its exit state) | {ms(project)} |")
     for j, s in verify.items():
         print(f"| verify pass, loops {j + 1}..{K} over {args.g + 1} tokens, per token | {ms(s / (args.g + 1))} |")
     print('\n| fixed K | tok/s (sampled, cached) |\n|---|---|')
@@ -111,13 +113,15 @@ def main():
     per_token_fixed = K * loop + readout + draw
     print(f"\nA fixed-K token, from the parts: {K} x {ms(loop)} + {ms(readout)} + {ms(draw)} = {ms(per_token_fixed)} ms "
           f"({1 / per_token_fixed:,.1f} tok/s; measured {fixed[K]:,.1f}).")
-    print('\n| exit after loop e | with a readout per loop (max_prob) | speed-up | decided without a readout (angular) | speed-up |')
-    print('|---|---|---|---|---|')
+    print('\n| exit after loop e | with a readout per loop (max_prob) | speed-up | decided without a readout (angular) | speed-up '
+          '| the same, projected stand-ins | speed-up |')
+    print('|---|---|---|---|---|---|---|')
     for e in range(1, K):
         with_readout = e * (loop + readout + decide['max_prob']) + draw
         without = e * (loop + decide['angular (no readout)']) + readout + draw
+        projected = without + project
         print(f"| {e} | {ms(with_readout)} ms | {per_token_fixed / with_readout:.2f}x | {ms(without)} ms | "
-              f"{per_token_fixed / without:.2f}x |")
+              f"{per_token_fixed / without:.2f}x | {ms(projected)} ms | {per_token_fixed / projected:.2f}x |")
     print(f"\nSpeculative decoding, g = {args.g} drafts per pass; acceptance a of loop j's token by loop {K}'s "
           f"on {n:,} validation tokens; ideal = only loops cost; measured costs = the parts above:")
     print('| j | greedy agree | sample accept | tokens/pass (sampled) | ideal speed-up | with the measured costs |')
