@@ -1,6 +1,7 @@
 """
-eval_depth.py from the outside, on two tiny runs trained here (a normalized per-loop run and a
-raw terminal one), plus its window bookkeeping.
+eval_depth.py's main, in-process as the script runs it, on two tiny runs trained here (a
+normalized per-loop run and a raw terminal one); its one-line error once from the outside; and
+its window bookkeeping.
 
     python -m pytest -q test_eval_depth.py
 """

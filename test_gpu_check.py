@@ -1,8 +1,9 @@
 """
-gpu_check.py from the outside, so that a check no CI runs on a GPU cannot rot: its --cpu mode runs
-every step at a tiny shape and must print every row, with numbers, in the documented order; a
-compiler inductor cannot use skips the compiled rows and the eager ones still run; a missing
-torch, or no GPU without --cpu, is one error line. The settings' checks run in-process.
+gpu_check.py, so that a check no CI runs on a GPU cannot rot: its --cpu mode runs every step
+at a tiny shape, each in a process of its own, and must print every row, with numbers, in the
+documented order; a compiler inductor cannot use skips the compiled rows and the eager ones
+still run; a missing torch (from the outside) or no GPU without --cpu is one error line. The
+check's parent and the settings' checks run in-process.
 
     python -m pytest -q test_gpu_check.py
 """
