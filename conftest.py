@@ -52,3 +52,15 @@ def tiny_data(tmp_path_factory):
 
 def train_args(data_dir, out_dir, *extra):
     return [f'--data_dir={data_dir}', '--dataset=tiny-bytes', f'--out_dir={out_dir}', *TINY, *extra]
+
+
+def train_in_process(data_dir, out_dir, *extra):
+    """train.main on the tiny data in this process: the script's run without an interpreter start
+    and a torch import (train.py from the outside is test_train's). setup_device turns on flushing
+    denormals process-wide; it is turned off again."""
+    import torch
+    import train
+    try:
+        train.main(train_args(data_dir, out_dir, *extra))
+    finally:
+        torch.set_flush_denormal(False)

@@ -49,7 +49,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from configurator import ConfigError, configure
-from runs import EvalError, batches, load_run
+from runs import EvalError, batches, load_run, run_folder
 from runtime import autocast, resolve_dtype, setup_device
 
 # -----------------------------------------------------------------------------
@@ -268,8 +268,7 @@ def main(argv):
     gate, info = train_gate(model, data, config['tokens'], config['reads'], config['target'], config['eps'],
                             config['iters'], config['lr'], config['batch_size'], config['holdout'], ctx, dev,
                             config['seed'])
-    folder = config['out_dir'] if os.path.isdir(config['out_dir']) else os.path.dirname(os.path.abspath(config['out_dir']))
-    path = gate_path(folder, config['name'])
+    path = gate_path(run_folder(config['out_dir']), config['name'])
     save_gate(path, gate, model, dict(target=config['target'], eps=config['eps'], tokens=config['tokens'], info=info))
     print(f"gate={path} reads={config['reads']} target={config['target']} pairs={info['pairs']} "
           f"base_rate={info['base_rate']:.3f} heldout_bce={info.get('heldout_bce_base', float('nan')):.4f} -> "

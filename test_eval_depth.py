@@ -20,7 +20,7 @@ from torch.nn import functional as F
 import eval_decode
 import eval_depth
 import runs as runs_module
-from conftest import assert_one_line_error, run_script, train_args
+from conftest import assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
 from runs import Scoring, score_windows
@@ -28,15 +28,9 @@ from runs import Scoring, score_windows
 
 @pytest.fixture(scope='module')
 def runs(tiny_data, tmp_path_factory):
-    # trained in this process (train.py from the outside is test_train's): an interpreter start and
-    # a torch import per run were most of this file's time
-    import train
     root = tmp_path_factory.mktemp('runs')
-    try:
-        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
-            train.main(train_args(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra))
-    finally:
-        torch.set_flush_denormal(False)  # (setup_device turns it on for the whole process)
+    for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
+        train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
     return root / 'norm-perloop', root / 'raw-terminal'
 
 

@@ -15,19 +15,15 @@ import pytest
 import torch
 
 import sample as sample_py
-from conftest import assert_one_line_error, run_script, train_args
+from conftest import assert_one_line_error, run_script, train_in_process
 
 SUMMARY = re.compile(r'^tokens=(\d+) seconds=([\d.]+) tok_per_s=([\d.]+) mean_loops=([\d.]+)$', re.M)
 
 
 @pytest.fixture(scope='module')
 def run(tiny_data, tmp_path_factory):
-    import train  # in-process (train.py from the outside is test_train's)
     out = tmp_path_factory.mktemp('sample') / 'run'
-    try:
-        train.main(train_args(tiny_data, out, '--max_iters=20', '--eval_interval=20', '--n_loops=3'))
-    finally:
-        torch.set_flush_denormal(False)
+    train_in_process(tiny_data, out, '--max_iters=20', '--eval_interval=20', '--n_loops=3')
     return out
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import train as train_module
-from conftest import HERE, assert_one_line_error, run_script, train_args
+from conftest import HERE, assert_one_line_error, run_script, train_args, train_in_process
 from configurator import ConfigError, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
@@ -34,15 +34,6 @@ def train(tiny_data, out_dir, *extra):
     r = run_script('train.py', *train_args(tiny_data, out_dir, *extra))
     assert r.returncode == 0, r.stderr
     return r
-
-
-@pytest.fixture
-def in_process(monkeypatch):
-    """train.main(argv) in this process: the same run as the script's, without an interpreter
-    start and a torch import per run (most of a subprocess test's time). setup_device turns on
-    flushing denormals process-wide; it is turned off again after the test."""
-    yield lambda tiny_data, out_dir, *extra: train_module.main(train_args(tiny_data, out_dir, *extra))
-    torch.set_flush_denormal(False)
 
 
 def settings(*argv):
@@ -75,12 +66,12 @@ def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(t
     assert torch.load(out / 'ckpt.pt', weights_only=True)['iter_num'] == 60
 
 
-def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path, in_process):
+def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path):
     # the same run through linear_ce's fused loss and through materialised logits + F.cross_entropy:
     # the same losses (float32), so --loss_path reaches the model. Terminal CE: loops it does not read log null
     logs = {}
     for path in ('fused', 'plain'):
-        in_process(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
+        train_in_process(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
                    '--dtype=float32', f'--loss_path={path}')
         logs[path] = [e for e in read_log(tmp_path / path) if e['kind'] == 'train']
     for fused, plain in zip(logs['fused'], logs['plain'], strict=True):
@@ -96,12 +87,12 @@ def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_pat
     assert not (tmp_path / 'x').exists()
 
 
-def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, in_process):
+def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     common = ('--eval_interval=6', '--dropout=0.1', '--max_iters=12')  # dropout: the torch RNG must resume too
-    in_process(tiny_data, tmp_path / 'full', *common)
-    in_process(tiny_data, tmp_path / 'split', *common[:2], '--max_iters=6')
+    train_in_process(tiny_data, tmp_path / 'full', *common)
+    train_in_process(tiny_data, tmp_path / 'split', *common[:2], '--max_iters=6')
     torch.manual_seed(123)  # whatever the RNG holds before a resume, the run reseeds it
-    in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
+    train_in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
     full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
     split_log = read_log(tmp_path / 'split')
     split = [e['loss'] for e in split_log if e['kind'] == 'train']
@@ -111,7 +102,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, in_process
     assert [e['iter'] for e in split_log if e['kind'] == 'eval'] == [0, 6, 12]  # no iteration twice
 
     # eval_only on the resumed checkpoint evaluates that model and appends to the log
-    in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume', '--eval_only=True')
+    train_in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume', '--eval_only=True')
     after = read_log(tmp_path / 'split')
     assert after[:-1] == split_log and after[-1]['kind'] == 'eval' and after[-1]['iter'] == 12
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
@@ -165,12 +156,12 @@ def tiny_checkpoint(out_dir, tiny_data, *extra):
     train_module.save_checkpoint(out_dir, model, optimizer, 4, float('inf'), config)
 
 
-def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path, in_process):
+def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
     out = tmp_path / 'run'
     tiny_checkpoint(out, tiny_data)
     before = (out / 'ckpt.pt').read_bytes()
     with pytest.raises(train_module.TrainError, match='non-finite.*lower learning_rate'):
-        in_process(tiny_data, out, '--max_iters=40', '--eval_interval=4', '--init_from=resume',
+        train_in_process(tiny_data, out, '--max_iters=40', '--eval_interval=4', '--init_from=resume',
                    '--learning_rate=1e12', '--grad_clip=0.0')
     assert (out / 'ckpt.pt').read_bytes() == before
     assert not os.path.exists(out / 'ckpt.pt.tmp')
