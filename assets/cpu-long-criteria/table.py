@@ -1,6 +1,6 @@
 """
-The early-exit page's two tables from a results.json of eval_depth.py (seeds of a condition
-grouped by their run name without -s<seed>): every criterion against the oracle, teacher-forced;
+The early-exit page's two tables from a results.json of eval_depth.py (its seeds grouped by
+condition as eval_depth.py grouped them): every criterion against the oracle, teacher-forced;
 and every criterion's calibrated pick, causal, with the stand-in that needs fewer loops.
 
     python assets/cpu-long-criteria/table.py assets/cpu-long-criteria/results.json
@@ -10,7 +10,6 @@ import json
 import re
 import statistics
 import sys
-from collections import defaultdict
 
 
 def mean_std(values):
@@ -22,16 +21,16 @@ def fmt(values, digits=2, suffix=''):
     return f"{m:.{digits}f}{suffix}" + (f" ± {s:.{digits}f}" if len(values) > 1 and s >= 0.5 * 10 ** -digits else '')
 
 
-def condition(name):
-    return re.sub(r'^out-|-cpu-long-s\d+$', '', name)
+def label(group):
+    return re.sub(r'^out-|-cpu-long(-s\d+)?$', '', group['name'])  # out-raw_perloop-cpu-long(-s1) -> raw_perloop
 
 
 def main(path):
     with open(path) as f:
-        runs = json.load(f)['runs']
-    groups = defaultdict(list)
-    for run in runs:
-        groups[condition(run['name'])].append(run)
+        results = json.load(f)
+    runs = results['runs']
+    by_name = {run['name']: run for run in runs}
+    groups = {label(g): [by_name[name] for name in g['runs']] for g in results['groups']}
     criteria = [c for c in runs[0]['exit_frontier']['at']['0.01'] if c != 'oracle']
 
     print("Teacher-forced mean loops within +1% / +5% of full-depth ppl (mean over seeds; in brackets: "
