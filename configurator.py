@@ -1,5 +1,5 @@
 """
-The command line of train.py, bench.py and sample.py: config files and --key=value
+The command line of every script but eval_depth.py: config files and --key=value
 overrides, as in nanoGPT, plus --help, which lists the script's settings with their comments.
 
     python train.py config/raw_perloop.py config/cpu.py --learning_rate=1e-3
@@ -23,17 +23,40 @@ import os
 import sys
 import tokenize
 import types
+from contextlib import contextmanager
 
 
-class ConfigError(Exception):
-    pass
+class UserError(Exception):
+    """Something the user can fix (a setting, a path, a missing file or package). Every script
+    raises this one class and prints it as one line, never as a traceback (one_line_errors)."""
+
+
+def command(path):
+    """How a script is run: `python train.py` at the top, `python -m beyond.bench` for beyond/'s."""
+    name = os.path.basename(path)
+    if os.path.basename(os.path.dirname(os.path.abspath(path))) == 'beyond':
+        return f"python -m beyond.{name[:-3]}"
+    return f"python {name}"
+
+
+def error_line(script, e):
+    return f"{script}: error: {e}"
+
+
+@contextmanager
+def one_line_errors(script):
+    """Around a script's main: a UserError becomes `<script>: error: <message>` on stderr, exit status 1."""
+    try:
+        yield
+    except UserError as e:
+        sys.exit(error_line(script, e))
 
 
 def known(settings, key, where, script):
     if key not in settings:
         near = difflib.get_close_matches(key, settings, n=1)
         hint = f"did you mean '{near[0]}'? " if near else ''
-        raise ConfigError(f"unknown setting '{key}' ({where}); {hint}`python {script} --help` lists the settings")
+        raise UserError(f"unknown setting '{key}' ({where}); {hint}`{script} --help` lists the settings")
 
 
 def check(settings, key, value, where, script):
@@ -45,7 +68,7 @@ def check(settings, key, value, where, script):
         return float(value)
     if type(value) is not type(default):
         kind = type(default).__name__
-        raise ConfigError(f"setting '{key}' takes {'an' if kind[0] in 'aeiou' else 'a'} {kind} (like {default!r}), "
+        raise UserError(f"setting '{key}' takes {'an' if kind[0] in 'aeiou' else 'a'} {kind} (like {default!r}), "
                           f"got {value!r} ({where})")
     return value
 
@@ -54,10 +77,10 @@ def configure(settings, argv, scripts=None):
     """settings: name -> default. argv: config files and --key=value (or --key value), in order.
     scripts: the source files whose settings these are, the script being run first (for
     --help and the error messages); default: the running script, sys.argv[0].
-    Returns a new dict; raises ConfigError with a one-line message. --help or -h anywhere
+    Returns a new dict; raises UserError with a one-line message. --help or -h anywhere
     prints the settings with their comments and exits, as argparse does."""
     scripts = list(scripts or [sys.argv[0]])
-    script = os.path.basename(scripts[0])
+    script = command(scripts[0])
     if '--help' in argv or '-h' in argv:
         print(help_text(settings, scripts))
         sys.exit(0)
@@ -72,7 +95,7 @@ def configure(settings, argv, scripts=None):
             if not eq:  # --key value
                 known(settings, key, f"--{key}", script)  # an unknown key is named before its value
                 if i == len(argv) or argv[i].startswith('--'):
-                    raise ConfigError(f"--{key} has no value: write --{key}=VALUE (or --{key} VALUE)")
+                    raise UserError(f"--{key} has no value: write --{key}=VALUE (or --{key} VALUE)")
                 text = argv[i]
                 i += 1
             try:
@@ -81,18 +104,18 @@ def configure(settings, argv, scripts=None):
                 value = text  # a bare word is a string
             settings[key] = check(settings, key, value, f"--{key}", script)
         elif arg.startswith('-') and len(arg) > 1:
-            raise ConfigError(f"unknown option '{arg}': settings are --key=value (`python {script} --help`)")
+            raise UserError(f"unknown option '{arg}': settings are --key=value (`{script} --help`)")
         else:
             try:
                 with open(arg) as f:
                     source = f.read()
             except OSError as e:
-                raise ConfigError(f"cannot read config file {arg}: {e.strerror}")
+                raise UserError(f"cannot read config file {arg}: {e.strerror}")
             assigned = {}
             try:
                 exec(compile(source, arg, 'exec'), dict(settings), assigned)
             except Exception as e:
-                raise ConfigError(f"config file {arg} failed: {type(e).__name__}: {e}")
+                raise UserError(f"config file {arg} failed: {type(e).__name__}: {e}")
             for key, value in assigned.items():
                 if not key.startswith('_') and not isinstance(value, (types.ModuleType, types.FunctionType)):
                     settings[key] = check(settings, key, value, f"in {arg}", script)
@@ -137,8 +160,7 @@ def settings_block(path):
 
 def help_text(settings, scripts):
     """usage, the script's one-line summary, and every setting with its default and comment."""
-    script = os.path.basename(scripts[0])
-    out = [f"usage: python {script} [config.py ...] [--key=value ...]"]
+    out = [f"usage: {command(scripts[0])} [config.py ...] [--key=value ...]"]
     try:
         with open(scripts[0]) as f:
             summary = ast.get_docstring(ast.parse(f.read())) or ''

@@ -13,8 +13,8 @@ are grouped into mean ± std.
     python eval_depth.py out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
     python eval_depth.py --from_results a/results.json,b/results.json --retime --out merged   # seeds evaluated apart
 
-The decoding studies (stand-ins, calibration, speculative decoding) live in eval_decode.py;
-loading a run and choosing the scored windows, in runs.py. Writes a markdown table to stdout
+The decoding studies (stand-ins, calibration, speculative decoding) live in beyond/eval_decode.py;
+loading a run and choosing the scored windows, in data.py. Writes a markdown table to stdout
 and, in --out, results.json (every run, and every group of seeds) and PNG plots. Perplexity
 is over the whole split in non-overlapping windows of the trained block size: every token
 but the first is scored exactly once.
@@ -30,54 +30,36 @@ import time
 import numpy as np
 import torch
 
-import plots
-from decoder import EXIT_CRITERIA, STAND_INS, confidence
-from eval_decode import (acceptance, calibrate, calibration_table, causal_exits, criteria_of, exit_frontiers, exit_table,
-                         frontier_table, held_prompt, label, speculative_bench, speculative_table, speedup, stand_in_error,
-                         teacher_forced_exit)
-from exit_gate import GateError, load_gate
+from beyond import exits
+from beyond.eval_decode import FIGURES as EXIT_FIGURES
+from beyond.eval_decode import (add_decoding_arguments, check_decoding_arguments, decoding_studies, decoding_tables,
+                                exit_rows, gates_of, retime)
+from configurator import UserError, error_line
 from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
-from report import mean_std, perplexity, pm, write_json
+from report import FIGURES, all_plots, label, mean_std, perplexity, pm, settings_of, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
-from runs import EvalError, Scoring, load_run, run_folder, score_windows
+from data import Scoring, load_run, run_folder, score_windows
 
 
 # -----------------------------------------------------------------------------
 # passes over the split
 
 @torch.no_grad()
-def evaluate(sc, max_loops, clamp, exit_loops, diag_tokens, desc, criteria=None):
+def score_depths(sc, max_loops, clamp, exit_loops, diag_tokens, desc, criteria=None):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
-    tokens, angular change) and, for loops 1..exit_loops (0: none), each criterion's exit
-    confidence there (criteria: eval_decode.criteria_of's, the readout's and the states') and
-    the speculative acceptance of loop j by loop exit_loops (eval_decode.acceptance). Returns
-    (rows, N) tensors."""
-    criteria = criteria or criteria_of()
-    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': [], 'greedy_agree': [], 'sample_accept': [],
-            **{f'conf_{c}': [] for c in criteria}}
+    tokens, angular change) and, for loops 1..exit_loops (0: none), the decoding studies' rows
+    (beyond/eval_decode.py's exit_rows: each criterion's confidence, speculative acceptance).
+    Returns (rows, N) tensors."""
+    rows = {'ce': [], 'norm': [], 'radial': [], 'angular': []}
     model, seen = sc.model, 0
     with sc.progress(sc.windows, desc) as bar:
         for x, y in sc.batches():
             with sc.ctx:
                 states = model.hidden_states(x, max_loops, clamp)
                 rows['ce'].append(model.depth_losses(states[1:], y))
-                if exit_loops:  # three (B, T, vocab) readouts alive at a time
-                    # a token that exits at loop k is read out as the model run with k loops
-                    last_out, prev, conf, agree, accept = model.logits(states[exit_loops], last=True), None, [], [], []
-                    for k in range(1, exit_loops + 1):
-                        out = model.logits(states[k], last=True) if k < exit_loops else last_out
-                        conf.append([confidence(c, states[k], states[k - 1], out, prev).flatten() for c in criteria.values()])
-                        if k < exit_loops:  # speculative decoding: is the k-loop model's token kept by loop K?
-                            a, b = acceptance(out, last_out)
-                            agree.append(a.flatten())
-                            accept.append(b.flatten())
-                        prev = out
-                    for i, c in enumerate(criteria):
-                        rows[f'conf_{c}'].append(torch.stack([row[i] for row in conf]))
-                    if agree:
-                        rows['greedy_agree'].append(torch.stack(agree))
-                        rows['sample_accept'].append(torch.stack(accept))
-                    del last_out, prev, out
+                if exit_loops:
+                    for name, t in exit_rows(model, states, exit_loops, criteria).items():
+                        rows.setdefault(name, []).append(t)
                 radial = diag_tokens <= 0 or seen < diag_tokens
                 for name, t in token_diagnostics(model, states, y, every_loop_last=True, radial=radial).items():
                     rows[name].append(t)
@@ -136,13 +118,12 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
                interloop_norm=cfg.interloop_norm, exit_train=cfg.exit_train, trained_K=cfg.n_loops,
                seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype,
-               gates={n: dict(reads=c.reads) for n, c in (criteria or {}).items() if callable(c)})
+               gates=gates_of(criteria))
 
     sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
-    criteria = criteria or criteria_of()  # the readout's criteria, the states' (angular, latent) and the run's gates
-    exit_loops = last  # (the confidences and acceptances of the trained depth are cheap beside the rest)
-    free = evaluate(sc, max_loops, False, exit_loops, args.diag_tokens, f"{name}: K=1..{max_loops}", criteria)
-    clamped = evaluate(sc, max_loops, True, 0, args.diag_tokens, f"{name}: clamped") if args.clamp else None
+    # (the exit rows of the trained depth, for the decoding studies, are cheap beside the rest)
+    free = score_depths(sc, max_loops, False, last, args.diag_tokens, f"{name}: K=1..{max_loops}", criteria)
+    clamped = score_depths(sc, max_loops, True, 0, args.diag_tokens, f"{name}: clamped") if args.clamp else None
 
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
@@ -174,65 +155,12 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
     edges = np.logspace(-1, 7, 161)
     counts, _ = np.histogram(free['norm'][last - 1].double().numpy().clip(edges[0], edges[-1]), bins=edges)
     run['final_norm_hist'] = dict(loop=last, edges=edges.tolist(), counts=counts.tolist())
-    run['early_exit'] = []
-    if last > 1:
-        run['speculative'] = dict(greedy_agree=free['greedy_agree'].mean(1).tolist(),
-                                  sample_accept=free['sample_accept'].mean(1).tolist())
-        # the oracle bound and every criterion's teacher-forced frontier (no decoding: cheap)
-        run['exit_frontier'] = exit_frontiers(free, last)
-    if args.exit:
-        run['early_exit'] = teacher_forced_exit(free, args.exit, last) + \
-            causal_exits(sc, last, args.exit, args.stand_in, name, criteria)
-        if last > 1:
-            run['stand_in_error'] = stand_in_error(sc, last)
-    if args.calibrate:
-        try:
-            run['calibrated'] = calibrate(sc, last, args.calibrate, args.stand_in, args.decode_tokens, name, reference,
-                                          criteria=criteria)
-        except ValueError as e:
-            raise EvalError(str(e))
-    if args.speculative and last > 1:
-        x1, _ = sc.first_batch(windows[-1:], 1)
-        by_j = dict(greedy=run['speculative']['greedy_agree'], sample=run['speculative']['sample_accept'])
-        prompt = x1[:, :min(64, cfg.block_size // 2)]  # (room in the block for every draft length timed)
-        run['speculative_bench'] = speculative_bench(model, prompt, last, args.decode_tokens, device, ctx, by_j, name)
+    decoding_studies(run, sc, free, last, args, reference, criteria)  # (beyond the paper: exits, speculation)
     if args.lemma_loops:
         run['lemma'] = lemma(sc, args.lemma_loops, args.lemma_tokens, name)
     if args.curves:
         run['curve'] = read_curve(run_folder(path))
     return run
-
-
-def run_criteria(path, model, names=None):
-    """The exit criteria a run is scored with, name -> what decoder.decode takes: those named
-    (a gate name must have its file, out_dir/<name>.pt, trained by exit_gate.py), or with
-    names None every one of EXIT_CRITERIA and the run's default gate, gate.pt, where it has one."""
-    folder = run_folder(path)
-    if names is None:
-        names = list(EXIT_CRITERIA) + (['gate'] if os.path.isfile(os.path.join(folder, 'gate.pt')) else [])
-    try:
-        return {n: load_gate(folder, n, model) if n.startswith('gate') else n for n in names}
-    except GateError as e:
-        raise EvalError(str(e))
-
-
-def retime(runs, device, data_dir=None):
-    """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
-    speed-ups are the one part of an evaluation that a busy machine distorts."""
-    for run in runs:
-        if not run.get('calibrated'):
-            continue
-        model, _, data = load_run(run['path'], device, run['split'], data_dir)
-        windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
-        ctx = autocast(device, run['dtype'])
-        prompt = held_prompt(Scoring(model, data, windows, 1, device, ctx))  # calibrate's prompt
-        criteria = run_criteria(run['path'], model, sorted({c['criterion'] for c in run['calibrated']}))
-        for c in run['calibrated']:
-            fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device, ctx,
-                                          exit_threshold=c['threshold'], criterion=criteria[c['criterion']],
-                                          stand_in=c['stand_in'])
-            c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
-                     retimed=True)
 
 
 # -----------------------------------------------------------------------------
@@ -289,11 +217,11 @@ def read_curve(folder):
         with open(path) as f:
             records = [json.loads(line) for line in f]
     except (OSError, ValueError) as e:
-        raise EvalError(f"--curves reads {path}, written by train.py: {getattr(e, 'strerror', None) or e}")
+        raise UserError(f"--curves reads {path}, written by train.py: {getattr(e, 'strerror', None) or e}")
     evals = [r for r in records if r.get('kind') == 'eval']
     trains = [r for r in records if r.get('kind') == 'train']
     if not evals:
-        raise EvalError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
+        raise UserError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
     nan = float('nan')  # (a diverged run logs null losses)
     return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][-1] for r in evals],
                 val_loss_1=[nan if r['val_loss'][0] is None else r['val_loss'][0] for r in evals],
@@ -304,12 +232,6 @@ def read_curve(folder):
 
 # -----------------------------------------------------------------------------
 # reporting
-
-def describe(run):
-    extra = (f", penalty {run['norm_penalty']}" if run['norm_penalty'] else '') + \
-            (', inter-loop norm' if run['interloop_norm'] else '')
-    return f"{run['readout']} readout, {run['loss']} CE{extra}, K={run['trained_K']}"
-
 
 def table(groups):
     clamp = any('clamp' in r for g in groups for r in g['mean']['per_K'])
@@ -344,46 +266,17 @@ def lemma_table(groups):
 
 # -----------------------------------------------------------------------------
 
-def parse_thresholds(text):
-    try:
-        values = [float(v) for v in text.split(',') if v.strip()]
-    except ValueError:
-        raise EvalError(f"--exit takes comma-separated thresholds like 0.5,0.9; got {text!r}")
-    bad = [v for v in values if not 0 < v <= 1]
-    if bad or not values:
-        raise EvalError(f"--exit thresholds must lie in (0, 1]; got {text!r}")
-    return values
-
-
-def check(args):
+def check_settings(args):
     """Every check on the arguments, in one place."""
     if args.max_loops is not None and args.max_loops < 1:
-        raise EvalError(f"--max_loops must be at least 1, got {args.max_loops}")
+        raise UserError(f"--max_loops must be at least 1, got {args.max_loops}")
     if args.lemma_loops and args.lemma_loops < 2:
-        raise EvalError(f"--lemma_loops needs at least 2 loops (a step is between two loops); got {args.lemma_loops}")
+        raise UserError(f"--lemma_loops needs at least 2 loops (a step is between two loops); got {args.lemma_loops}")
     if args.lemma_loops < 0 or args.lemma_tokens < 1 or args.decode_tokens < 1:
-        raise EvalError("--lemma_loops must be >= 0, and --lemma_tokens and --decode_tokens >= 1")
-    bad_targets = EvalError(f"--calibrate takes allowed relative perplexity increases in (0, 1), like 0.01 or "
-                            f"0.01,0.05; got {args.calibrate!r}")
-    try:
-        args.calibrate = [float(v) for v in args.calibrate.split(',') if v.strip()]
-    except ValueError:
-        raise bad_targets from None
-    if not all(0 < v < 1 for v in args.calibrate):
-        raise bad_targets
+        raise UserError("--lemma_loops must be >= 0, and --lemma_tokens and --decode_tokens >= 1")
     if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
-        raise EvalError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
-    args.exit = parse_thresholds(args.exit) if args.exit else []
-    if args.criteria is not None:
-        args.criteria = list(dict.fromkeys(v.strip() for v in args.criteria.split(',') if v.strip()))
-        bad = [v for v in args.criteria if v not in EXIT_CRITERIA and not v.startswith('gate')]
-        if bad or not args.criteria:
-            raise EvalError(f"--criteria takes {', '.join(EXIT_CRITERIA)} and learned gates (gate, gate-raw, ...: "
-                            f"exit_gate.py's --name), comma-separated; got {','.join(bad) or 'nothing'}")
-    args.stand_in = [v.strip() for v in args.stand_in.split(',') if v.strip()]
-    bad = [v for v in args.stand_in if v not in STAND_INS]
-    if bad or not args.stand_in:
-        raise EvalError(f"--stand_in takes {' and/or '.join(STAND_INS)}, comma-separated; got {','.join(bad) or 'nothing'}")
+        raise UserError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
+    check_decoding_arguments(args)
 
 
 def make_out(path):
@@ -394,21 +287,21 @@ def make_out(path):
             pass
         os.remove(os.path.join(path, '.write-test'))
     except OSError as e:
-        raise EvalError(f"cannot write to --out {path}: {e.strerror}")
+        raise UserError(f"cannot write to --out {path}: {e.strerror}")
 
 
 def evaluate_runs(args):
     """Loads every run (failing early on bad input), evaluates each, and groups seeds."""
-    check(args)
+    check_settings(args)
     if not args.runs:
-        raise EvalError("no runs given: name run folders (or checkpoint files), or --from_results")
+        raise UserError("no runs given: name run folders (or checkpoint files), or --from_results")
     try:
         device = setup_device(args.device)
     except ValueError as e:
-        raise EvalError(str(e))
+        raise UserError(str(e))
     dtype = resolve_dtype(args.dtype, device)
     loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
-    criteria = {path: run_criteria(path, model, args.criteria) for path, model, _, _ in loaded}
+    criteria = {path: exits.run_criteria(run_folder(path), model, args.criteria) for path, model, _, _ in loaded}
     if args.curves:
         for path, *_ in loaded:
             read_curve(run_folder(path))
@@ -421,7 +314,7 @@ def evaluate_runs(args):
     for path, model, config, data in loaded:
         twin = twins.get(condition({**config, 'exit_train': 0.0}) + (('seed', repr(config.get('seed'))),))
         run = evaluate_run(path, model, config, data, args, device, dtype, twin, criteria[path])
-        print(f"{run['name']}: {describe(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
+        print(f"{run['name']}: {settings_of(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
         runs.append(run)
         if run.get('calibrated') and not config.get('exit_train'):
             twins[condition(config) + (('seed', repr(config.get('seed'))),)] = dict(
@@ -443,17 +336,17 @@ def from_results(path, names):
             groups += results['groups']
             notes += results.get('notes', [])
         except (OSError, ValueError, KeyError) as e:
-            raise EvalError(f"cannot read {one} as eval_depth.py's results.json ({type(e).__name__})")
+            raise UserError(f"cannot read {one} as eval_depth.py's results.json ({type(e).__name__})")
     if len(paths) > 1:  # runs from several evaluations: grouped anew by their training settings
         if not all('config' in run for run in runs):
-            raise EvalError("--from_results with several files needs results.json files that record each run's "
+            raise UserError("--from_results with several files needs results.json files that record each run's "
                             "training config (written by this version of eval_depth.py)")
         groups, notes = group_runs(runs, [run['config'] for run in runs])
     if names:
         names = {os.path.basename(os.path.normpath(n)) for n in names}
         groups = [g for g in groups if g['name'] in names or names & set(g['runs'])]
         if not groups:
-            raise EvalError(f"{path} has none of {', '.join(sorted(names))}")
+            raise UserError(f"{path} has none of {', '.join(sorted(names))}")
         kept = {name for g in groups for name in g['runs']}
         runs = [run for run in runs if run['name'] in kept]
     return runs, groups, notes
@@ -471,25 +364,7 @@ def main(argv=None):
     p.add_argument('--max_tokens', type=int, default=0, help='score only the first N tokens (0: the whole split)')
     p.add_argument('--batch_size', type=int, default=0, help='windows per batch (default: the training batch size)')
     p.add_argument('--clamp', action='store_true', help='also evaluate with the recurrent scale clamp')
-    p.add_argument('--exit', default='', help='early-exit thresholds in (0, 1], e.g. 0.5,0.7,0.9: teacher-forced '
-                                              'and causal (as the decoder runs it). Holds a few (batch, block, vocab) '
-                                              'float32 tensors: with a 50k vocabulary, lower --batch_size')
-    p.add_argument('--calibrate', default='',
-                   help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
-    p.add_argument('--stand_in', default='copy,project',
-                   help="the stand-ins --exit and --calibrate score: copy, project or both (comma-separated)")
-    p.add_argument('--criteria', default=None,
-                   help="the exit criteria --exit and --calibrate score, comma-separated: max_prob, entropy, converge "
-                        "(the readout's), angular, latent (the states', no readout) and learned gates by name (gate: "
-                        "out_dir/gate.pt, gate-raw: gate-raw.pt; exit_gate.py trains them). Default: all of the first "
-                        "five, and gate where a run has gate.pt")
-    p.add_argument('--retime', action='store_true',
-                   help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine), "
-                        "and write the results to --out")
-    p.add_argument('--speculative', action='store_true',
-                   help='time speculative decoding for every draft depth j, draft length g and draft_stop (batch 1)')
-    p.add_argument('--decode_tokens', type=int, default=256,
-                   help='tokens sampled to time decoding (--calibrate, --speculative)')
+    add_decoding_arguments(p)  # --exit, --calibrate, --stand_in, --criteria, --retime, --speculative, --decode_tokens
     p.add_argument('--lemma_loops', type=int, default=0, help='Lemma 2 out to this many loops (0: off; e.g. 30)')
     p.add_argument('--lemma_tokens', type=int, default=16384, help='tokens the Lemma-2 sweep runs on')
     p.add_argument('--curves', action='store_true', help="the drift over training, from each run's log.jsonl")
@@ -512,30 +387,23 @@ def main(argv=None):
                 try:
                     retime(runs, setup_device(args.device), args.data_dir)
                 except ValueError as e:
-                    raise EvalError(str(e))
+                    raise UserError(str(e))
                 groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
             runs, groups, notes = evaluate_runs(args)
-    except EvalError as e:
-        sys.exit(f"eval_depth.py: error: {e}")
+    except UserError as e:
+        sys.exit(error_line('eval_depth.py', e))
     for note in notes:
         print(f"eval_depth.py: note: {note}", file=sys.stderr)
     print(table(groups))
     for g in groups:
-        if g['mean'].get('exit_frontier'):
-            print(frontier_table(g))
-        if g['mean']['early_exit']:
-            print(exit_table(g))
-        if 'calibrated' in g['mean']:
-            print(calibration_table(g, runs))
-        if 'speculative' in g['mean']:
-            print(speculative_table(g))
+        print(decoding_tables(g, runs), end='')
     if any(g['mean'].get('lemma') for g in groups):
         print(lemma_table(groups))
-    if not args.from_results or args.retime:
+    if not args.from_results or args.retime or ',' in args.from_results:  # (several: merged, grouped anew)
         write_json(os.path.join(args.out, 'results.json'),
                    dict(command=' '.join(sys.argv if argv is None else ['eval_depth.py', *map(str, argv)]), runs=runs, groups=groups, notes=notes))
-    for path in plots.all_plots(groups, runs, args.out):
+    for path in all_plots(groups, runs, args.out, FIGURES + EXIT_FIGURES):
         print(f"wrote {path}", file=sys.stderr)
 
 

@@ -18,6 +18,7 @@ data.py. This file imports nothing from the scripts.
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -43,7 +44,8 @@ class LoopedGPTConfig:
     norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off), see LoopedGPT.forward
     interloop_norm: bool = False  # RMSNorm on the state carried between loops
     init_std: float = 0.0         # 0: PyTorch's default init, as the paper's released code; >0: N(0, init_std)
-    exit_train: float = 0.0       # exit-aware training: the fraction of tokens frozen after a random loop (0 = off)
+    exit_train: float = 0.0       # beyond the paper, exit-aware training: the fraction of tokens frozen after a
+                                  # random loop (0 = off); beyond/exit_train.py's ExitTrainedGPT trains with it
 
     def __post_init__(self):
         if self.readout not in READOUTS:
@@ -61,72 +63,97 @@ class LoopedGPTConfig:
                              "its own loops, and terminal CE reads none of them")
 
 
-class CausalSelfAttention(nn.Module):
+# -------------------------------------------------------------------------------------
+# the block: its math once, as a function of its weights; training (Block) and the decoder
+# (beyond/decoder.py, with its weights cast once and its KV cache) both run it
 
-    def __init__(self, config):
-        super().__init__()
-        self.n_head = config.n_head
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)  # q, k, v at once
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
-        self.dropout = config.dropout
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        # dropout once, on the attention probabilities, as in the paper's released layer (nanoGPT
-        # also drops the projected output; the released code does not, and neither do we).
-        # (decoder.py runs the same weights on a KV cache, for decoding)
-        dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == 'cpu' and torch.is_autocast_enabled('cpu'):
-            # on a CPU, PyTorch's bf16 attention is slow: forward and backward at the demo's shape
-            # took 12.2 ms in bf16 and 4.7 ms in float32, so under CPU autocast it runs in float32
-            with torch.autocast('cpu', enabled=False):
-                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
-                                                   dropout_p=dropout_p)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.c_proj(y)
+class BlockWeights(NamedTuple):
+    """One layer's weights as block() reads them, each (out, in) as nn.Linear keeps them."""
+    ln_1: torch.Tensor            # (C,) the attention's input RMSNorm gain
+    ln_2: torch.Tensor            # (C,) the MLP's input RMSNorm gain
+    eps: object                   # the RMSNorms' eps (None: the dtype's own)
+    qkv: torch.Tensor             # (3C, C) q, k and v at once
+    proj: torch.Tensor            # (C, C) the attention's output projection
+    gate_up: object               # SwiGLU's gate and up: a pair of (4C, C), or one (8C, C), both in one matmul
+    down: torch.Tensor            # (C, 4C)
 
 
-class SwiGLU(nn.Module):
-    # hidden width 4d with three matrices: this is the shape whose parameter count gives the
-    # paper's "44M" (d=512, 8 layers) and "129M" (d=768, 12 layers) with its 20k vocabulary.
+def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
+    """Scaled dot-product attention, (B, nh, T, hs) each. Under autocast on a CPU it runs in float32:
+    PyTorch's bf16 attention was the slower one there (assets/speed/attention.md)."""
+    if q.device.type == 'cpu' and torch.is_autocast_enabled('cpu'):
+        with torch.autocast('cpu', enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                  is_causal=is_causal, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=is_causal,
+                                          dropout_p=dropout_p)
 
-    def __init__(self, config):
-        super().__init__()
-        hidden = 4 * config.n_embd
-        self.w_gate = nn.Linear(config.n_embd, hidden, bias=False)
-        self.w_up = nn.Linear(config.n_embd, hidden, bias=False)
-        self.w_down = nn.Linear(hidden, config.n_embd, bias=False)
-        self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x):
-        return self.dropout(self.w_down(F.silu(self.w_gate(x)) * self.w_up(x)))
+def causal_attention(dropout_p):
+    """attend for block(): the T tokens attend to each other causally, nothing cached."""
+    return lambda qkv: attention(qkv[0], qkv[1], qkv[2], is_causal=True, dropout_p=dropout_p)
+
+
+def add_product(x, a, w, fused=False, dropout=0.0):
+    """x + dropout(a @ w.T), a residual update. The product runs in autocast's dtype where it is on and
+    is added to the stream in the stream's dtype (float32). fused (no autocast, no dropout: one
+    dtype): the add inside the matmul, one addmm (under autocast that would make the stream bf16)."""
+    if fused:
+        return torch.addmm(x, a, w.t())
+    y = F.linear(a, w)
+    return x + (F.dropout(y, dropout) if dropout else y)
+
+
+def swiglu(h, gate_up):
+    """SwiGLU's hidden activation silu(h W_gate) * (h W_up), (N, C) -> (N, 4C)."""
+    if isinstance(gate_up, tuple):
+        gate, up = (F.linear(h, w) for w in gate_up)
+    else:
+        gate, up = F.linear(h, gate_up).chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def block(x, w, n_head, attend, dropout=0.0, fused=False):
+    """One pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)). x (B, T, C), the residual
+    stream, is never normalized itself, so whatever scale it has is carried from loop to loop
+    (the paper's activity lemma). w: the layer's BlockWeights. attend(qkv), qkv (3, B, nh, T, hs)
+    -> (B, nh, T, hs): causal_attention, or the decoder's attention over its KV cache. dropout, in
+    training: on the attention probabilities and the MLP's output, as in the paper's released layer
+    (nanoGPT also drops the attention's projected output; the released code does not, nor do we)."""
+    B, T, C = x.shape
+    x = x.reshape(B * T, C)  # (B*T, C) rows
+    qkv = F.linear(F.rms_norm(x, (C,), w.ln_1, w.eps), w.qkv)  # (B*T, 3C)
+    y = attend(qkv.view(B, T, 3, n_head, C // n_head).permute(2, 0, 3, 1, 4))  # (B, nh, T, hs)
+    x = add_product(x, y.transpose(1, 2).reshape(B * T, C), w.proj, fused)
+    x = add_product(x, swiglu(F.rms_norm(x, (C,), w.ln_2, w.eps), w.gate_up), w.down, fused, dropout)
+    return x.view(B, T, C)
 
 
 class Block(nn.Module):
-    # pre-norm: the residual stream itself is never normalized inside the stack, so whatever
-    # scale it has is carried from loop to loop (the paper's activity lemma).
+    # the parameters of one layer, named as in the checkpoints; the math is block()'s. SwiGLU's hidden
+    # width is 4d with three matrices: the shape whose parameter count gives the paper's "44M" (d=512,
+    # 8 layers) and "129M" (d=768, 12 layers) with its 20k vocabulary.
 
     def __init__(self, config):
         super().__init__()
-        self.ln_1 = nn.RMSNorm(config.n_embd)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.RMSNorm(config.n_embd)
-        self.mlp = SwiGLU(config)
+        C, self.n_head, self.dropout = config.n_embd, config.n_head, config.dropout
+        self.ln_1 = nn.RMSNorm(C)
+        self.attn = nn.Module()
+        self.attn.c_attn = nn.Linear(C, 3 * C, bias=False)  # q, k, v at once
+        self.attn.c_proj = nn.Linear(C, C, bias=False)
+        self.ln_2 = nn.RMSNorm(C)
+        self.mlp = nn.Module()
+        self.mlp.w_gate = nn.Linear(C, 4 * C, bias=False)
+        self.mlp.w_up = nn.Linear(C, 4 * C, bias=False)
+        self.mlp.w_down = nn.Linear(4 * C, C, bias=False)
 
-    def forward(self, x, keep=None):
-        # keep (B, T, 1), exit-aware training only: 0 for a token that has exited, whose state
-        # then stays put through the block (its residual updates are dropped)
-        if keep is None:
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-        x = x + keep * self.attn(self.ln_1(x))
-        return x + keep * self.mlp(self.ln_2(x))
+    def weights(self):
+        return BlockWeights(self.ln_1.weight, self.ln_2.weight, self.ln_1.eps, self.attn.c_attn.weight,
+                            self.attn.c_proj.weight, (self.mlp.w_gate.weight, self.mlp.w_up.weight), self.mlp.w_down.weight)
+
+    def forward(self, x):
+        p = self.dropout if self.training else 0.0
+        return block(x, self.weights(), self.n_head, causal_attention(p), dropout=p)
 
 
 class LoopedGPT(nn.Module):
@@ -164,49 +191,48 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # the loop
 
-    def loop_states(self, idx, n_loops=None, clamp=False, exit_at=None):
-        """Runs the shared stack K times, yielding H_0, H_1, ..., H_K one at a time, each (B, T, C);
-        H_0 is the embedding that enters loop 1. A caller that keeps only the newest state holds
-        one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30).
-        exit_at (B, T) int, exit-aware training: token t runs loops 1..exit_at[t] and is frozen
-        after them (H_k = H_exit for k > exit_at, its residual updates dropped in every block),
-        while the other tokens attend to it, as a decoder with recomputed stand-ins sees it."""
-        K = self.config.n_loops if n_loops is None else n_loops
-        if K < 1:
-            raise ValueError(f"n_loops must be >= 1, got {K}")
-        B, T = idx.size()
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of length {T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(T, dtype=torch.long, device=idx.device)
-        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        yield h
-        for k in range(1, K + 1):
-            x = h
-            if k > 1 and self.interloop_norm is not None:
-                # scale-removing recurrence: the next loop starts from a state of fixed RMS
-                # (the gain), so no scale can be carried and accumulate. Applied after H_{k-1}
-                # was read out; the readout and the penalty see the un-normalized H_{k-1}.
-                x = self.interloop_norm(x)
-            keep = None if exit_at is None else (exit_at >= k)[..., None].to(x.dtype)  # (B, T, 1)
-            x = self.loop(x, keep)
-            if keep is not None:  # a frozen token keeps its state (also past the inter-loop norm)
-                x = torch.where(keep.bool(), x, h)
-            if clamp and k == 1:
-                norm_1 = x.norm(dim=-1, keepdim=True)
-            elif clamp:
-                # eval-time recurrent scale clamp: rescale each token's state back to the norm
-                # it had after loop 1, keeping its direction. If CE barely changes, the scale
-                # the recurrence accumulated carried little predictive information.
-                x = x * (norm_1 / x.norm(dim=-1, keepdim=True))
-            h = x
-            yield h
+    def embed(self, idx, t0=0):
+        """H_0, the state that enters loop 1: token plus position embeddings of idx (B, T) at
+        positions t0.. (a decoder's new tokens sit after its cache), (B, T, C)."""
+        T = idx.size(1)
+        if t0 + T > self.config.block_size:
+            raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
+        return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe.weight[t0:t0 + T])
 
-    def loop(self, x, keep=None):
+    def loop_input(self, h, k):
+        """What loop k (1-based) starts from: H_{k-1} itself, or with the inter-loop norm, RMSNorm(H_{k-1})
+        from loop 2 on: a scale-removing recurrence, the next loop starts from a state of fixed RMS
+        (the gain), so no scale can be carried and accumulate. The readout and the penalty still
+        see the un-normalized H_{k-1}."""
+        return self.interloop_norm(h) if k > 1 and self.interloop_norm is not None else h
+
+    def loop(self, x):
         """One pass of the shared stack, (B, T, C) -> (B, T, C): the same weights at every loop,
         so one compiled graph of it serves every K (eval_depth.py's timing compiles this)."""
         for block in self.transformer.h:
-            x = block(x, keep=keep)
+            x = block(x)
         return x
+
+    def loop_states(self, idx, n_loops=None, clamp=False):
+        """Runs the shared stack K times, yielding H_0, H_1, ..., H_K one at a time, each (B, T, C);
+        H_0 is the embedding that enters loop 1. A caller that keeps only the newest state holds
+        one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30).
+        clamp: the recurrent scale clamp, an evaluation-only intervention (the paper's, section 5):
+        each token's state is rescaled after every loop to the norm it had after loop 1, keeping
+        its direction. If CE barely changes, the scale the recurrence accumulated carried little
+        predictive information."""
+        K = self.config.n_loops if n_loops is None else n_loops
+        if K < 1:
+            raise ValueError(f"n_loops must be >= 1, got {K}")
+        h = self.embed(idx)
+        yield h
+        for k in range(1, K + 1):
+            h = self.loop(self.loop_input(h, k))
+            if clamp and k == 1:
+                norm_1 = h.norm(dim=-1, keepdim=True)
+            elif clamp:
+                h = h * (norm_1 / h.norm(dim=-1, keepdim=True))
+            yield h
 
     def hidden_states(self, idx, n_loops=None, clamp=False):
         """[H_0, H_1, ..., H_K], each (B, T, C): loop_states as a list."""
@@ -233,55 +259,43 @@ class LoopedGPT(nn.Module):
         return F.linear(self.readout(h, last), self.lm_head.weight.to(h.dtype))
 
     def readout_loss(self, states, targets, last, head=None):
-        """Cross-entropy of reading out each of `states` (each (B, T, C)) against targets (B, T);
-        `last[i]` says whether states[i] is read out as the last loop. Returns (the sum over
-        states of each one's mean CE over tokens, differentiable; per-token CE (len(states),
-        B*T) float32, detached). Through linear_ce: the logits are made a chunk of tokens at a
-        time and never held for all tokens, and the gradients are made in the same pass.
+        """Cross-entropy of reading out each of `states` (each (B, T, C)); targets (B, T), or
+        (len(states), B, T) for targets of each state's own; -1 is ignored, as F.cross_entropy's
+        ignore_index. `last[i]` says whether states[i] is read out as the last loop. Returns (the
+        mean CE over every (token, state) read, differentiable; per-token CE (len(states), B*T)
+        float32, detached). Through linear_ce: the logits are made a chunk of tokens at a time and
+        never held for all tokens, and the gradients are made in the same pass.
         head: the LM head's weight (default lm_head.weight; detached, no gradient is made for it)."""
         r = torch.cat([self.readout(h, is_last).reshape(-1, h.size(-1)) for h, is_last in zip(states, last)])
         head = self.lm_head.weight if head is None else head
-        if targets.dim() == 3:  # (len(states), B, T): targets of their own for each state
-            y = targets.reshape(len(states), -1)[0]
-            total, ce = readout_ce(r, head.to(r.dtype), targets.reshape(-1), self.loss_path)
-        else:
-            y = targets.reshape(-1)
-            total, ce = readout_ce(r, head.to(r.dtype), y.repeat(len(states)), self.loss_path)
-        n_valid = (y >= 0).sum()  # ignore_index -1, as F.cross_entropy's; a tensor, so no sync
-        return total / n_valid, ce.view(len(states), -1).float()
+        y = targets.expand(len(states), *targets.shape[-2:]).reshape(-1)
+        total, ce = readout_ce(r, head.to(r.dtype), y, self.loss_path)
+        return total / (y >= 0).sum(), ce.view(len(states), -1).float()  # (a tensor count: no sync)
 
     # ---------------------------------------------------------------------------------
     # forward and losses
 
     def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False):
-        """idx, targets: (B, T) token ids. Returns (logits, loss), as nanoGPT's model does.
-        Without targets: the last loop's logits (B, T, vocab) and None. With targets: None and
-        the training loss; the logits are not made (linear_ce computes every loop's CE a chunk
-        of tokens at a time, never holding K full-vocabulary logit tensors).
+        """idx, targets: (B, T) token ids. Returns (logits, loss), as nanoGPT's model does:
+        without targets, the last loop's logits (B, T, vocab) and None; with targets, None and
+        the training loss (linear_ce computes every loop's CE a chunk of tokens at a time, never
+        holding K full-vocabulary logit tensors, so the logits are not made).
         stats=True (with targets) adds a third item, per-loop tensors (K,) from the same pass,
         not read here so the caller decides when to sync: 'ce' (NaN for loops the loss does
         not read) and 'h_norm' (mean ||H_k|| over tokens, float32)."""
-        K = self.config.n_loops if n_loops is None else n_loops
-        exit_at = None
-        if self.training and targets is not None and self.config.exit_train > 0 and K > 1:
-            # exit-aware training: each token, with probability exit_train, exits after a loop e drawn
-            # uniformly from 1..K-1; it is frozen after loop e and its loss reads loops 1..e only
-            draw = torch.randint(1, K, targets.shape, device=idx.device)
-            exit_at = torch.where(torch.rand(targets.shape, device=idx.device) < self.config.exit_train, draw, K)
-        states = list(self.loop_states(idx, n_loops, clamp, exit_at))[1:]  # H_1 .. H_K
+        states = list(self.loop_states(idx, n_loops, clamp))[1:]  # H_1 .. H_K
         if targets is None:
             return self.logits(states[-1], last=True), None
+        return (None, *self.loss(states, targets, stats))
 
+    def loss(self, states, targets, stats=False):
+        """The training loss of states [H_1 .. H_K] against targets (B, T), or (K, B, T) with each
+        loop's own (-1: not read there). Returns (loss,), or (loss, stats) with stats=True."""
+        K = len(states)
         # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
         read = list(range(K)) if self.config.loss == 'perloop' else [K - 1]
-        if exit_at is None:
-            total, ce_tokens = self.readout_loss([states[k] for k in read], targets, [k == K - 1 for k in read])
-            loss = total / len(read)
-        else:  # loop k reads only the tokens still running there: the mean over every (token, loop) read
-            per_loop = torch.stack([torch.where(exit_at > k, targets, -1) for k in read])  # (K, B, T)
-            total, ce_tokens = self.readout_loss([states[k] for k in read], per_loop, [k == K - 1 for k in read])
-            loss = total * ((targets >= 0).sum() / (per_loop >= 0).sum())
-
+        y = targets.expand(K, *targets.shape[-2:])[read]  # (len(read), B, T)
+        loss, ce_tokens = self.readout_loss([states[k] for k in read], y, [k == K - 1 for k in read])
         if self.config.norm_penalty > 0:
             # norm penalty, as in the paper's released training script: lambda * the mean over the
             # K loops of mean(H_k^2), the mean square activation (||H_k||^2 / d averaged over
@@ -289,15 +303,13 @@ class LoopedGPT(nn.Module):
             # loops, so lambda=0.01 is as strong at any K. Every loop, whatever the CE reads: it
             # is the recurrence that grows the scale.
             loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states]).mean()
-
         if not stats:
-            return None, loss
-        # ce[k]: loop k's mean CE over the tokens it reads (with exit training, those still running)
-        valid = (targets.reshape(-1) >= 0).float() if exit_at is None else (per_loop >= 0).flatten(1).float()
-        ce = torch.full((K,), float('nan'), device=idx.device)
-        ce[read] = (ce_tokens * valid).sum(1) / valid.sum(-1)
+            return (loss,)
+        valid = (y >= 0).flatten(1).float()  # (len(read), B*T)
+        ce = torch.full((K,), float('nan'), device=states[0].device)
+        ce[read] = (ce_tokens * valid).sum(1) / valid.sum(1)  # loop k's mean CE over the tokens it reads
         h_norm = torch.stack([h.detach().float().norm(dim=-1).mean() for h in states])
-        return None, loss, {'ce': ce, 'h_norm': h_norm}
+        return loss, {'ce': ce, 'h_norm': h_norm}
 
     @torch.no_grad()
     def depth_losses(self, states, targets):

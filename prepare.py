@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from configurator import UserError, error_line
 from data import bin_dtype, get_tokenizer
 
 DATASETS = {  # --dataset name -> (hub dataset, config)
@@ -43,10 +44,6 @@ HF_SPLITS = {'train': 'train', 'val': 'validation', 'test': 'test'}
 LINES_PER_CHUNK = 4096
 
 
-class PrepareError(Exception):
-    """A problem with the input that the user can fix; printed as one line."""
-
-
 # -----------------------------------------------------------------------------
 # sources: each split is (description, rows or None for a file, a generator of (lines, progress units))
 
@@ -56,9 +53,9 @@ def file_source(path):
         with open(path, 'rb') as f:
             f.read(1)
     except OSError as e:
-        raise PrepareError(f"cannot read {path}: {e.strerror}")
+        raise UserError(f"cannot read {path}: {e.strerror}")
     if size == 0:
-        raise PrepareError(f"{path} is empty")
+        raise UserError(f"{path} is empty")
 
     def chunks():
         # binary lines keep line ends exactly as in the file; yields (lines, bytes read)
@@ -70,7 +67,7 @@ def file_source(path):
                     try:
                         lines.append(line.decode('utf-8'))
                     except UnicodeDecodeError as e:
-                        raise PrepareError(f"{path} is not UTF-8 text (line {start + i + 1}: {e.reason})")
+                        raise UserError(f"{path} is not UTF-8 text (line {start + i + 1}: {e.reason})")
                 yield lines, sum(map(len, raw))
                 start += len(raw)
     return path, None, chunks
@@ -78,14 +75,14 @@ def file_source(path):
 
 def text_dir_sources(text_dir):
     if not os.path.isdir(text_dir):
-        raise PrepareError(f"--text_dir {text_dir} is not a folder")
+        raise UserError(f"--text_dir {text_dir} is not a folder")
     sources = {}
     for split, names in TEXT_FILES.items():
         found = [n for n in names if os.path.isfile(os.path.join(text_dir, n))]
         if found:
             sources[split] = file_source(os.path.join(text_dir, found[0]))
         elif split != 'test':
-            raise PrepareError(f"no {split} split in {text_dir}: expected one of {', '.join(names)} "
+            raise UserError(f"no {split} split in {text_dir}: expected one of {', '.join(names)} "
                                "(or name the files with --train_file/--val_file)")
     return sources
 
@@ -100,22 +97,22 @@ def hf_sources(dataset):
             path, config = DATASETS[dataset]
             ds, source = datasets.load_dataset(path, config), f"{path} ({config})"
         else:
-            raise PrepareError(f"unknown --dataset {dataset!r}: use {', '.join(DATASETS)}, "
+            raise UserError(f"unknown --dataset {dataset!r}: use {', '.join(DATASETS)}, "
                                "or a folder saved with DatasetDict.save_to_disk")
-    except PrepareError:
+    except UserError:
         raise
     except Exception as e:
-        raise PrepareError(f"could not load {dataset} through `datasets` ({type(e).__name__}; no network?): "
+        raise UserError(f"could not load {dataset} through `datasets` ({type(e).__name__}; no network?): "
                            "use --text_dir with the raw WikiText files instead")
     sources = {}
     for split, hf_split in HF_SPLITS.items():
         if hf_split not in ds:
             if split == 'test':
                 continue
-            raise PrepareError(f"{source} has no '{hf_split}' split (it has: {', '.join(ds)})")
+            raise UserError(f"{source} has no '{hf_split}' split (it has: {', '.join(ds)})")
         d = ds[hf_split]
         if 'text' not in d.column_names:
-            raise PrepareError(f"{source} split '{hf_split}' has no 'text' column")
+            raise UserError(f"{source} split '{hf_split}' has no 'text' column")
 
         def chunks(d=d):
             for rows in d.iter(batch_size=LINES_PER_CHUNK):
@@ -166,7 +163,7 @@ def write_bin(path, tokenizer, dtype, source, desc, num_threads):
             f.flush()
             os.fsync(f.fileno())
         if n == 0:
-            raise PrepareError(f"{label} holds no text")
+            raise UserError(f"{label} holds no text")
     except BaseException:
         bar.close()
         if os.path.exists(tmp):
@@ -182,7 +179,7 @@ def prepare(sources, tokenizer, out_dir, meta_base, force, num_threads):
         with open(meta_path) as f:
             old = json.load(f)
         if (old['tokenizer'], old['source']) != (tokenizer.name, meta_base['source']):
-            raise PrepareError(f"{out_dir} already holds {old['tokenizer']} tokens of {old['source']}: "
+            raise UserError(f"{out_dir} already holds {old['tokenizer']} tokens of {old['source']}: "
                                "use --force to replace them, or another --out_dir")
         print(f"{out_dir} is already complete ({old['tokenizer']}, "
               + ', '.join(f"{s}: {n:,} tokens" for s, n in old['tokens'].items())
@@ -238,11 +235,11 @@ def main(argv=None):
         try:
             tokenizer = get_tokenizer(args.tokenizer)
         except ValueError as e:
-            raise PrepareError(str(e))
+            raise UserError(str(e))
         files = {s: getattr(args, f'{s}_file') for s in ('train', 'val', 'test')}
         if any(files.values()):
             if args.text_dir or not (files['train'] and files['val'] and args.out_dir):
-                raise PrepareError("--train_file and --val_file go together, with --out_dir and without --text_dir")
+                raise UserError("--train_file and --val_file go together, with --out_dir and without --text_dir")
             sources = {s: file_source(f) for s, f in files.items() if f}
             name, meta_base = None, {'dataset': 'files', 'config': None,
                                      'source': {s: os.path.abspath(f) for s, f in files.items() if f}}
@@ -258,8 +255,8 @@ def main(argv=None):
                          'source': source}
         out_dir = args.out_dir or os.path.join('data', name if args.tokenizer == 'gpt2' else f'{name}-{args.tokenizer}')
         prepare(sources, tokenizer, out_dir, meta_base, args.force, max(1, args.num_threads))
-    except PrepareError as e:
-        sys.exit(f"prepare.py: error: {e}")
+    except UserError as e:
+        sys.exit(error_line('prepare.py', e))
     except KeyboardInterrupt:
         sys.exit("prepare.py: interrupted; no complete output was left behind (run again to finish)")
 

@@ -12,8 +12,8 @@ import torch
 def setup_device(name='auto'):
     """'auto' -> 'cuda', then 'mps', then 'cpu'; raises ValueError for a device that is not there.
     Also sets the process-wide math modes: TF32 matmuls on CUDA; on the CPU, denormal floats
-    flushed to zero (the default init's saturated softmax is full of them: the 44M shape ran
-    at 99 s per iteration without this and 21 s with it, with the same losses)."""
+    flushed to zero (the default init's saturated softmax is full of them, and arithmetic on them
+    made the 44M step several times slower, with the same losses: assets/speed/denormals.md)."""
     if name == 'auto':
         name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
     try:
@@ -44,9 +44,8 @@ def cpu_has_bf16():
 def resolve_dtype(name, device, training=False):
     """'auto' -> bfloat16 on GPUs that support it, float16 on older CUDA GPUs; on a CPU,
     bfloat16 for training where the CPU has it natively, float32 otherwise and for evaluation
-    (cheap on a CPU, and exact). On a CPU with AVX-512 BF16, bf16 made bench.py's step 1.55x
-    faster than float32 at the CPU demo's shape and 1.7x at the 44M shape (assets/speed/speed.md),
-    with the same drift, radial fraction and loss over K (README, "Speed").
+    (cheap on a CPU, and exact). On a CPU with AVX-512 BF16, bf16 trains faster than float32 with
+    the same drift, radial fraction and loss over K (assets/speed/speed.md).
     On CUDA, bf16 only where the GPU has it natively: torch.cuda.is_bf16_supported() alone also
     counts emulated bf16 (V100, T4), which is slow; there float16 with a GradScaler is the path."""
     if name != 'auto':

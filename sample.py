@@ -8,7 +8,7 @@ speculative decoding that drafts with the model's own first loops (decoder.py).
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --exit_criterion=entropy
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.9 --stand_in=project
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.95 --exit_criterion=angular   # no readout to decide
-    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.5 --exit_criterion=gate      # after exit_gate.py
+    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_threshold=0.5 --exit_criterion=gate      # after python -m beyond.exit_gate
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --draft_loops=1 --draft_tokens=3   # speculative
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --start=FILE:prompt.txt --kv_cache=False
 
@@ -27,10 +27,10 @@ import time
 
 import torch
 
-from configurator import ConfigError, configure
-from data import get_tokenizer, load_meta
-from decoder import EXIT_CRITERIA, STAND_INS, Stepper, generate
-from exit_gate import GateError, load_gate
+from configurator import UserError, configure, one_line_errors
+from data import get_tokenizer, load_meta, run_folder
+from beyond import exits
+from beyond.decoder import STAND_INS, Stepper, generate
 from model import LoopedGPT
 from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
 
@@ -47,7 +47,7 @@ dtype = 'auto'                # 'auto' (bfloat16 on GPUs, float32 on CPUs) | 'fl
 compile = 'off'               # torch.compile the one-token loop step: 'auto' (on for CUDA) | 'on' | 'off'
 n_loops = None                # K, loops per token; None: the trained K. Any K >= 1
 kv_cache = True               # False: recompute the whole context at every step (for checking and timing)
-exit_criterion = 'max_prob'   # readout's: 'max_prob' | 'entropy' (1 - H / ln V) | 'converge' (exp -KL(p_k || p_k-1)); state's, no readout: 'angular' (1 - Lemma 2's step) | 'latent' (exp -||H_k - H_k-1|| / ||H_k||) | 'gate' (out_dir/gate.pt; 'gate-raw': gate-raw.pt, ...: exit_gate.py)
+exit_criterion = 'max_prob'   # a criterion of beyond/exits.py (python -m beyond.exits lists them), or a learned gate: 'gate' (out_dir/gate.pt), 'gate-raw', ...
 exit_threshold = 0.0          # a token stops after the first loop whose confidence exceeds this; 0: off
 stand_in = 'copy'             # what later tokens read at an exited token's skipped loops: 'copy' | 'project'
 draft_loops = 0               # speculative decoding: draft with the first j loops (1 <= j < K); 0: off
@@ -59,41 +59,35 @@ SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') an
             and (v is None or isinstance(v, (int, float, bool, str)))}
 
 
-class SampleError(Exception):
-    """Something the user can fix; printed as one line."""
-
-
-def check(config):
+def check_settings(config):
     """Every check on the settings, in one place."""
-    if config['exit_criterion'] not in EXIT_CRITERIA and not config['exit_criterion'].startswith('gate'):
-        raise SampleError(f"exit_criterion must be one of {', '.join(EXIT_CRITERIA)}, or a learned gate (gate, gate-raw, "
-                          f"...: exit_gate.py); got {config['exit_criterion']!r}")
+    exits.check_name(config['exit_criterion'], 'exit_criterion')
     if not 0 <= config['exit_threshold'] <= 1:
-        raise SampleError(f"exit_threshold must lie in [0, 1] (0: no early exit); got {config['exit_threshold']}")
+        raise UserError(f"exit_threshold must lie in [0, 1] (0: no early exit); got {config['exit_threshold']}")
     K = config['n_loops']
     if K is not None and (type(K) is not int or K < 1):
-        raise SampleError(f"n_loops must be a whole number >= 1 (or unset: the trained K); got {K!r}")
+        raise UserError(f"n_loops must be a whole number >= 1 (or unset: the trained K); got {K!r}")
     for key in ('num_samples', 'max_new_tokens'):
         if config[key] < 1:
-            raise SampleError(f"{key} must be at least 1; got {config[key]}")
+            raise UserError(f"{key} must be at least 1; got {config[key]}")
     if config['top_k'] < 0 or not config['temperature'] > 0:
-        raise SampleError(f"temperature must be > 0 and top_k >= 0; got {config['temperature']}, {config['top_k']}")
+        raise UserError(f"temperature must be > 0 and top_k >= 0; got {config['temperature']}, {config['top_k']}")
     if config['stand_in'] not in STAND_INS:
-        raise SampleError(f"stand_in must be one of {', '.join(STAND_INS)}; got {config['stand_in']!r}")
+        raise UserError(f"stand_in must be one of {', '.join(STAND_INS)}; got {config['stand_in']!r}")
     if not 0 <= config['draft_stop'] <= 1:
-        raise SampleError(f"draft_stop must lie in [0, 1] (0: draft every time); got {config['draft_stop']}")
+        raise UserError(f"draft_stop must lie in [0, 1] (0: draft every time); got {config['draft_stop']}")
     j = config['draft_loops']
     if type(j) is not int or j < 0:
-        raise SampleError(f"draft_loops must be a whole number >= 0 (0: no speculative decoding); got {j!r}")
+        raise UserError(f"draft_loops must be a whole number >= 0 (0: no speculative decoding); got {j!r}")
     if j and config['draft_tokens'] < 1:
-        raise SampleError(f"draft_tokens must be at least 1 with draft_loops set; got {config['draft_tokens']}")
+        raise UserError(f"draft_tokens must be at least 1 with draft_loops set; got {config['draft_tokens']}")
     if j and config['exit_threshold'] > 0:
-        raise SampleError("speculative decoding (draft_loops) gives the K-loop model's output, which per-token exits "
+        raise UserError("speculative decoding (draft_loops) gives the K-loop model's output, which per-token exits "
                           "change: set exit_threshold=0, or draft_loops=0")
     if j and not config['kv_cache']:
-        raise SampleError("speculative decoding needs the KV cache: drop kv_cache=False, or set draft_loops=0")
+        raise UserError("speculative decoding needs the KV cache: drop kv_cache=False, or set draft_loops=0")
     if config['compile'] not in ('auto', 'on', 'off'):
-        raise SampleError(f"compile must be auto, on or off; got {config['compile']!r}")
+        raise UserError(f"compile must be auto, on or off; got {config['compile']!r}")
 
 
 def load(config, device):
@@ -101,33 +95,20 @@ def load(config, device):
     try:
         model, ckpt = LoopedGPT.from_checkpoint(config['out_dir'], device)
     except (FileNotFoundError, ValueError) as e:
-        raise SampleError(str(e))
+        raise UserError(str(e))
     run = ckpt.get('config', {})
     folder = os.path.join(config['data_dir'] or run.get('data_dir', 'data'), run.get('dataset', ''))
     try:
         meta = load_meta(folder)
         tokenizer = get_tokenizer(meta['tokenizer'])
     except FileNotFoundError:
-        raise SampleError(f"no tokenizer for {config['out_dir']}: {folder}/meta.json, where prepare.py records it, "
+        raise UserError(f"no tokenizer for {config['out_dir']}: {folder}/meta.json, where prepare.py records it, "
                           "is missing (point --data_dir at the folder that holds the run's data)")
     except (KeyError, ValueError) as e:
-        raise SampleError(f"cannot load the tokenizer named in {folder}/meta.json: {e}")
+        raise UserError(f"cannot load the tokenizer named in {folder}/meta.json: {e}")
     if tokenizer.n_vocab != model.config.vocab_size:
-        raise SampleError(f"{folder} has vocab {tokenizer.n_vocab} but the checkpoint has {model.config.vocab_size}")
+        raise UserError(f"{folder} has vocab {tokenizer.n_vocab} but the checkpoint has {model.config.vocab_size}")
     return model.eval(), tokenizer
-
-
-def criterion_of(config, model):
-    """What decoder.generate takes as the criterion: its name, or the learned gate it names,
-    loaded from the run folder (one line, naming the command that trains it, if there is none)."""
-    name = config['exit_criterion']
-    if not name.startswith('gate'):
-        return name
-    out_dir = config['out_dir']
-    try:
-        return load_gate(out_dir if os.path.isdir(out_dir) else os.path.dirname(os.path.abspath(out_dir)), name, model)
-    except GateError as e:
-        raise SampleError(str(e))
 
 
 def prompt_text(start):
@@ -136,9 +117,9 @@ def prompt_text(start):
             with open(start[5:], encoding='utf-8') as f:
                 start = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise SampleError(f"cannot read the prompt file {start[5:]}: {e}")
+            raise UserError(f"cannot read the prompt file {start[5:]}: {e}")
     if not start:
-        raise SampleError("the prompt is empty: give --start some text (or FILE:path)")
+        raise UserError("the prompt is empty: give --start some text (or FILE:path)")
     return start
 
 
@@ -156,33 +137,30 @@ def warm_up(model, x, kw, ctx, dev):
         if kw['stepper'].static is None:  # (not compiled: not a compiler's failure)
             raise
         cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise SampleError(f"compile is on but torch.compile could not build the decode step here ({cause[:200]}); "
+        raise UserError(f"compile is on but torch.compile could not build the decode step here ({cause[:200]}); "
                           "it needs a working C++ compiler and Python's headers (Triton on a GPU): run with --compile=off")
     return time.perf_counter() - t0
 
 
 def main(argv):
-    try:
-        config = configure(SETTINGS, argv)
-    except ConfigError as e:
-        raise SampleError(str(e))
-    check(config)
+    config = configure(SETTINGS, argv)
+    check_settings(config)
     try:
         dev = setup_device(config['device'])
     except ValueError as e:
-        raise SampleError(str(e))
+        raise UserError(str(e))
     model, tokenizer = load(config, dev)
     ids = tokenizer.encode(prompt_text(config['start']))
     if not ids:
-        raise SampleError("the prompt encodes to no tokens: give --start some text")
+        raise UserError("the prompt encodes to no tokens: give --start some text")
     K = config['n_loops'] or model.config.n_loops
     if config['draft_loops'] >= K:
-        raise SampleError(f"draft_loops must lie in [1, K-1] = [1, {K - 1}]: the draft is the model's first loops "
+        raise UserError(f"draft_loops must lie in [1, K-1] = [1, {K - 1}]: the draft is the model's first loops "
                           f"and K = {K} here; got {config['draft_loops']}")
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     kw = dict(temperature=config['temperature'], top_k=config['top_k'] or None, n_loops=config['n_loops'],
-              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=criterion_of(config, model),
+              kv_cache=config['kv_cache'], exit_threshold=config['exit_threshold'], criterion=exits.resolve(config['exit_criterion'], run_folder(config['out_dir']), model),
               stand_in=config['stand_in'], draft_loops=config['draft_loops'], draft_tokens=config['draft_tokens'],
               draft_stop=config['draft_stop'])
     compile = use_compile(config['compile'], dev)
@@ -214,7 +192,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    try:
+    with one_line_errors('sample.py'):
         main(sys.argv[1:])
-    except SampleError as e:
-        sys.exit(f"sample.py: error: {e}")

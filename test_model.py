@@ -1,7 +1,7 @@
 """
 The blind spot's mechanism as executable checks, on a tiny model, on the CPU.
 
-    python -m pytest -q test_model.py
+    python -m pytest -q tests/test_model.py
 """
 
 import math
@@ -372,63 +372,6 @@ def test_s_times_angular_step_is_constant_for_a_residual_recurrence_of_the_direc
     assert step[-1] < 0.6 * step[0]                    # so the direction moved less and less
     assert product.max() / product.min() < 1.03        # but s * step stayed put: the 1/s law
     assert torch.allclose(inc, torch.full_like(inc, alpha * d))  # a constant radial increment
-
-
-# ---------------------------------------------------------------------------------------
-# exit-aware training
-
-def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_there():
-    model = tiny(readout='raw', exit_train=0.5, init_std=0.1)
-    x, y = batch(B=2)
-    exit_at = torch.full(x.shape, 3)
-    exit_at[0, 2], exit_at[1, 5] = 1, 2  # two tokens exit early
-    with torch.no_grad():
-        states = model.hidden_states(x)  # unmasked
-        masked = list(model.loop_states(x, exit_at=exit_at))
-    for k in (2, 3):  # H_k == H_e for every k > e, bit for bit
-        assert torch.equal(masked[k][0, 2], masked[1][0, 2])
-    assert torch.equal(masked[3][1, 5], masked[2][1, 5]) and not torch.equal(masked[2][1, 5], masked[1][1, 5])
-    # the tokens before an exited one see nothing of the mask; those after it do (they attend to it)
-    assert torch.allclose(masked[3][0, :2], states[3][0, :2], atol=1e-6)
-    assert not torch.allclose(masked[3][0, 3:], states[3][0, 3:], atol=1e-4)
-
-    # the loss: the mean CE over every (token, loop) read, a token read only at loops <= its exit;
-    # the draw is made from the global generator, so replaying it gives the same pattern
-    model.train()
-    torch.manual_seed(7)
-    _, loss, stats = model(x, y, stats=True)
-    torch.manual_seed(7)
-    draw = torch.randint(1, 3, y.shape)
-    pattern = torch.where(torch.rand(y.shape) < 0.5, draw, 3)
-    assert (pattern < 3).any() and (pattern == 3).any()
-    with torch.no_grad():
-        hs = list(model.loop_states(x, exit_at=pattern))
-    terms, per_loop = [], []
-    for k in range(1, 4):
-        read = pattern >= k
-        logits = manual_logits(model, hs[k], normalized=False)
-        ce_k = F.cross_entropy(logits[read], y[read], reduction='none')
-        terms.append(ce_k)
-        per_loop.append(ce_k.mean())
-    assert loss.item() == pytest.approx(torch.cat(terms).mean().item(), rel=1e-5)
-    assert stats['ce'].tolist() == pytest.approx(torch.stack(per_loop).tolist(), rel=1e-5)
-
-
-def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
-    x, y = batch()
-    a, b = tiny(readout='raw'), tiny(readout='raw', exit_train=0.3)
-    a.train(), b.train()
-    torch.manual_seed(3)
-    _, loss_a = a(x, y)
-    after_a = torch.rand(1)
-    torch.manual_seed(3)
-    b.eval()  # exit training acts only in training mode: evaluation is at full depth for every token
-    _, loss_b = b(x, y)
-    after_b = torch.rand(1)
-    assert torch.equal(after_a, after_b)  # exit_train=0 (and eval) consume no random numbers
-    assert torch.equal(loss_a, loss_b)  # and compute the same loss, bit for bit
-    with pytest.raises(ValueError, match='exit_train'):
-        tiny(exit_train=1.0)
 
 
 def test_forward_returns_logits_and_loss_as_nanogpt():

@@ -28,10 +28,11 @@ import torch
 from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from configurator import ConfigError, configure
+from configurator import UserError, configure, error_line
 from data import gather_chunks, load_tokens
 from linear_ce import PATHS as LOSS_PATHS
-from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics
+from beyond.exit_train import model_class
+from model import LOSSES, READOUTS, LoopedGPTConfig, diagnostics
 from report import json_safe, perplexity
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compile
 
@@ -88,10 +89,6 @@ CHOICES = {'readout': READOUTS, 'loss': LOSSES, 'init_from': ('scratch', 'resume
            'dtype': ('auto', 'float32', 'bfloat16', 'float16'), 'compile': ('auto', 'on', 'off'),
            'loss_path': LOSS_PATHS}
 MODEL_ARGS = [f.name for f in fields(LoopedGPTConfig)]  # vocab_size comes from the data's meta.json
-
-
-class TrainError(Exception):
-    """Something the user can fix; printed as one line."""
 
 
 # -----------------------------------------------------------------------------
@@ -159,9 +156,8 @@ def evaluate(model, val_batches, ctx):
 
 
 def make_optimizer(model, *, learning_rate, betas, weight_decay):
-    """AdamW, with weight decay on every parameter as the paper's released code. fused on CUDA
-    and on the CPU: on the CPU it made the 44M step 4% (float32) and 7% (bf16) faster than
-    foreach, same losses (assets/speed/speed.md)."""
+    """AdamW, with weight decay on every parameter as the paper's released code; fused on CUDA
+    and on the CPU, where it was faster than foreach with the same losses (assets/speed/speed.md)."""
     device_type = next(model.parameters()).device.type
     return torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay,
                              fused=device_type in ('cuda', 'cpu'))
@@ -261,34 +257,31 @@ def check_settings(config):
     """Every check on the settings, in one place: a value that makes no sense is one error line."""
     for key, options in CHOICES.items():
         if config[key] not in options:
-            raise TrainError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
+            raise UserError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
     for key in AT_LEAST_1:
         if config[key] < 1:
-            raise TrainError(f"setting '{key}' must be at least 1; got {config[key]!r}")
+            raise UserError(f"setting '{key}' must be at least 1; got {config[key]!r}")
     for key in AT_LEAST_0:
         if config[key] < 0:
             why = ' (a negative lambda would reward large norms)' if key == 'norm_penalty' else ''
-            raise TrainError(f"setting '{key}' must be >= 0{why}; got {config[key]!r}")
+            raise UserError(f"setting '{key}' must be >= 0{why}; got {config[key]!r}")
     for key in ABOVE_0:
         if not config[key] > 0:
-            raise TrainError(f"setting '{key}' must be > 0; got {config[key]!r}")
+            raise UserError(f"setting '{key}' must be > 0; got {config[key]!r}")
     for key in BELOW_1:
         if not 0 <= config[key] < 1:
-            raise TrainError(f"setting '{key}' must lie in [0, 1); got {config[key]!r}")
+            raise UserError(f"setting '{key}' must lie in [0, 1); got {config[key]!r}")
     try:  # what the model itself refuses (e.g. n_embd not a multiple of n_head)
         LoopedGPTConfig(**{k: config[k] for k in MODEL_ARGS if k != 'vocab_size'})
     except ValueError as e:
-        raise TrainError(str(e))
+        raise UserError(str(e))
 
 
 def setup(argv, settings=SETTINGS, scripts=(__file__,)):
     """The settings: the defaults above, then config files and --key=value, checked. Returns
     a dict, as given (saved in the checkpoint: device and dtype stay 'auto' there).
     bench.py passes its own settings added to these, and its own file first."""
-    try:
-        config = configure(settings, argv, scripts)
-    except ConfigError as e:
-        raise TrainError(str(e))
+    config = configure(settings, argv, scripts)
     check_settings(config)
     return config
 
@@ -307,12 +300,12 @@ def start_process(c):
     try:
         device = setup_device(c.device)
     except ValueError as e:
-        raise TrainError(str(e))
+        raise UserError(str(e))
     if not under_torchrun():
         return False, 0, 1, device, c.gradient_accumulation_steps
     rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     if c.gradient_accumulation_steps % world_size:
-        raise TrainError(f"gradient_accumulation_steps ({c.gradient_accumulation_steps}) must be a "
+        raise UserError(f"gradient_accumulation_steps ({c.gradient_accumulation_steps}) must be a "
                          f"multiple of the number of GPUs ({world_size})")
     cuda = device.startswith('cuda')
     if cuda:
@@ -329,10 +322,10 @@ def load_data(c):
         train_data, meta = load_tokens(os.path.join(c.data_dir, c.dataset), 'train')
         val_data, _ = load_tokens(os.path.join(c.data_dir, c.dataset), 'val')
     except FileNotFoundError as e:
-        raise TrainError(str(e))
+        raise UserError(str(e))
     for name, data in (('train', train_data), ('val', val_data)):
         if len(data) <= c.block_size + 1:
-            raise TrainError(f"the {name} split of {c.dataset} has {len(data)} tokens, too few for block_size {c.block_size}")
+            raise UserError(f"the {name} split of {c.dataset} has {len(data)} tokens, too few for block_size {c.block_size}")
     return train_data, val_data, meta
 
 
@@ -340,20 +333,22 @@ def build_model(c, meta, device):
     """A new model, or with init_from='resume' out_dir's checkpoint, which must match these
     settings and this data. Returns (the model, the checkpoint or None)."""
     model_args = {k: meta['vocab_size'] if k == 'vocab_size' else getattr(c, k) for k in MODEL_ARGS}
+    config = LoopedGPTConfig(**model_args)
+    cls = model_class(config)  # LoopedGPT, or with exit_train > 0 beyond/exit_train.py's subclass
     if c.init_from == 'scratch':
-        return LoopedGPT(LoopedGPTConfig(**model_args)).to(device), None
+        return cls(config).to(device), None
     path = os.path.join(c.out_dir, 'ckpt.pt')
     try:
-        model, ckpt = LoopedGPT.from_checkpoint(path, device)
+        model, ckpt = cls.from_checkpoint(path, device)
     except (FileNotFoundError, ValueError) as e:
-        raise TrainError(f"init_from='resume': {e}")
+        raise UserError(f"init_from='resume': {e}")
     if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
-        raise TrainError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{c.dataset} has "
+        raise UserError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{c.dataset} has "
                          f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
     differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
               if ckpt['model_args'][k] != v]
     if differ:
-        raise TrainError(f"{path} does not match this config: {', '.join(differ)}")
+        raise UserError(f"{path} does not match this config: {', '.join(differ)}")
     return model, ckpt
 
 
@@ -475,7 +470,7 @@ def main(argv):
                 broadcast(verdict, src=0)
                 failed = bool(verdict.item())
             if failed:
-                raise TrainError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
+                raise UserError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
             if c.eval_only:
                 break
             t0 += time.time() - t_eval  # the eval is not training time
@@ -504,7 +499,7 @@ def main(argv):
                 all_reduce(flag, op=ReduceOp.MIN)
                 finite = flag.bool()
             if not finite.item():  # the one sync per log line
-                raise TrainError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
+                raise UserError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
             if master:
                 log_train(c.out_dir, iter_num, acc, n_iters=acc_iters, seconds=time.time() - t0, lr=lr,
                           tokens_per_iter=tokens_per_iter, flops_per_iter=flops_per_iter, peak=peak, device=device)
@@ -521,8 +516,8 @@ if __name__ == '__main__':
     status = 0
     try:
         main(sys.argv[1:])
-    except TrainError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+    except UserError as e:
+        print(error_line('train.py', e), file=sys.stderr)
         status = 1
     if under_torchrun():
         # Under torchrun a rank leaves without Python's teardown. PyTorch keeps a DDP model's process

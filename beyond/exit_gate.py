@@ -5,13 +5,13 @@ first), saved with the run as out_dir/<name>.pt and used as an exit criterion by
 eval_depth.py. Training takes a few minutes on a CPU: one frozen pass over `tokens` training
 tokens, then logistic regression on the states it kept.
 
-    python exit_gate.py --out_dir=out-raw_perloop-cpu-long-s1                     # gate.pt: the normalized state
-    python exit_gate.py --out_dir=out-raw_perloop-cpu-long-s1 --reads=raw --name=gate-raw
+    python -m beyond.exit_gate --out_dir=out-raw_perloop-cpu-long-s1                     # gate.pt: the normalized state
+    python -m beyond.exit_gate --out_dir=out-raw_perloop-cpu-long-s1 --reads=raw --name=gate-raw
     python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_criterion=gate --exit_threshold=0.5
     python eval_depth.py out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
 
-The gate's exit probability is a confidence in [0, 1] like every criterion's (decoder.py):
-a token stops after the first loop where it exceeds the threshold. It decides from the state
+The gate (beyond/exits.py's ExitGate, and how a name finds its file) gives an exit probability,
+a confidence in [0, 1] like every criterion's: a token stops after the first loop where it exceeds the threshold. It decides from the state
 alone, so a decoder that uses it reads out once, at the exit. What it reads is the blind-spot
 question: 'norm' sees the RMS-normalized state, the direction a norm readout sees (Ouro's
 gate); 'raw' sees the state itself, scale included (the paper's released gate, CALM's).
@@ -20,36 +20,26 @@ The target (a setting; the default chosen by measurement, below):
   'improve'  1 where loop k's CE is within eps of the best CE of loops k..K: more loops would
              not help this token by more than eps (the loss improvement of the next loops).
   'agree'    1 where loop k's argmax is loop K's (CALM's consistency target).
-Loop K always answers, so the gate is trained on loops 1..K-1. The measurement (a loaded
-2-core CPU; the CPU demo runs, 300 iterations of config/cpu.py on wt103-demo-bytes, K=4;
-gates from 65,536 training tokens; teacher-forced mean loops within +1% / +5% of full-depth
-ppl on the first 65,536 validation tokens):
-                     raw_perloop          norm_perloop
-  oracle             1.19 / 1.12          1.00 / 1.00
-  improve, eps 0.02  2.61 / 2.04 (norm)   1.11 / 1.00 (norm)
-  improve, eps 0.05  2.57 / 1.98 (norm)   1.13 / 1.00 (norm)
-  improve, eps 0.1   2.46 / 1.93 (norm)   1.16 / 1.00 (norm)
-  agree              3.38 / 2.53 (norm)   1.37 / 1.00 (norm)
-'improve' needs 0.8 fewer loops than 'agree' at +1% on raw_perloop, and eps matters less
-than 0.15 loops: the default is 'improve' with eps 0.05. The gate reading the normalized
-state needed fewer loops than the raw one on both (raw_perloop at eps 0.05: 2.57 vs 2.75).
+Loop K always answers, so the gate is trained on loops 1..K-1. 'improve' with eps 0.05 by
+measurement: it needed fewer loops than 'agree' at +1% of full-depth ppl, eps mattered little,
+and the normalized state beat the raw one (assets/gate-targets/README.md).
 
 Settings are the globals below, overridden by --key=value as in train.py. One line on stderr:
 gate=<file> reads=<norm|raw> target=<...> pairs=<n> base_rate=<p> heldout_bce=<base> -> <gate>.
 """
 
 import math
-import os
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 from torch.nn import functional as F
 
-from configurator import ConfigError, configure
-from runs import EvalError, batches, load_run, run_folder
+from beyond import exits
+from beyond.exits import ExitGate, gate_path, save_gate
+from configurator import UserError, configure, one_line_errors
+from data import batches, load_run, run_folder
 from runtime import autocast, resolve_dtype, setup_device
 
 # -----------------------------------------------------------------------------
@@ -74,39 +64,6 @@ READS = ('norm', 'raw')
 TARGETS = ('improve', 'agree')
 
 
-class GateError(Exception):
-    """Something the user can fix; printed as one line."""
-
-
-class ExitGate(nn.Module):
-    """Linear(d, 1) on a state after a loop; called on H_k (..., C), it returns the exit
-    probability (...,) in [0, 1], float32, so that decoder.decode takes it as a criterion.
-    'raw' divides the state by one constant, `scale` (the mean RMS of the training states),
-    only to condition the regression: the gate still sees how large each state is."""
-
-    def __init__(self, n_embd, reads='norm', scale=1.0):
-        super().__init__()
-        self.reads = reads
-        self.linear = nn.Linear(n_embd, 1)
-        self.register_buffer('scale', torch.tensor(float(scale)))
-        nn.init.zeros_(self.linear.weight)
-
-    def features(self, h):
-        h = h.float()
-        if self.reads == 'norm':  # the direction only: what a norm readout sees
-            return F.rms_norm(h, (h.size(-1),))
-        return h / self.scale
-
-    def logit(self, h):
-        # float32 whatever autocast is on: an O(d) product, and the gate's threshold should not
-        # move with the precision the loops run in
-        with torch.autocast(h.device.type, enabled=False):
-            return F.linear(self.features(h), self.linear.weight, self.linear.bias).squeeze(-1)
-
-    def forward(self, h):
-        return torch.sigmoid(self.logit(h))
-
-
 # -----------------------------------------------------------------------------
 # what the gate learns from
 
@@ -119,7 +76,7 @@ def gate_labels(ce, argmax, target, eps):
         return (ce[:-1] <= best_later[:-1] + eps).float()
     if target == 'agree':
         return (argmax[:-1] == argmax[-1:]).float()
-    raise GateError(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
+    raise UserError(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
 
 
 @torch.no_grad()
@@ -187,81 +144,32 @@ def train_gate(model, data, n_tokens, reads, target, eps, iters, lr, batch_size,
 
 
 # -----------------------------------------------------------------------------
-# saved with the run
 
-def fingerprint(model):
-    """A number that names the checkpoint a gate was trained on (the LM head's weight sum)."""
-    return model.lm_head.weight.detach().double().sum().item()
-
-
-def gate_path(folder, name):
-    return os.path.join(folder, f'{name}.pt')
-
-
-def save_gate(path, gate, model, settings):
-    """gate.pt: the weights and what the gate was trained with, written to a temporary file
-    and renamed, so a reader never finds half a gate."""
-    torch.save(dict(weight=gate.linear.weight.detach().cpu(), bias=gate.linear.bias.detach().cpu(),
-                    scale=float(gate.scale), reads=gate.reads, fingerprint=fingerprint(model), **settings),
-               path + '.tmp')
-    os.replace(path + '.tmp', path)
-
-
-def train_command(folder, name):
-    return f"python exit_gate.py --out_dir={folder}" + (f" --name={name}" if name != 'gate' else '')
-
-
-def load_gate(folder, name, model):
-    """The gate out_dir/<name>.pt of a run, checked against its model; GateError (one line,
-    naming the command that trains one) if there is none or it belongs to another checkpoint."""
-    path = gate_path(folder, name)
-    if not os.path.isfile(path):
-        raise GateError(f"the exit criterion {name!r} needs a trained gate at {path}, and there is none: "
-                        f"train one with `{train_command(folder, name)}`")
-    try:
-        saved = torch.load(path, map_location='cpu', weights_only=True)
-        gate = ExitGate(saved['weight'].size(1), saved['reads'], saved['scale'])
-        gate.linear.weight.data.copy_(saved['weight'])
-        gate.linear.bias.data.copy_(saved['bias'])
-    except Exception as e:
-        raise GateError(f"{path} is not a gate written by exit_gate.py ({type(e).__name__})")
-    if gate.linear.in_features != model.config.n_embd or \
-            not math.isclose(saved['fingerprint'], fingerprint(model), rel_tol=1e-6, abs_tol=1e-6):
-        raise GateError(f"{path} was trained on another checkpoint than {folder}'s: train it again with "
-                        f"`{train_command(folder, name)}`")
-    return gate.to(model.lm_head.weight.device).eval()
-
-
-# -----------------------------------------------------------------------------
-
-def check(config):
+def check_settings(config):
     """Every check on the settings, in one place."""
     if config['reads'] not in READS:
-        raise GateError(f"reads must be one of {', '.join(READS)}; got {config['reads']!r}")
+        raise UserError(f"reads must be one of {', '.join(READS)}; got {config['reads']!r}")
     if config['target'] not in TARGETS:
-        raise GateError(f"target must be one of {', '.join(TARGETS)}; got {config['target']!r}")
-    if not config['name'].startswith('gate') or not config['name'].replace('-', '_').isidentifier():
-        raise GateError(f"name must start with 'gate' (it names the criterion: gate, gate-raw, ...); "
+        raise UserError(f"target must be one of {', '.join(TARGETS)}; got {config['target']!r}")
+    if not exits.is_gate(config['name']) or not config['name'].replace('-', '_').isidentifier():
+        raise UserError(f"name must be 'gate' or start with 'gate-' (it names the criterion: gate, gate-raw, ...); "
                         f"got {config['name']!r}")
     if config['tokens'] < 1 or config['iters'] < 1 or config['batch_size'] < 1 or config['eps'] < 0 or config['lr'] <= 0:
-        raise GateError("tokens, iters and batch_size must be >= 1, eps >= 0 and lr > 0")
+        raise UserError("tokens, iters and batch_size must be >= 1, eps >= 0 and lr > 0")
     if not 0 <= config['holdout'] < 1:
-        raise GateError(f"holdout must lie in [0, 1); got {config['holdout']}")
+        raise UserError(f"holdout must lie in [0, 1); got {config['holdout']}")
 
 
 def main(argv):
-    try:
-        config = configure(SETTINGS, argv)
-    except ConfigError as e:
-        raise GateError(str(e))
-    check(config)
+    config = configure(SETTINGS, argv)
+    check_settings(config)
     try:
         dev = setup_device(config['device'])
         model, _, data = load_run(config['out_dir'], dev, 'train', config['data_dir'] or None)
-    except (ValueError, EvalError) as e:
-        raise GateError(str(e))
+    except ValueError as e:
+        raise UserError(str(e))
     if model.config.n_loops < 2:
-        raise GateError(f"{config['out_dir']} was trained with one loop: there is no earlier loop to exit at")
+        raise UserError(f"{config['out_dir']} was trained with one loop: there is no earlier loop to exit at")
     torch.manual_seed(config['seed'])
     ctx = autocast(dev, resolve_dtype(config['dtype'], dev))
     t0 = time.perf_counter()
@@ -276,7 +184,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    try:
+    with one_line_errors('exit_gate.py'):
         main(sys.argv[1:])
-    except GateError as e:
-        sys.exit(f"exit_gate.py: error: {e}")

@@ -4,7 +4,7 @@ The learned exit gate (exit_gate.py): its labels by hand, its training learns fr
 the same exits, and sample.py and eval_depth.py take it as a criterion, or say in one line
 how to train one.
 
-    python -m pytest -q test_exit_gate.py
+    python -m pytest -q tests/test_exit_gate.py
 """
 
 import json
@@ -17,10 +17,11 @@ import torch
 from torch.nn import functional as F
 
 import eval_depth
-import exit_gate
+from beyond import exit_gate, exits
 import sample as sample_py
-from decoder import decode, new_cache
+from beyond.decoder import decode, new_cache
 from model import LoopedGPT, LoopedGPTConfig
+from configurator import UserError
 
 K = 3
 
@@ -69,7 +70,7 @@ def held_out_bce(x, y, shuffle=False):
     x_fit, y_fit = x[:, :n].reshape(-1, x.size(-1)), y[:, :n].reshape(-1)
     if shuffle:
         y_fit = y_fit[torch.randperm(len(y_fit), generator=torch.Generator().manual_seed(0))]
-    gate = exit_gate.fit(exit_gate.ExitGate(x.size(-1), 'norm'), x_fit, y_fit, 300, 0.01, 1024)
+    gate = exit_gate.fit(exits.ExitGate(x.size(-1), 'norm'), x_fit, y_fit, 300, 0.01, 1024)
     x_test, y_test = x[:, n:].reshape(-1, x.size(-1)), y[:, n:].reshape(-1)
     return exit_gate.bce(gate, x_test, y_test), F.binary_cross_entropy(y_fit.mean().expand(len(y_test)), y_test).item()
 
@@ -95,22 +96,20 @@ def test_a_gate_saved_with_the_run_loads_back_and_decodes_the_same_exits(run, ti
     assert sorted(os.listdir(folder)) == ['ckpt.pt', 'gate.pt']  # written whole (no .tmp left)
     saved = torch.load(folder / 'gate.pt', weights_only=True)
     assert saved['reads'] == 'norm' and saved['target'] == 'improve' and saved['info']['pairs'] > 0
-    gate = exit_gate.load_gate(str(folder), 'gate', model)
-    trained = exit_gate.ExitGate(32, 'norm')
+    gate = exits.load_gate(str(folder), 'gate', model)
+    trained = exits.ExitGate(32, 'norm')
     trained.linear.weight.data.copy_(saved['weight'])
     trained.linear.bias.data.copy_(saved['bias'])
     x = torch.from_numpy(np.fromfile(tiny_data / 'tiny-bytes' / 'val.bin', dtype=np.uint16)[:64].astype(np.int64)).view(2, 32)
     with torch.no_grad():
         h = model.hidden_states(x, K)[1]
         threshold = gate(h).median().item()
-        a = decode(model, x, new_cache(model, 2), threshold, gate)
-        b = decode(model, x, new_cache(model, 2), threshold, trained)
+        a = decode(model, x, new_cache(model, 2), threshold, exits.gate_criterion('gate', gate))
+        b = decode(model, x, new_cache(model, 2), threshold, exits.gate_criterion('gate', trained))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(set(a[1].flatten().tolist())) > 1
     # sample.py and eval_depth.py find it by name
-    config = dict(sample_py.SETTINGS, out_dir=str(folder), exit_criterion='gate')
-    assert torch.equal(sample_py.criterion_of(config, model).linear.weight, gate.linear.weight)
-    assert set(eval_depth.run_criteria(str(folder), model)) == {'max_prob', 'entropy', 'converge', 'angular', 'latent',
-                                                                 'gate'}
+    assert torch.equal(exits.resolve('gate', str(folder), model).gate.linear.weight, gate.linear.weight)
+    assert set(exits.run_criteria(str(folder), model)) == {'max_prob', 'entropy', 'converge', 'angular', 'latent', 'gate'}
 
 
 def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
@@ -130,27 +129,26 @@ def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
 
 def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
     folder, model = run
-    for call in (lambda: exit_gate.load_gate(str(tmp_path), 'gate-raw', model),
-                 lambda: sample_py.criterion_of(dict(sample_py.SETTINGS, out_dir=str(tmp_path),
-                                                       exit_criterion='gate-raw'), model)):
-        with pytest.raises((exit_gate.GateError, sample_py.SampleError)) as e:
+    for call in (lambda: exits.load_gate(str(tmp_path), 'gate-raw', model),
+                 lambda: sample_py.main([f'--out_dir={folder}', '--device=cpu', '--exit_criterion=gate-raw'])):
+        with pytest.raises(UserError) as e:
             call()
-        assert 'python exit_gate.py --out_dir=' in str(e.value) and '--name=gate-raw' in str(e.value)
+        assert 'python -m beyond.exit_gate --out_dir=' in str(e.value) and '--name=gate-raw' in str(e.value)
     with pytest.raises(SystemExit) as e:  # eval_depth.py: one line, naming the command
         eval_depth.main([str(folder), '--criteria=max_prob,gate-raw', '--out', str(tmp_path / 'x')])
-    assert str(e.value.code).startswith('eval_depth.py: error: ') and 'exit_gate.py' in str(e.value.code)
+    assert str(e.value.code).startswith('eval_depth.py: error: ') and 'python -m beyond.exit_gate' in str(e.value.code)
     with pytest.raises(SystemExit) as e:
         eval_depth.main([str(folder), '--criteria=margin', '--out', str(tmp_path / 'x')])
     assert '--criteria' in str(e.value.code) and '\n' not in str(e.value.code)
-    assert 'exit_criterion' in pytest.raises(sample_py.SampleError, sample_py.check,
+    assert 'exit_criterion' in pytest.raises(UserError, sample_py.check_settings,
                                              dict(sample_py.SETTINGS, exit_criterion='margin')).value.args[0]
     other = LoopedGPT(model.config)  # another checkpoint of the same shape
-    exit_gate.save_gate(str(tmp_path / 'gate.pt'), exit_gate.ExitGate(32), model, {})
-    with pytest.raises(exit_gate.GateError, match='another checkpoint'):
-        exit_gate.load_gate(str(tmp_path), 'gate', other)
+    exits.save_gate(str(tmp_path / 'gate.pt'), exits.ExitGate(32), model, {})
+    with pytest.raises(UserError, match='another checkpoint'):
+        exits.load_gate(str(tmp_path), 'gate', other)
     for settings, needle in ((dict(reads='scale'), 'reads'), (dict(target='loss'), 'target'),
                              (dict(name='exit'), 'name'), (dict(holdout=1.0), 'holdout'), (dict(tokens=0), 'tokens')):
-        with pytest.raises(exit_gate.GateError, match=needle):
-            exit_gate.check(dict(exit_gate.SETTINGS, **settings))
-    with pytest.raises(exit_gate.GateError, match='no checkpoint'):
+        with pytest.raises(UserError, match=needle):
+            exit_gate.check_settings(dict(exit_gate.SETTINGS, **settings))
+    with pytest.raises(UserError, match='no checkpoint'):
         exit_gate.main([f'--out_dir={tmp_path / "nowhere"}', '--device=cpu'])

@@ -2,7 +2,7 @@
 The fused, chunked readout loss (linear_ce.py) gives the plain path's loss and gradients:
 logits materialised, then F.cross_entropy. On its own, and through every readout of the model.
 
-    python -m pytest -q test_linear_ce.py
+    python -m pytest -q tests/test_linear_ce.py
 """
 
 import pytest

@@ -3,12 +3,12 @@ Times the training step exactly as train.py runs it (train.train_step: forward, 
 clip, AdamW), for per-loop and terminal CE side by side, on random tokens: tokens/s,
 achieved FLOP/s (MFU on a GPU), peak memory, and this machine's measured matmul peak.
 
-    python bench.py config/norm_perloop.py config/cpu.py                  # the CPU demo's model
-    python bench.py config/norm_perloop.py --device=cpu --batch_size=2    # the 44M shape on a CPU
-    python bench.py config/norm_perloop.py config/129m.py                 # the 129M shape on a GPU
-    python bench.py config/norm_perloop.py config/cpu.py --dtype=float32 --steps=20
-    python bench.py config/norm_perloop.py --device=cpu --batch_size=2 --anchor=../readout-blind-spot
-    python bench.py --help                                                # its settings and train.py's
+    python -m beyond.bench config/norm_perloop.py config/cpu.py                  # the CPU demo's model
+    python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2    # the 44M shape on a CPU
+    python -m beyond.bench config/norm_perloop.py config/129m.py                 # the 129M shape on a GPU
+    python -m beyond.bench config/norm_perloop.py config/cpu.py --dtype=float32 --steps=20
+    python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --anchor=../readout-blind-spot
+    python -m beyond.bench --help                                                # its settings and train.py's
 
 Takes train.py's settings (config files, --key=value; --loss_path=fused|plain picks the
 readout loss) and four of its own, below. No data is read. ms/step and tokens/s are the
@@ -35,6 +35,7 @@ import torch
 from torch.nn import functional as F
 
 import train
+from configurator import UserError, one_line_errors
 from data import load_meta
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
@@ -49,17 +50,17 @@ anchor = ''                   # the path of a clone of the paper's released code
 BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, anchor=anchor)
 
 
-def setup(argv):
+def setup_bench(argv):
     """train.py's settings and bench.py's own, checked: (settings namespace, device, dtype, ctx)."""
     config = train.setup(argv, settings={**train.SETTINGS, **BENCH}, scripts=(__file__, train.__file__))
     for key, lowest in (('steps', 1), ('warmup', 0), ('vocab_size', 0)):
         if config[key] < lowest:
-            raise train.TrainError(f"setting '{key}' must be at least {lowest}; got {config[key]!r}")
+            raise UserError(f"setting '{key}' must be at least {lowest}; got {config[key]!r}")
     c = SimpleNamespace(**config)
     try:
         device = setup_device(c.device)
     except ValueError as e:
-        raise train.TrainError(str(e))
+        raise UserError(str(e))
     if not c.vocab_size:
         try:
             c.vocab_size = load_meta(os.path.join(c.data_dir, c.dataset))['vocab_size']
@@ -157,7 +158,7 @@ def bench(loss, c, device, dtype, ctx):
 
 
 def main(argv):
-    c, device, dtype, ctx = setup(argv)
+    c, device, dtype, ctx = setup_bench(argv)
     cfg = model_config(c)
     compiled = use_compile(c.compile, device)
     print(f"{LoopedGPT(cfg).get_num_params() / 1e6:.2f}M parameters (d={cfg.n_embd}, {cfg.n_layer} layers, "
@@ -191,7 +192,7 @@ def released_model(path, cfg):
     """The released AutoregressiveLoopLM with our config's shape, from a clone at `path`."""
     models_dir = os.path.join(os.path.abspath(path), 'models', 'ar_looplm.py')
     if not os.path.isfile(models_dir):
-        raise train.TrainError(f"--anchor={path}: no models/ar_looplm.py there (give a clone of "
+        raise UserError(f"--anchor={path}: no models/ar_looplm.py there (give a clone of "
                                "github.com/Rituraj003/readout-blind-spot)")
     sys.path.insert(0, os.path.abspath(path))
     try:
@@ -271,7 +272,5 @@ def side_by_side(c, device, dtype, ctx):
 
 
 if __name__ == '__main__':
-    try:
+    with one_line_errors('bench.py'):
         main(sys.argv[1:])
-    except train.TrainError as e:
-        sys.exit(f"bench.py: error: {e}")

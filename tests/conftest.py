@@ -1,5 +1,5 @@
 """
-Shared test fixtures: tiny byte-level data made by prepare.py, and a runner for the scripts.
+Shared test fixtures (run the tests from the repository root: python -m pytest -q): tiny byte-level data made by prepare.py, and a runner for the scripts.
 Nothing here needs the network or anything outside the repo.
 """
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 # a tiny model that trains in seconds on the CPU (2 loops, so per-loop behaviour is exercised)
 TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2',
@@ -18,8 +18,16 @@ TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=
 
 
 def run_script(script, *args, cwd=None, env=None, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(HERE, script), *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    """A script from the outside, as a user runs it: `python train.py ...` from the top level, or
+    `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path)."""
+    if script.startswith('beyond/'):
+        cmd = [sys.executable, '-m', 'beyond.' + os.path.basename(script)[:-3]]
+        env = dict(env or os.environ)
+        env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH'), HERE) if p)  # (the root, after any given)
+    else:
+        cmd = [sys.executable, os.path.join(HERE, script)]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd or HERE, env=env,
+                          timeout=timeout)
 
 
 def assert_one_line_error(r, script, *needles):

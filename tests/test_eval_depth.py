@@ -3,7 +3,7 @@ eval_depth.py's main, in-process as the script runs it, on two tiny runs trained
 normalized per-loop run and a raw terminal one); its one-line error once from the outside; and
 its window bookkeeping.
 
-    python -m pytest -q test_eval_depth.py
+    python -m pytest -q tests/test_eval_depth.py
 """
 
 import contextlib
@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import eval_decode
+from beyond import eval_decode, exits
 import eval_depth
-import runs as runs_module
+import data as runs_module  # (loading runs and their windows)
 from conftest import assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
-from runs import Scoring, score_windows
+from data import Scoring, score_windows
 
 
 @pytest.fixture(scope='module')
@@ -215,7 +215,7 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     got = eval_decode.calibrate(sc, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
     # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
     # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
-    n = len(eval_decode.EXIT_CRITERIA)  # (every criterion, with each stand-in)
+    n = len(exits.CRITERIA)  # (every criterion, with each stand-in)
     assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 2 * n + [(0.01, 0.999)] * 2 * n
     assert [c['stand_in'] for c in got[:2 * n]] == ['copy'] * n + ['project'] * n
     for c in got:
@@ -372,7 +372,7 @@ def test_several_results_files_are_grouped_together(evaluated):
     one = str(out / 'results.json')
     runs, groups, _ = eval_depth.from_results(f"{one},{one}", [])  # the same two runs, twice
     assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
-    with pytest.raises(eval_depth.EvalError, match='cannot read'):
+    with pytest.raises(eval_depth.UserError, match='cannot read'):
         eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
 
 

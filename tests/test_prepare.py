@@ -3,7 +3,7 @@ prepare.py on small text files made here, the byte tokenizer, no network: once f
 outside for a clean run and for the one-line error, otherwise prepare.main in-process
 (each subprocess costs an interpreter start and an import, most of these tests' time).
 
-    python -m pytest -q test_prepare.py
+    python -m pytest -q tests/test_prepare.py
 """
 
 import hashlib

@@ -5,7 +5,7 @@ documented order; a compiler inductor cannot use skips the compiled rows and the
 still run; a missing torch (from the outside) or no GPU without --cpu is one error line. The
 check's parent and the settings' checks run in-process.
 
-    python -m pytest -q test_gpu_check.py
+    python -m pytest -q tests/test_gpu_check.py
 """
 
 import os
@@ -14,8 +14,9 @@ import re
 import pytest
 import torch
 
-import gpu_check
+from beyond import gpu_check
 from conftest import assert_one_line_error, run_script
+from configurator import UserError
 
 # the order the docstring promises (most needed first); the summary must keep it
 ROWS = ['preflight', 'train-44m-fused', 'train-129m-fused', 'decode-eager', 'decode-compiled', 'decode-graphs',
@@ -41,7 +42,7 @@ def check(capsys, *argv):
     try:
         gpu_check.main([str(a) for a in argv])
         error = ''
-    except gpu_check.CheckError as e:
+    except UserError as e:
         error = str(e)
     return capsys.readouterr().out, error
 
@@ -96,7 +97,7 @@ def test_a_torch_that_does_not_import_is_its_own_error_not_no_gpu(tmp_path):
     fake.mkdir()
     (fake / '__init__.py').write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    r = run_script('gpu_check.py', f'--out={tmp_path / "check"}', env=env)
+    r = run_script('beyond/gpu_check.py', f'--out={tmp_path / "check"}', env=env)
     assert_one_line_error(r, 'gpu_check.py', 'cannot import torch', 'libcudart.so.12', 'requirements.txt')
     assert 'no CUDA GPU' not in r.stderr and r.stdout == ''
 
@@ -117,7 +118,7 @@ def test_a_package_that_does_not_import_is_named_with_its_own_error(monkeypatch,
             raise ImportError("cannot import name 'Encoding' (simulated)")
         return real(name)
     monkeypatch.setattr(gpu_check.importlib, 'import_module', broken)
-    with pytest.raises(gpu_check.CheckError, match='cannot import tiktoken .*requirements.txt'):
+    with pytest.raises(UserError, match='cannot import tiktoken .*requirements.txt'):
         gpu_check.preflight(dict(cpu=True))
     assert "cannot import tiktoken: ImportError: cannot import name 'Encoding' (simulated)" in capsys.readouterr().out
 
@@ -130,7 +131,7 @@ def test_a_package_that_does_not_import_is_named_with_its_own_error(monkeypatch,
     (['--stepz=1'], "unknown setting 'stepz'"),
 ])
 def test_each_bad_setting_is_named(argv, needle):
-    with pytest.raises(gpu_check.CheckError) as e:
+    with pytest.raises(UserError) as e:
         gpu_check.main(argv)
     assert needle in str(e.value)
 

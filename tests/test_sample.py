@@ -2,7 +2,7 @@
 sample.py on a tiny run trained here: its main in-process, and from the outside where the
 one-line error and the compiler's failure are what is tested.
 
-    python -m pytest -q test_sample.py
+    python -m pytest -q tests/test_sample.py
 """
 
 import contextlib
@@ -16,6 +16,7 @@ import torch
 
 import sample as sample_py
 from conftest import assert_one_line_error, run_script, train_in_process
+from configurator import UserError
 
 SUMMARY = re.compile(r'^tokens=(\d+) seconds=([\d.]+) tok_per_s=([\d.]+) mean_loops=([\d.]+)$', re.M)
 
@@ -41,7 +42,7 @@ def sample(run, *args):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             sample_py.main([f'--out_dir={run}', '--device=cpu', *map(str, args)])
-        except sample_py.SampleError as e:
+        except UserError as e:
             print(f"sample.py: error: {e}", file=sys.stderr)
             code = 1
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
@@ -90,8 +91,8 @@ def test_bad_input_is_one_clear_line(run, tmp_path):
 
 def bad(**settings):
     """The message check() gives for these settings (over the defaults), in-process."""
-    with pytest.raises(sample_py.SampleError) as e:
-        sample_py.check(dict(sample_py.SETTINGS, **settings))
+    with pytest.raises(UserError) as e:
+        sample_py.check_settings(dict(sample_py.SETTINGS, **settings))
     return str(e.value)
 
 
@@ -110,19 +111,19 @@ def test_each_bad_setting_is_named(run, tmp_path):
     assert 'exit_threshold' in bad(draft_loops=1, exit_threshold=0.5)
     assert 'KV cache' in bad(draft_loops=1, kv_cache=False)
     assert 'compile' in bad(compile='yes')
-    with pytest.raises(sample_py.SampleError, match="'num_sample'"):
+    with pytest.raises(UserError, match="'num_sample'"):
         sample_py.main(['--num_sample=2'])  # (an unknown setting, refused before any device is set up)
-    with pytest.raises(sample_py.SampleError, match='prompt is empty'):
+    with pytest.raises(UserError, match='prompt is empty'):
         sample_py.prompt_text('')
-    with pytest.raises(sample_py.SampleError, match='prompt file'):
+    with pytest.raises(UserError, match='prompt file'):
         sample_py.prompt_text(f'FILE:{tmp_path / "none.txt"}')
     config = dict(sample_py.SETTINGS, out_dir=str(tmp_path / 'nowhere'))
-    with pytest.raises(sample_py.SampleError, match='no checkpoint'):
+    with pytest.raises(UserError, match='no checkpoint'):
         sample_py.load(config, 'cpu')
     (tmp_path / 'ckpt.pt').write_bytes(b'garbage')
-    with pytest.raises(sample_py.SampleError, match='not a checkpoint written by train.py'):
+    with pytest.raises(UserError, match='not a checkpoint written by train.py'):
         sample_py.load(dict(config, out_dir=str(tmp_path)), 'cpu')
-    with pytest.raises(sample_py.SampleError, match='meta.json'):
+    with pytest.raises(UserError, match='meta.json'):
         sample_py.load(dict(config, out_dir=str(run), data_dir=str(tmp_path)), 'cpu')
 
 
@@ -161,8 +162,8 @@ def test_readout_free_criteria_and_a_missing_gate_in_process(run, capsys):
     assert angular.out == capsys.readouterr().out and 'mean_loops=1.000' in angular.err
     sample_py.main(common + ['--exit_criterion=latent', '--exit_threshold=0.999999'])  # (never fires here)
     assert 'mean_loops=3.000' in capsys.readouterr().err
-    with pytest.raises(sample_py.SampleError, match=r'python exit_gate.py --out_dir=.*run`$'):
+    with pytest.raises(UserError, match=r'python -m beyond.exit_gate --out_dir=.*run`$'):
         sample_py.main(common + ['--exit_criterion=gate', '--exit_threshold=0.5'])
-    import configurator  # --help lists every criterion (read from sample.py's source, as the command line does)
+    import configurator  # --help points to the registry and its gates (read from sample.py's source, as the command line does)
     text = configurator.help_text(sample_py.SETTINGS, [sample_py.__file__])
-    assert all(c in text for c in ('angular', 'latent', 'gate', 'exit_gate.py'))
+    assert all(c in text for c in ('beyond/exits.py', 'python -m beyond.exits', "'gate'"))

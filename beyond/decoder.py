@@ -3,20 +3,22 @@ Decoding a looped GPT: a static KV cache, per-token early exit that really skips
 copied or recomputed stand-ins), and lossless speculative decoding with the model's own first
 loops as the draft.
 
-    python -c "import torch, decoder; from model import LoopedGPT, LoopedGPTConfig; \
+    python -c "import torch; from beyond.decoder import generate; from model import LoopedGPT, LoopedGPTConfig; \
 m = LoopedGPT(LoopedGPTConfig(n_layer=2, n_embd=64, n_head=2, vocab_size=256, block_size=64)).eval(); \
-print(decoder.generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1, draft_tokens=3)[2])"
+print(generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1, draft_tokens=3)[2])"
 
-sample.py and eval_depth.py call this file; model.py knows nothing of it. As in gpt-fast, the
+sample.py and eval_depth.py call this file; model.py knows nothing of it. The block is the
+model's own (model.block): the decoder hands it its weights, cast once, and an attention over
+its KV cache, the way gpt-fast's Attention takes its cache. As in gpt-fast, the
 cache has a fixed shape (every step attends over all block_size positions with a mask), so one
 compiled loop serves every token, loop and depth (fixed K, exits, drafts); on CUDA it is a CUDA
 graph. A looped model has K x n_layer attention sites, all in the cache: kv[loop], (n_layer, 2,
 B, n_head, block_size, hs), the loop's keys and values.
 
-Precision. The decoder computes what model.forward computes, under autocast too: the residual
-stream stays float32 and only the matmuls run in bf16 (PyTorch autocast's rule, model.Block's
-x + attn(ln_1(x))), attention runs in float32 under CPU autocast as the model runs it there,
-and the weights are cast once per Stepper, not at every token (gpt-fast casts them at load).
+Precision. The decoder computes what model.forward computes, under autocast too, since it runs
+the same block: the residual stream stays float32 and only the matmuls run in bf16, attention
+follows model.attention's rule, and the weights are cast once per Stepper, not at every token
+(gpt-fast casts them at load).
 
 Exits. A token that stops at loop j is never run through loops j+1..K, but later tokens still
 attend to it there, through a stand-in key/value at each later (loop, layer):
@@ -37,89 +39,13 @@ moving its length back. Nothing is recomputed and no stand-in is read: the outpu
 distributed exactly as the K-loop model's.
 """
 
-import math
-
 import torch
 from torch.nn import functional as F
 
-EXIT_CRITERIA = ('max_prob', 'entropy', 'converge', 'angular', 'latent')
-READOUT_FREE = ('angular', 'latent')  # decided from the states alone (as is a learned gate, a callable criterion)
+from beyond import exits
+from model import attention, block
+
 STAND_INS = ('copy', 'project')
-
-
-def exit_confidence(logits, criterion, prev=None):
-    """How sure a readout is, in [0, 1], from its logits (..., vocab). An exit stops where it
-    exceeds a threshold, so thresholds mean the same for every criterion.
-    'max_prob'  the top probability.
-    'entropy'   1 - H(p) / ln(vocab).
-    'converge'  exp(-KL(p_k || p_{k-1})): 1 when this loop's readout equals the previous loop's
-                (prev, the logits of loop k-1), as recurrent-depth decoders stop when the
-                prediction stops changing. At loop 1 (prev None) there is nothing to compare: 0.
-    The readout-free criteria are state_confidence's."""
-    if criterion == 'max_prob':
-        return F.softmax(logits.float(), dim=-1).amax(-1)
-    if criterion == 'entropy':
-        logp = F.log_softmax(logits.float(), dim=-1)
-        return 1 + (logp.exp() * logp).sum(-1) / math.log(logits.size(-1))
-    if criterion == 'converge':
-        if prev is None:
-            return torch.zeros(logits.shape[:-1], device=logits.device)
-        logp, logq = F.log_softmax(logits.float(), dim=-1), F.log_softmax(prev.float(), dim=-1)
-        kl = (logp.exp() * (logp - logq)).sum(-1).clamp_min(0)
-        return torch.exp(-kl)
-    if readout_free(criterion):
-        raise ValueError(f"the {criterion!r} criterion reads the states, not a readout: use state_confidence")
-    raise ValueError(f"unknown exit criterion {criterion!r}: use {', '.join(EXIT_CRITERIA)} (or a gate: exit_gate.py)")
-
-
-def readout_free(criterion):
-    """Whether a criterion decides from the states alone (O(d) a token, no readout): 'angular',
-    'latent', or a callable one (a learned gate, exit_gate.ExitGate: state (..., C) -> (...,))."""
-    return callable(criterion) or criterion in READOUT_FREE
-
-
-def state_confidence(h, before, criterion):
-    """How settled a token is after a loop, in [0, 1], from its state h = H_k and the state that
-    entered the loop, before = H_{k-1} (..., C), without a readout: O(d) a token against the
-    readout's d x vocab. Both are scale-free, so a drifted state (||H|| ~ 1e4) reads as it would
-    at any scale: what they measure is how much a loop changes the state relative to its size.
-    'angular'   1 - ||u_k - u_{k-1}|| / 2, u = H / ||H||: Lemma 2's angular step (there u = H / s
-                with ||u|| = sqrt(d); the same step over its largest value, 2 sqrt(d)), i.e.
-                1 - sin(theta / 2) with theta the angle between H_k and H_{k-1}. 1: the loop did
-                not turn the state, and by Lemma 2 a state that stops turning stops changing the
-                prediction of a normalized readout. (1 - sin(theta/2) rather than cos theta: it
-                spreads small steps over the threshold grid, 1 - cos = 1e-3 is 0.978 here, and the
-                difference of unit vectors keeps float32 precision where 1 - cos rounds to 0.)
-    'latent'    exp(-||H_k - H_{k-1}|| / ||H_k||): Huginn's latent-diff (the relative change of
-                the state, radial part included) mapped to [0, 1] as 'converge' maps its KL.
-                On a drifted model both read "settled" (Lemma 2: the radial increment a_k stays
-                about constant while ||H_k|| grows, so both the turn and the relative change
-                shrink like 1 / s_k); that is right for a normalized readout, whose prediction
-                stops changing, but 'latent' also counts the radial growth such a readout cannot
-                see, so on a model whose loops still turn it is the more cautious of the two.
-    a callable  the learned gate's exit probability from h alone (exit_gate.ExitGate).
-    At loop 1, before is the embedding H_0 (decoder.embed): the value says how far the first
-    loop moved the token from its context-free input. A choice: the same formula at every loop,
-    so loop 1 can exit; in practice the first loop turns nearly every token a long way and these
-    criteria exit from loop 2 on (on the CPU demo runs, the median loop-1 confidence was 0.32-0.37
-    and no token's exceeded 0.9, against 0.85-0.98 angular medians at loop 2)."""
-    if callable(criterion):
-        return criterion(h)
-    h, before = h.float(), before.float()
-    if criterion == 'angular':
-        step = F.normalize(h, dim=-1) - F.normalize(before, dim=-1)
-        return 1 - step.norm(dim=-1) / 2
-    if criterion == 'latent':
-        return torch.exp(-(h - before).norm(dim=-1) / h.norm(dim=-1).clamp_min(1e-30))
-    raise ValueError(f"unknown readout-free criterion {criterion!r}: use {', '.join(READOUT_FREE)} or a gate")
-
-
-def confidence(criterion, h, before, logits=None, prev=None):
-    """Any criterion's confidence after a loop: a readout-free one from the states h and before
-    (state_confidence), any other from the readout's logits and the previous loop's, prev."""
-    if readout_free(criterion):
-        return state_confidence(h, before, criterion)
-    return exit_confidence(logits, criterion, prev)
 
 
 def compute_dtype(model, device_type):
@@ -155,63 +81,20 @@ def new_cache(model, batch_size, n_loops=None, device=None):
 
 
 # -------------------------------------------------------------------------------------
-# one loop on the cache
+# one loop on the cache: model.block with the Stepper's weights and an attention over the cache
 
-def stack_weights(model, dtype):
-    """The shared stack's weights as plain tensors, one tuple per layer, read once and cast once to
-    the matmuls' dtype: a decoding step then makes no nn.Module calls (their Python overhead was a
-    large part of a step) and no casts (autocast re-casts a weight it is handed on every call unless
-    it is a leaf parameter; .t() views and torch.cat results are not). The MLP's gate and up
-    projections are one (C, 2 x hidden) matrix, one matmul instead of two. The norms' gains stay
-    in the stream's dtype, as their input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
-    def cast(w):
-        return w.detach().to(dtype)
-    return [(b.ln_1.weight, b.ln_1.eps, cast(b.attn.c_attn.weight.t()), cast(b.attn.c_proj.weight.t()),
-             b.ln_2.weight, b.ln_2.eps, cast(torch.cat([b.mlp.w_gate.weight, b.mlp.w_up.weight]).t()),
-             cast(b.mlp.w_down.weight.t()))
-            for b in model.transformer.h]
+class CachedAttention:
+    """model.block's attend on one loop's cache kv (n_layer, 2, B, nh, block_size, hs), for T new
+    tokens at t0, one layer after the other: the keys and values are written at t0..t0+T-1 (a
+    stopped token's stay: its stand-in), then the queries attend over positions < t0+T, causally
+    among the new tokens."""
 
-
-def _block(x, w, nh, attend, fused):
-    """One pre-norm block (model.Block, in eval), written out with the layer's weights w, on x
-    (N, C) = (B*T, C) rows; attend(qkv) takes (3, B, nh, T, hs), stores the new keys and values
-    and returns the attention output (B, nh, T, hs). As in model.Block under autocast, the
-    residual stream keeps its dtype (float32) and only the matmuls run in the low precision:
-    x + (a @ w) adds a bf16 product to a float32 stream. fused (no autocast: one dtype for all)
-    does the add inside the matmul (addmm), which would turn the whole stream into bf16 under
-    autocast (a drifted state, ||H|| ~ 1e4, then loses every update smaller than bf16's spacing)."""
-    ln1, eps1, w_qkv, w_proj, ln2, eps2, w_gate_up, w_down = w
-    N, C = x.shape
-    qkv = (F.rms_norm(x, (C,), ln1, eps1) @ w_qkv).view(-1, attend.T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
-    a = attend(qkv).transpose(1, 2).reshape(N, C)
-    x = torch.addmm(x, a, w_proj) if fused else x + a @ w_proj
-    gate, up = (F.rms_norm(x, (C,), ln2, eps2) @ w_gate_up).chunk(2, dim=-1)
-    m = F.silu(gate) * up
-    return torch.addmm(x, m, w_down) if fused else x + m @ w_down
-
-
-def _attention(q, k, v, mask, is_causal, fp32):
-    """SDPA as model.CausalSelfAttention runs it: in float32 under CPU autocast (fp32: PyTorch's
-    bf16 attention is slow on a CPU, so the model runs it in float32 there), else in q's dtype."""
-    if fp32:
-        with torch.autocast('cpu', enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=is_causal)
-    if k.dtype != q.dtype:
-        k, v = k.to(q.dtype), v.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-
-
-class _Attend:
-    """Eager attention on one loop's cache kv (n_layer, 2, B, nh, block_size, hs) for T new tokens
-    at t0: the keys and values are written at t0..t0+T-1 (a stopped token's stay: its stand-in),
-    then the queries attend over positions < t0+T, causally among the new tokens."""
-
-    def __init__(self, kv, t0, T, running, fp32):
-        self.kv, self.t0, self.T, self.t1, self.layer, self.fp32 = kv, t0, T, t0 + T, 0, fp32
+    def __init__(self, kv, t0, T, running):
+        self.kv, self.t0, self.T, self.t1, self.layer = kv, t0, T, t0 + T, 0
         self.keep = None if running is None else running[None, :, None, :, None]  # (1, B, 1, T, 1)
-        self.mask = None  # made at the first layer, in the attention's dtype
+        self.mask = None  # made at the first layer that needs it
 
-    def __call__(self, qkv):
+    def __call__(self, qkv):  # (3, B, nh, T, hs) -> (B, nh, T, hs)
         site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
         self.layer += 1
         new = qkv[1:]
@@ -223,66 +106,59 @@ class _Attend:
             # one new token sees every cached one; several on an empty cache, the plain causal mask;
             # several on a filled cache (a verify pass), a causal mask offset by t0: -inf where key
             # j > t0 + query i (additive: SDPA on the CPU took 20 us with it, 32 us with a bool mask)
-            dtype = torch.float32 if self.fp32 else q.dtype
-            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=dtype, device=q.device).triu_(self.t0 + 1)
-        return _attention(q, site[0, :, :, :self.t1], site[1, :, :, :self.t1], self.mask,
-                          self.T > 1 and self.t0 == 0, self.fp32)
+            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=q.dtype, device=q.device).triu_(self.t0 + 1)
+        return attention(q, site[0, :, :, :self.t1], site[1, :, :, :self.t1], self.mask, self.T > 1 and self.t0 == 0)
 
 
-def run_loop(w, nh, x, t0, kv, running=None):
-    """One loop, every layer of the shared stack, for T new tokens at positions t0..t0+T-1, each
-    attending to the cached positions up to its own (a causal mask offset by the cache). w: the
-    Stepper's Weights; x: (B, T, C) the state entering the loop; kv: this loop's cache. running
-    (B, T) bool: a token that has stopped keeps what its slots hold (its stand-in), its output unused."""
-    B, T, C = x.shape
-    attend = _Attend(kv, t0, T, running, w.attn_fp32)
-    x = x.reshape(B * T, C)
-    for layer in w.layers:
-        x = _block(x, layer, nh, attend, w.fused)
-    return x.view(B, T, C)
-
-
-class _StaticAttend:
-    """_Attend in fixed shapes, for torch.compile: one token at position pos (a (1,) tensor),
+class StaticCachedAttention:
+    """CachedAttention in fixed shapes, for torch.compile: one token at position pos (a (1,) tensor),
     attending over all block_size slots with a mask. The new key and value are written with
     index_put_ on the cache input itself (into a slice of it, index_copy_ made inductor clone the
     whole site and copy it back: a site's worth of traffic per layer and loop)."""
 
-    def __init__(self, kv, pos, mask, fp32):
-        self.kv, self.pos, self.mask, self.fp32, self.T, self.layer = kv, pos, mask, fp32, 1, 0
+    def __init__(self, kv, pos):
+        self.kv, self.pos, self.layer = kv, pos, 0
+        self.mask = (torch.arange(kv.size(-2), device=pos.device) <= pos)[None]  # (1, block_size)
 
     def __call__(self, qkv):
         layer = torch.full((1,), self.layer, dtype=torch.long, device=qkv.device)
         torch.ops.aten.index_put_(self.kv, [layer, None, None, None, self.pos], qkv[None, 1:, :, :, 0].to(self.kv.dtype))
         site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
         self.layer += 1
-        return _attention(qkv[0], site[0], site[1], self.mask, False, self.fp32)
+        return attention(qkv[0], site[0], site[1], self.mask)
 
 
-def static_loop(layers, nh, x, pos, kv, norm, normed, fused, fp32):
-    """One loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,),
-    attention runs over all block_size slots with a mask, and kv is the loop's cache (a view of
-    the same shape at every loop, K and batch aside). So one graph serves every position, every
-    loop and every K: fixed K, exits, drafts. norm: the inter-loop RMSNorm's (gain, eps) or None,
-    applied where normed (a (1,) bool tensor, so the first loop needs no graph of its own)."""
-    B, T, C = x.shape
-    if norm is not None:
-        x = torch.where(normed, F.rms_norm(x, (C,), *norm), x)
-    mask = (torch.arange(kv.size(-2), device=x.device) <= pos)[None]  # (1, block_size)
-    attend = _StaticAttend(kv, pos, mask, fp32)
-    x = x.reshape(B * T, C)
-    for w in layers:
-        x = _block(x, w, nh, attend, fused)
-    return x.view(B, T, C)
+def run_loop(w, n_head, x, attend):
+    """One loop, every layer of the shared stack, for the new tokens x (B, T, C) entering it.
+    w: the Stepper's Weights; attend: this loop's CachedAttention (or its static twin)."""
+    for layer in w.layers:
+        x = block(x, layer, n_head, attend, fused=w.fused)
+    return x
+
+
+def static_loop(layers, n_head, x, pos, kv, fused):
+    """One loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,)
+    and kv the loop's cache (a view of the same shape at every loop, K and batch aside), so one
+    graph serves every position, every loop and every K: fixed K, exits, drafts."""
+    attend = StaticCachedAttention(kv, pos)
+    for layer in layers:
+        x = block(x, layer, n_head, attend, fused=fused)
+    return x
 
 
 class Weights:
-    """What a Stepper runs with in one precision: the stack (stack_weights), the LM head and the
-    'project' matrix cast once to the matmuls' dtype; fused: no autocast (addmm may add the
-    residual); attn_fp32: attention in float32 (under CPU autocast, as the model runs it)."""
+    """What a Stepper runs with in one precision, cast once to the matmuls' dtype: each layer's
+    model.BlockWeights (a decoding step then makes no nn.Module calls, whose Python overhead was a
+    large part of a step, and no casts: autocast re-casts a weight it is handed at every call
+    unless it is a leaf parameter), with SwiGLU's gate and up side by side, one matmul instead of
+    two; the LM head; the 'project' matrix. The norms' gains stay in the stream's dtype, as their
+    input (a bf16 gain on a float32 input runs RMSNorm unfused). fused: no autocast (model.add_product)."""
 
     def __init__(self, model, dtype, autocast, static):
-        self.layers = stack_weights(model, dtype)
+        def cast(w):
+            return w.detach().to(dtype)
+        self.layers = [w._replace(qkv=cast(w.qkv), proj=cast(w.proj), gate_up=cast(torch.cat(w.gate_up)), down=cast(w.down))
+                       for w in (b.weights() for b in model.transformer.h)]
         self.head = model.lm_head.weight.detach().to(dtype)  # (model.logits would cast it at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side
@@ -291,7 +167,6 @@ class Weights:
         self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
                                   for b in model.transformer.h], dim=1).detach().to(dtype)
         self.fused = not autocast
-        self.attn_fp32 = autocast and self.head.device.type == 'cpu'
         if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
             for w in [self.head, self.kv_proj] + [t for layer in self.layers for t in layer if torch.is_tensor(t)]:
                 torch._dynamo.mark_static_address(w, guard=False)
@@ -305,8 +180,8 @@ class Stepper:
     the position is a persistent tensor written in place. Sampling stays outside the graph, a
     choice not yet measured on a GPU: it runs once a token against K loops, exits read a number
     between loops anyway (a readout's or a state's confidence), temperature, top_k and the
-    draft rule change per call, and graph-safe RNG would be one more thing to get right; it
-    adds a few launches a token to the ~10 of every layer and loop. The weights are cast once per precision they are used in (Weights)."""
+    draft rule change per call, and graph-safe RNG would be one more thing to get right. The
+    weights are cast once per precision they are used in (Weights)."""
 
     def __init__(self, model, compile=False, graphs=True):
         """compile: compile the one-token loop; graphs: as a CUDA graph where on CUDA (False: inductor's
@@ -314,17 +189,13 @@ class Stepper:
         self.model, self.nh = model, model.config.n_head
         self.device = model.lm_head.weight.device
         self.device_type = self.device.type
-        norm = model.interloop_norm
-        self.norm = (norm.weight, norm.eps) if norm is not None else None
         graphs = compile and graphs and self.device.type == 'cuda'
         self.static = torch.compile(static_loop, fullgraph=True, dynamic=False,
                                     mode='reduce-overhead' if graphs else None) if compile else None
         self.graphs = graphs
         self.pos = torch.zeros(1, dtype=torch.long, device=self.device)  # the compiled step's position, set in place
-        self.normed = [torch.tensor([flag], device=self.device) for flag in (False, True)]  # normed[k > 0]
         if graphs:
-            for t in (self.pos, *self.normed):
-                torch._dynamo.mark_static_address(t, guard=False)
+            torch._dynamo.mark_static_address(self.pos, guard=False)
         self.cast = {}
         self.weights()  # (cast now, in the precision of the caller's context)
         self.held = None  # the KVCache generate reuses from call to call (cache)
@@ -349,20 +220,20 @@ class Stepper:
         return w
 
     def loops(self, x, t0, cache, first, last, running=None):
-        """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0."""
+        """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0.
+        running (B, T) bool: a token that has stopped keeps what its slots hold (its stand-in)."""
         w = self.weights()
-        if self.static is not None and x.size(1) == 1 and running is None:
+        static = self.static is not None and x.size(1) == 1 and running is None
+        if static:
             self.pos.fill_(t0)
-            for k in range(first, last):
-                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], self.norm, self.normed[k > 0],
-                                w.fused, w.attn_fp32)
+        for k in range(first, last):
+            x = self.model.loop_input(x, k + 1)  # (the inter-loop norm, where the model has one)
+            if static:
+                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], w.fused)
                 if self.graphs:  # a CUDA graph's output is overwritten at its next replay (gpt-fast clones too)
                     x = x.clone()
-            return x
-        for k in range(first, last):
-            if k > 0 and self.norm is not None:  # the scale-removing recurrence, before every loop but the first
-                x = F.rms_norm(x, (x.size(-1),), *self.norm)  # (model.interloop_norm, without its module call)
-            x = run_loop(w, self.nh, x, t0, cache.kv[k], running)
+            else:
+                x = run_loop(w, self.nh, x, CachedAttention(cache.kv[k], t0, x.size(1), running))
         return x
 
     def logits(self, h, last):
@@ -375,15 +246,9 @@ class Stepper:
         value of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
         Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
         B, T, C = h.shape
-        if self.norm is not None:
-            h = F.rms_norm(h, (C,), *self.norm)
+        h = self.model.loop_input(h, 2)
         kv = F.rms_norm(h, (C,), None, self.model.transformer.h[0].ln_1.eps) @ self.weights().kv_proj  # (B, T, n_layer x 2C)
         return kv.view(B, T, -1, 2, self.nh, C // self.nh).permute(2, 3, 0, 4, 1, 5)
-
-
-def embed(model, idx, t0):
-    """Token and position embeddings of idx (B, T) at positions t0.. : H_0, (B, T, C)."""
-    return F.embedding(idx, model.transformer.wte.weight) + model.transformer.wpe.weight[t0:t0 + idx.size(1)]
 
 
 def fill_stand_ins(cache, src, t0, loop, stopped=None):
@@ -415,11 +280,11 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     caches their keys and values.
 
     Per-token early exit (0 < exit_threshold < 1): after each loop, a token whose confidence
-    (a name of EXIT_CRITERIA, or a callable gate) exceeds the threshold stops there and is
+    (criterion: a beyond/exits.py Criterion, or a registered name) exceeds the threshold stops there and is
     answered by that loop's readout, read as the model run with that many loops (an exit at
     loop 1 is exactly the 1-loop model). Its later loops never run; later tokens read its
     stand-in there. When every new token has stopped, the loop ends: a single decoded token
-    that exits at loop j costs j loops. A readout-free criterion (readout_free) decides from
+    that exits at loop j costs j loops. A state criterion (criterion.readout False) decides from
     the states, so a token pays for one readout, at its exit (or at the last loop), where a
     readout criterion pays for one at every loop it could stop after.
 
@@ -429,11 +294,12 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     if t0 + T > model.config.block_size:
         raise ValueError(f"positions up to {t0 + T} exceed block_size {model.config.block_size}")
     stepper = stepper or Stepper(model)
-    h = embed(model, idx, t0)  # (B, T, C)
-    exits = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
-    free = readout_free(criterion)
+    h = model.embed(idx, t0)  # (B, T, C)
+    exiting = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
+    criterion = exits.get(criterion)
+    free = not criterion.readout
     loops = torch.full((B, T), K, dtype=torch.long, device=idx.device)
-    if not exits:  # every loop at once (one compiled call, where compiled)
+    if not exiting:  # every loop at once (one compiled call, where compiled)
         out = stepper.logits(stepper.loops(h, t0, cache, 0, K), last=True)
         cache.length = t0 + T
         return out, loops
@@ -446,7 +312,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
                 break
             out = None if free else stepper.logits(h, last=True)  # the token as the model run with k+1 loops
             # (compared as a tensor, in its dtype, exactly as the many-token path below compares)
-            if bool(confidence(criterion, h, before, out, prev) > exit_threshold):
+            if bool(criterion(h, before, out, prev) > exit_threshold):
                 out = stepper.logits(h, last=True) if free else out  # (readout-free: the one readout, at the exit)
                 fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k)
                 loops.fill_(k + 1)
@@ -462,7 +328,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
         if k == K - 1:
             continue
         out = None if free else stepper.logits(h, last=True)  # (B, T, vocab): each token as the model run with k+1 loops
-        stop = running & (confidence(criterion, h, before, out, prev) > exit_threshold)
+        stop = running & (criterion(h, before, out, prev) > exit_threshold)
         prev = out
         running = running & ~stop
         n_before, n_running = n_running, int(running.sum())  # the host must know: skipping work is the point
@@ -539,12 +405,13 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     K = cache.n_loops
     states, qs, drafts = [], [], []
     tok = last
+    criterion = exits.get(criterion)
     for i in range(g + 1):
-        h, prev = embed(model, tok, t + i), None
+        h, prev = model.embed(tok, t + i), None
         before = h
-        if draft_stop > 0 and (criterion == 'converge' or readout_free(criterion)):  # the state of loop j-1 too
+        if draft_stop > 0 and criterion.previous:  # the state of loop j-1 too, or its readout
             before = stepper.loops(h, t + i, cache, 0, j - 1)  # (j = 1: the embedding)
-            prev = stepper.logits(before, last=True) if criterion == 'converge' and j > 1 else None
+            prev = stepper.logits(before, last=True) if criterion.readout and j > 1 else None
             h = stepper.loops(before, t + i, cache, j - 1, j)
         else:
             h = stepper.loops(h, t + i, cache, 0, j)
@@ -552,7 +419,7 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
         if i == g:
             break
         logits = stepper.logits(h, last=True)  # (1, 1, vocab): the j-loop model's next token
-        if draft_stop > 0 and float(confidence(criterion, h, before, logits, prev)) < draft_stop:
+        if draft_stop > 0 and float(criterion(h, before, logits, prev)) < draft_stop:
             break  # not sure enough to draft: the verify pass gives this position's token
         logits = logits[0]
         q = next_token_probs(logits[0], temperature, top_k)

@@ -1,5 +1,5 @@
 """
-The decoding studies of eval_depth.py: does depth pay as a compute knob in real decoding?
+The decoding studies of eval_depth.py (beyond the paper): does depth pay as a compute knob in real decoding?
 Early exit scored teacher-forced and causally (with copied or recomputed stand-ins),
 calibrated halting with measured decode speed, and speculative decoding with the model's own
 first loops (acceptance from the states, and measured tok/s against what it predicts).
@@ -8,8 +8,9 @@ first loops (acceptance from the states, and measured tok/s against what it pred
     python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01,0.05
     python eval_depth.py out-raw_perloop-cpu-long-s1 --speculative
 
-eval_depth.py runs these and prints their tables; this file holds them so that each file
-answers one question. Each study takes a runs.Scoring (the model, the split's windows, the
+eval_depth.py takes these flags (add_decoding_arguments), runs these studies (decoding_studies)
+and prints their tables (decoding_tables); this file holds them so that each file answers one
+question. Each study takes a data.Scoring (the model, the split's windows, the
 batch size, the device and the precision context).
 """
 
@@ -19,15 +20,12 @@ import time
 import numpy as np
 import torch
 
-from decoder import EXIT_CRITERIA, Stepper, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins
-from report import perplexity, pm
-from runtime import sync
-
-
-def criteria_of(gates=None):
-    """The criteria a run is scored with: name -> what decoder.decode takes (EXIT_CRITERIA's
-    names, then the run's learned gates, exit_gate.ExitGate, under their names)."""
-    return {**{c: c for c in EXIT_CRITERIA}, **(gates or {})}
+from beyond import exits
+from beyond.decoder import STAND_INS, Stepper, decode, generate, new_cache, next_token_probs, sample, stand_ins
+from configurator import UserError
+from data import Scoring, load_run, run_folder, score_windows
+from report import clip_ppl, label, legend, num, perplexity, pm
+from runtime import autocast, sync
 
 
 def exit_loops(conf, tau):
@@ -116,7 +114,7 @@ def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     """The split scored as the decoder runs it (decoder.decode on each window): a token that
     stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
     there. sc: a runs.Scoring; windows: a subset of its windows (default: all); criterion: a
-    name or a gate (criteria_of). Returns per-token CE and loops used, (N,) each."""
+    beyond/exits.py Criterion. Returns per-token CE and loops used, (N,) each."""
     model = sc.model
     windows = sc.windows if windows is None else windows
     ce, loops = [], []
@@ -135,8 +133,8 @@ def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
 
 
 def causal_exits(sc, K, thresholds, stand_ins, name, criteria=None):
-    """Every criterion (criteria_of) at every threshold with every stand-in, scored causally."""
-    criteria = criteria or criteria_of()
+    """Every criterion (name -> beyond/exits.py Criterion) at every threshold with every stand-in, scored causally."""
+    criteria = criteria or exits.CRITERIA
     out = []
     for stand_in, criterion, tau in itertools.product(stand_ins, criteria, thresholds):
         ce, loops = causal_exit(sc, K, criteria[criterion], tau, stand_in,
@@ -217,9 +215,9 @@ def calibrate(sc, K, targets, stand_ins, decode_tokens, name, reference=None, gr
     perplexity and mean loops of the causal exit, and the measured speed-up of real decoding
     over fixed K. The reference is this model's own full depth, or `reference` (dict name, pick,
     held: another run's full-depth ppl on the two halves, as eval_depth.py passes for an
-    exit-trained run: its normally trained twin). criteria: criteria_of's (default: EXIT_CRITERIA)."""
+    exit-trained run: its normally trained twin). criteria: name -> Criterion (default: every registered one)."""
     model, windows, device, ctx = sc.model, sc.windows, sc.device, sc.ctx
-    criteria = criteria or criteria_of()
+    criteria = criteria or exits.CRITERIA
     half = len(windows) // 2
     if half == 0:
         raise ValueError(f"--calibrate needs at least two windows of {model.config.block_size} tokens to split into "
@@ -307,11 +305,11 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
             sample(next_token_probs(decode(model, tok, cache, stepper=stepper)[0][:, -1], 1.0, None))
 
         def draft():
-            h = embed(model, tok, t)
+            h = model.embed(tok, t)
             h = stepper.loops(h, t, cache, 0, j)
             sample(next_token_probs(stepper.logits(h, last=True)[0, -1], 1.0, None))
 
-        h0 = embed(model, prompt[:, -1:].expand(1, g + 1), t)
+        h0 = model.embed(prompt[:, -1:].expand(1, g + 1), t)
 
         def verify():
             h = stepper.loops(h0, t, cache, j, K)
@@ -350,11 +348,153 @@ def speculative_bench(model, prompt, K, n_new, device, ctx, acceptance_by_j, nam
 
 
 # -------------------------------------------------------------------------------------
+# eval_depth.py's part: its decoding flags, the rows of its pass, the studies of a run, the tables
+
+def add_decoding_arguments(p):
+    p.add_argument('--exit', default='', help='early-exit thresholds in (0, 1], e.g. 0.5,0.7,0.9: teacher-forced '
+                                              'and causal (as the decoder runs it). Holds a few (batch, block, vocab) '
+                                              'float32 tensors: with a 50k vocabulary, lower --batch_size')
+    p.add_argument('--calibrate', default='',
+                   help='calibrated halting: allowed relative ppl increases over full depth, e.g. 0.01,0.05')
+    p.add_argument('--stand_in', default='copy,project',
+                   help="the stand-ins --exit and --calibrate score: copy, project or both (comma-separated)")
+    p.add_argument('--criteria', default=None,
+                   help="the exit criteria --exit and --calibrate score, comma-separated: " + exits.names() +
+                        ". Default: every registered one (python -m beyond.exits lists them), and gate where a run has gate.pt")
+    p.add_argument('--retime', action='store_true',
+                   help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine), "
+                        "and write the results to --out")
+    p.add_argument('--speculative', action='store_true',
+                   help='time speculative decoding for every draft depth j, draft length g and draft_stop (batch 1)')
+    p.add_argument('--decode_tokens', type=int, default=256,
+                   help='tokens sampled to time decoding (--calibrate, --speculative)')
+
+
+def parse_thresholds(text):
+    try:
+        values = [float(v) for v in text.split(',') if v.strip()]
+    except ValueError:
+        raise UserError(f"--exit takes comma-separated thresholds like 0.5,0.9; got {text!r}")
+    bad = [v for v in values if not 0 < v <= 1]
+    if bad or not values:
+        raise UserError(f"--exit thresholds must lie in (0, 1]; got {text!r}")
+    return values
+
+
+def check_decoding_arguments(args):
+    """Every check on the decoding flags, in one place (eval_depth.check calls it)."""
+    bad_targets = UserError(f"--calibrate takes allowed relative perplexity increases in (0, 1), like 0.01 or "
+                            f"0.01,0.05; got {args.calibrate!r}")
+    try:
+        args.calibrate = [float(v) for v in args.calibrate.split(',') if v.strip()]
+    except ValueError:
+        raise bad_targets from None
+    if not all(0 < v < 1 for v in args.calibrate):
+        raise bad_targets
+    args.exit = parse_thresholds(args.exit) if args.exit else []
+    if args.criteria is not None:
+        args.criteria = list(dict.fromkeys(v.strip() for v in args.criteria.split(',') if v.strip()))
+        if not args.criteria:
+            raise UserError(f"--criteria takes exit criteria, comma-separated: {exits.names()}")
+        for name in args.criteria:
+            exits.check_name(name, '--criteria')
+    args.stand_in = [v.strip() for v in args.stand_in.split(',') if v.strip()]
+    bad = [v for v in args.stand_in if v not in STAND_INS]
+    if bad or not args.stand_in:
+        raise UserError(f"--stand_in takes {' and/or '.join(STAND_INS)}, comma-separated; got {','.join(bad) or 'nothing'}")
+
+
+def exit_rows(model, states, K, criteria=None):
+    """From one pass's states [H_0 .. H_K'] of a batch: for loops 1..K, each criterion's confidence
+    ('conf_<name>', (K, N)) and the speculative acceptance of loop j's readout by loop K's
+    ('greedy_agree', 'sample_accept', (K-1, N)). A token that exits at loop k is read out as the
+    model run with k loops; three (B, T, vocab) readouts are alive at a time."""
+    criteria = criteria or exits.CRITERIA
+    last_out, prev, conf, agree, accept = model.logits(states[K], last=True), None, [], [], []
+    for k in range(1, K + 1):
+        out = model.logits(states[k], last=True) if k < K else last_out
+        conf.append([c(states[k], states[k - 1], out, prev).flatten() for c in criteria.values()])
+        if k < K:  # speculative decoding: is the k-loop model's token kept by loop K?
+            a, b = acceptance(out, last_out)
+            agree.append(a.flatten())
+            accept.append(b.flatten())
+        prev = out
+    rows = {f'conf_{c}': torch.stack([row[i] for row in conf]) for i, c in enumerate(criteria)}
+    if agree:
+        rows['greedy_agree'], rows['sample_accept'] = torch.stack(agree), torch.stack(accept)
+    return rows
+
+
+def gates_of(criteria):
+    """What a results.json records of a run's learned gates: name -> what each reads."""
+    return {n: dict(reads=c.gate.reads) for n, c in (criteria or {}).items() if c.gate is not None}
+
+
+def decoding_studies(run, sc, free, K, args, reference=None, criteria=None):
+    """The decoding studies of one run, into run: the oracle and the teacher-forced frontiers, and
+    as the flags ask, early exit (--exit), calibrated halting (--calibrate) and speculative timing
+    (--speculative). free: the per-token rows of eval_depth.score_depths; K: the trained depth."""
+    criteria = criteria or exits.CRITERIA
+    run['early_exit'] = []
+    if K > 1:
+        run['speculative'] = dict(greedy_agree=free['greedy_agree'].mean(1).tolist(),
+                                  sample_accept=free['sample_accept'].mean(1).tolist())
+        # the oracle bound and every criterion's teacher-forced frontier (no decoding: cheap)
+        run['exit_frontier'] = exit_frontiers(free, K)
+    if args.exit:
+        run['early_exit'] = teacher_forced_exit(free, args.exit, K) + \
+            causal_exits(sc, K, args.exit, args.stand_in, run['name'], criteria)
+        if K > 1:
+            run['stand_in_error'] = stand_in_error(sc, K)
+    if args.calibrate:
+        try:
+            run['calibrated'] = calibrate(sc, K, args.calibrate, args.stand_in, args.decode_tokens, run['name'],
+                                          reference, criteria=criteria)
+        except ValueError as e:
+            raise UserError(str(e))
+    if args.speculative and K > 1:
+        x1, _ = sc.first_batch(sc.windows[-1:], 1)
+        by_j = dict(greedy=run['speculative']['greedy_agree'], sample=run['speculative']['sample_accept'])
+        prompt = x1[:, :min(64, sc.model.config.block_size // 2)]  # (room in the block for every draft length timed)
+        run['speculative_bench'] = speculative_bench(sc.model, prompt, K, args.decode_tokens, sc.device, sc.ctx, by_j,
+                                                     run['name'])
+
+
+def retime(runs, device, data_dir=None):
+    """Times again every calibrated pick of earlier runs (a results.json's), in place: decode
+    speed-ups are the one part of an evaluation that a busy machine distorts."""
+    for run in runs:
+        if not run.get('calibrated'):
+            continue
+        model, _, data = load_run(run['path'], device, run['split'], data_dir)
+        windows = score_windows(len(data), model.config.block_size, run['tokens_scored'])
+        ctx = autocast(device, run['dtype'])
+        prompt = held_prompt(Scoring(model, data, windows, 1, device, ctx))  # calibrate's prompt
+        criteria = exits.run_criteria(run_folder(run['path']), model, sorted({c['criterion'] for c in run['calibrated']}))
+        for c in run['calibrated']:
+            fixed, tok_s, loops = speedup(model, prompt, c['decode_tokens'], run['trained_K'], device, ctx,
+                                          exit_threshold=c['threshold'], criterion=criteria[c['criterion']],
+                                          stand_in=c['stand_in'])
+            c.update(fixed_decode_tok_per_s=fixed, decode_tok_per_s=tok_s, speedup=tok_s / fixed, decode_mean_loops=loops,
+                     retimed=True)
+
+
+def decoding_tables(g, runs):
+    """The decoding studies' tables of a group, as eval_depth.py prints them after its own."""
+    out = []
+    if g['mean'].get('exit_frontier'):
+        out.append(frontier_table(g))
+    if g['mean'].get('early_exit'):
+        out.append(exit_table(g))
+    if 'calibrated' in g['mean']:
+        out.append(calibration_table(g, runs))
+    if 'speculative' in g['mean']:
+        out.append(speculative_table(g))
+    return ''.join(t + '\n' for t in out)
+
+
+# -------------------------------------------------------------------------------------
 # tables
-
-def label(group):
-    return group['name'] + (f" ({group['n']} seeds)" if group['n'] > 1 else '')
-
 
 def exit_table(g):
     K = g['mean']['final_norm_hist']['loop']
@@ -442,3 +582,54 @@ def speculative_table(g):
                              f"{r['fixed_tok_per_s']:,.0f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | "
                              f"{r['accept_rate']:.3f} | {r['tokens_per_pass']:.2f} |")
     return '\n'.join(lines)
+
+
+# -------------------------------------------------------------------------------------
+# figures (report.all_plots draws them after the paper's)
+
+LINES = ('-', '--', ':', '-.', (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1)))  # one a criterion
+
+
+def early_exit_figure(plt, groups, runs):
+    if not any(g['mean']['early_exit'] for g in groups):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    for ax, mode, title in zip(axes, ('teacher_forced', 'causal'),
+                               ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
+        for i, g in enumerate(groups):
+            criteria = list(dict.fromkeys(e['criterion'] for e in g['mean']['early_exit']))
+            for criterion, ls in zip(criteria, itertools.cycle(LINES)):
+                pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
+                             if e['mode'] == mode and e['criterion'] == criterion)
+                if pts:
+                    ax.plot(*zip(*pts), marker='o', ls=ls, color=f'C{i % 10}', label=f"{g['name']}: {criterion}")
+        ax.set(xlabel='mean loops used per token', ylabel='perplexity', title=f'Early exit, {title}')
+        clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean']['early_exit']])
+    legend(axes[0])
+    fig.suptitle('Perplexity vs loops used, one line style a criterion')
+    return fig, 'early_exit.png'
+
+
+def exit_frontier_figures(plt, groups, runs):
+    """One figure a run: the oracle's frontier (each token at its best loop for a price mu of a
+    nat in loops) and every criterion's teacher-forced frontier, mean loops vs ppl, with
+    full-depth ppl +1% and +5% marked. Returns a list of (figure, file name)."""
+    made = []
+    for run in (r for r in runs if r.get('exit_frontier')):
+        f = run['exit_frontier']
+        fig, ax = plt.subplots(figsize=(8, 6))
+        ax.plot(f['oracle']['mean_loops'], num(f['oracle']['ppl']), color='k', lw=2, label='oracle (bound)')
+        for i, (c, tf) in enumerate(f['teacher_forced'].items()):
+            pts = sorted(zip(tf['mean_loops'], num(tf['ppl'])))
+            ax.plot(*zip(*pts), marker='.', ms=3, ls=LINES[i % len(LINES)], color=f'C{i % 10}', label=c)
+        for t, ls in (('0.01', ':'), ('0.05', '--')):
+            ax.axhline(f['full_ppl'] * (1 + float(t)), color='gray', ls=ls, lw=1)
+        ax.set(xlabel='mean loops used per token (teacher-forced)', ylabel=f"{run['split']} perplexity",
+               title=f"Exit deciders against the oracle, {run['name']}\n(gray: full depth +1% dotted, +5% dashed)")
+        ax.set_ylim(0.98 * min(num(f['oracle']['ppl'])), 1.25 * f['full_ppl'])
+        legend(ax, ncol=3)
+        made.append((fig, f"exit_frontier_{run['name']}.png"))
+    return made
+
+
+FIGURES = (early_exit_figure, exit_frontier_figures)

@@ -3,7 +3,7 @@ The costs of depth at one checkpoint, decoding at batch 1, every part timed side
 one run: one loop, one readout, each exit decision, a verify pass per token, sampling; fixed
 K = 1..K tok/s; and what they imply for exits and for speculative decoding.
 
-    OMP_NUM_THREADS=2 python assets/cpu-44m/depth_costs.py out-norm_perloop-cpu44m-s1 --dtype float32
+    OMP_NUM_THREADS=2 python -m beyond.depth_costs out-norm_perloop-cpu44m-s1 --dtype float32
 
 Prints a markdown table and the implied speed-ups; run it on a quiet machine.
 """
@@ -11,17 +11,15 @@ Prints a markdown table and the implied speed-ups; run it on a quiet machine.
 import argparse
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+import torch
 
-import torch  # noqa: E402
-
-from decoder import Stepper, confidence, decode, embed, generate, new_cache, next_token_probs, sample, stand_ins  # noqa: E402
-from eval_decode import acceptance, predicted_speedup, tokens_per_pass  # noqa: E402
-from runs import Scoring, load_run, score_windows  # noqa: E402
-from runtime import autocast  # noqa: E402
+from beyond import exits
+from beyond.decoder import Stepper, decode, generate, new_cache, next_token_probs, sample, stand_ins
+from beyond.eval_decode import acceptance, predicted_speedup, tokens_per_pass
+from data import Scoring, load_run, score_windows
+from runtime import autocast
 
 
 def timed(fn, reps):
@@ -59,19 +57,18 @@ def main():
         cache = new_cache(model, 1, K)
         decode(model, prompt, cache, stepper=stepper)
         tok = prompt[:, -1:]
-        h0 = embed(model, tok, t)
+        h0 = model.embed(tok, t)
         h1 = stepper.loops(h0, t, cache, 0, 1)
         h2 = stepper.loops(h1, t, cache, 1, 2)
         logits1, logits2 = stepper.logits(h1, last=True), stepper.logits(h2, last=True)
 
         loop = timed(lambda: stepper.loops(h0, t, cache, 0, 1), args.reps)
         readout = timed(lambda: stepper.logits(h1, last=True), args.reps)
-        decide = {c: timed(lambda c=c: bool(confidence(c, h2, h1, logits2, logits1) > 0.5), args.reps)
-                  for c in ('max_prob', 'entropy', 'converge', 'angular')}  # (as decoder.decode decides)
-        decide['angular (no readout)'] = decide.pop('angular')
+        decide = {name + ('' if c.readout else ' (no readout)'): timed(lambda c=c: bool(c(h2, h1, logits2, logits1) > 0.5), args.reps)
+                  for name, c in exits.CRITERIA.items()}  # (as decoder.decode decides)
         draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
         project = timed(lambda: stand_ins(stepper, cache, h1, t, 0, 'project'), args.reps)  # (an exit's later keys/values)
-        hg = embed(model, prompt[:, -1:].expand(1, args.g + 1), t)
+        hg = model.embed(prompt[:, -1:].expand(1, args.g + 1), t)
         verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K), last=True), args.reps)
                   for j in range(1, K)}
         fixed = {}

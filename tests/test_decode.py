@@ -4,7 +4,7 @@ exit means what it says (an exit at loop j costs j loops; later tokens read the 
 token's stand-in, copied or recomputed), and speculative decoding with the model's own first
 loops gives the K-loop model's output: the same greedy text, the same distribution.
 
-    python -m pytest -q test_decode.py
+    python -m pytest -q tests/test_decode.py
 """
 
 import math
@@ -15,8 +15,11 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import decoder
-from decoder import decode, exit_confidence, generate, new_cache
+from beyond import decoder
+from beyond import exits
+from beyond.decoder import decode, generate, new_cache
+from beyond.exit_train import ExitTrainedGPT
+from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
 
 V, T, D, K = 64, 16, 32, 3
@@ -112,7 +115,8 @@ def reference_causal_exit(model, x, threshold, criterion):
                 Kmat, Vmat = torch.stack(keys[k][layer], 1), torch.stack(vals[k][layer], 1)  # (nh, t+1, hs)
                 att = F.softmax((q.view(nh, 1, hs) @ Kmat.transpose(1, 2)) / math.sqrt(hs), dim=-1)
                 xk = xk + block.attn.c_proj((att @ Vmat).reshape(cfg.n_embd))
-                xk = xk + block.mlp(block.ln_2(xk))
+                z = block.ln_2(xk)
+                xk = xk + block.mlp.w_down(F.silu(block.mlp.w_gate(z)) * block.mlp.w_up(z))
             h = xk
             out = model.logits(h, last=True)
             if k == K - 1 or exit_confidence(out, criterion, prev) > threshold:
@@ -316,12 +320,16 @@ def test_accepting_drafts_by_the_rule():
 # ---------------------------------------------------------------------------------------
 # recomputed stand-ins, the convergence criterion, the compiled loop
 
+def exit_confidence(logits, criterion, prev=None):
+    """A readout criterion's confidence from its logits alone (it reads no state)."""
+    return exits.get(criterion)(None, None, logits, prev)
+
+
 def random_gate(seed=3):
-    """A learned exit gate with random weights (exit_gate.ExitGate): a callable criterion."""
-    from exit_gate import ExitGate
-    gate = ExitGate(D, 'norm')
+    """A learned exit gate with random weights (exits.ExitGate), as a criterion."""
+    gate = exits.ExitGate(D, 'norm')
     torch.nn.init.normal_(gate.linear.weight, generator=torch.Generator().manual_seed(seed))
-    return gate
+    return exits.gate_criterion('gate', gate)
 
 
 def teacher_forced_confidence(model, states, criterion):
@@ -329,7 +337,7 @@ def teacher_forced_confidence(model, states, criterion):
     prev, rows = None, []
     for k in range(1, len(states)):
         out = model.logits(states[k], last=True)
-        rows.append(decoder.confidence(criterion, states[k], states[k - 1], out, prev))
+        rows.append(exits.get(criterion)(states[k], states[k - 1], out, prev))
         prev = out
     return torch.stack(rows)
 
@@ -363,7 +371,7 @@ def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_patte
         for b in range(2):
             cache = new_cache(model, 1)
             alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, criterion, 'project') for t in range(T)])
-        states = list(model.loop_states(x, exit_at=loops))  # the masked training forward, same pattern
+        states = list(ExitTrainedGPT.masked_states(model, x, loops))  # the masked training forward, same pattern
         want = torch.stack([model.logits(states[k], last=True) for k in range(1, K + 1)])  # (K, B, T, V)
         want = want.gather(0, (loops - 1)[None, ..., None].expand(1, *want.shape[1:])).squeeze(0)
         # the pattern the criterion implies there: the first loop over the threshold (else K)
@@ -381,13 +389,14 @@ def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_patte
 
 
 def eval_exit_loops(conf, tau):
-    from eval_decode import exit_loops
+    from beyond.eval_decode import exit_loops
     return exit_loops(conf.clone(), tau)
 
 
 def test_the_readout_free_criteria_by_hand():
     h = torch.tensor([3.0, 4.0])
-    conf = decoder.state_confidence
+    def conf(h, before, c):
+        return exits.get(c)(h, before)
     assert conf(h, 1000 * h, 'angular').item() == pytest.approx(1.0)  # scale-free: no turn, whatever the sizes
     assert conf(h, -h, 'angular').item() == pytest.approx(0.0, abs=1e-7)  # turned around: the largest step
     assert conf(h, torch.tensor([-4.0, 3.0]), 'angular').item() == pytest.approx(1 - math.sin(math.pi / 4))  # 90 degrees
@@ -396,10 +405,8 @@ def test_the_readout_free_criteria_by_hand():
     assert conf(h, torch.zeros(2), 'latent').item() == pytest.approx(math.exp(-1))  # ||H_1 - H_0|| / ||H_1|| = 1
     assert conf(h, 0.9 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # radial growth counts for latent
     assert conf(1e4 * h, 0.9e4 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # relative: scale-free too
-    for c in ('angular', 'latent'):
-        with pytest.raises(ValueError, match='state_confidence'):
-            exit_confidence(h, c)
-    with pytest.raises(ValueError, match='unknown'):
+    assert not exits.get('angular').readout and not exits.get('latent').readout  # decided without a readout
+    with pytest.raises(UserError, match='unknown exit criterion'):
         conf(h, h, 'margin')
 
 
@@ -444,8 +451,8 @@ def test_the_convergence_criterion_on_hand_made_distributions():
     assert exit_confidence(p, 'converge', q).item() == pytest.approx(math.exp(-kl))
     assert exit_confidence(p, 'converge', None).item() == 0.0  # loop 1: nothing to compare with
     assert exit_confidence(p + 3.0, 'converge', p).item() == pytest.approx(1.0)  # logits, not probabilities
-    with pytest.raises(ValueError, match='converge'):
-        exit_confidence(p, 'margin')
+    with pytest.raises(UserError, match='converge'):  # (the error names the criteria there are)
+        exits.get('margin')
 
 
 def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
@@ -565,7 +572,7 @@ def test_under_bf16_autocast_the_decoder_is_the_forward():
             forward = model(x)[0].float()
             stepper = decoder.Stepper(model)
             decoded = stepwise_logits(model, x, stepper)
-            h = stepper.loops(decoder.embed(model, x[:, :1], 0), 0, new_cache(model, 1), 0, K)
+            h = stepper.loops(model.embed(x[:, :1], 0), 0, new_cache(model, 1), 0, K)
             weights = stepper.weights()
             # the control: the old rule, the residual added inside a bf16 matmul (addmm), which
             # turns the stream into bf16 after the first block
@@ -573,7 +580,7 @@ def test_under_bf16_autocast_the_decoder_is_the_forward():
             old.weights().fused = True
             old_rule = stepwise_logits(model, x, old)
     assert h.dtype == torch.float32  # the residual stream stays float32, as in model.Block
-    assert weights.layers[0][2].dtype == torch.bfloat16  # and the weights were cast once, to bf16
+    assert weights.layers[0].qkv.dtype == torch.bfloat16  # and the weights were cast once, to bf16
     err = {name: (logits - exact).abs().max().item() for name, logits in
            dict(forward=forward, decoded=decoded, old_rule=old_rule).items()}
     assert err['decoded'] <= 1.5 * err['forward'], err  # within the forward's own bf16 error

@@ -3,7 +3,7 @@ train.py on tiny data made by prepare.py: from the outside (a subprocess) for a 
 one-line error and two DDP ranks; its main(), helpers and setting checks in-process, where a
 subprocess would only add an interpreter start and a torch import; and configurator.py.
 
-    python -m pytest -q test_train.py
+    python -m pytest -q tests/test_train.py
 """
 
 import json
@@ -20,7 +20,7 @@ import torch
 
 import train as train_module
 from conftest import HERE, assert_one_line_error, run_script, train_args, train_in_process
-from configurator import ConfigError, configure
+from configurator import UserError, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
 
@@ -160,7 +160,7 @@ def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp
     out = tmp_path / 'run'
     tiny_checkpoint(out, tiny_data)
     before = (out / 'ckpt.pt').read_bytes()
-    with pytest.raises(train_module.TrainError, match='non-finite.*lower learning_rate'):
+    with pytest.raises(UserError, match='non-finite.*lower learning_rate'):
         train_in_process(tiny_data, out, '--max_iters=40', '--eval_interval=4', '--init_from=resume',
                    '--learning_rate=1e12', '--grad_clip=0.0')
     assert (out / 'ckpt.pt').read_bytes() == before
@@ -195,7 +195,7 @@ def test_help_lists_every_setting_with_its_comment(capsys):
     (['-o'], ["'-o'", '--help']),
 ])
 def test_config_errors_name_what_is_wrong(argv, needles):
-    with pytest.raises(train_module.TrainError) as e:
+    with pytest.raises(UserError) as e:
         settings(*argv)
     for needle in needles:
         assert needle in str(e.value), str(e.value)
@@ -204,7 +204,7 @@ def test_config_errors_name_what_is_wrong(argv, needles):
 def test_a_bad_config_file_is_named(tmp_path):
     bad = tmp_path / 'bad.py'
     bad.write_text("n_layers = 4\n")
-    with pytest.raises(train_module.TrainError, match="'n_layers'.*bad.py"):
+    with pytest.raises(UserError, match="'n_layers'.*bad.py"):
         settings(str(bad))
 
 
@@ -224,23 +224,23 @@ def test_key_space_value_and_int_for_float_work():
     (['--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'"),
     (['--loss_path=unfused'], "'loss_path'"), (['--compile=yes'], "'compile'")])
 def test_settings_that_make_no_sense_are_refused(bad, needle):
-    with pytest.raises(train_module.TrainError) as e:
+    with pytest.raises(UserError) as e:
         settings(*bad)
     assert needle in str(e.value)
 
 
 def test_a_device_that_is_not_there_is_refused():
     c = SimpleNamespace(**settings('--device=gpu'))
-    with pytest.raises(train_module.TrainError, match="'gpu'"):
+    with pytest.raises(UserError, match="'gpu'"):
         train_module.start_process(c)
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
     c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
-    with pytest.raises(train_module.TrainError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
+    with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
         train_module.load_data(c)
     c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
-    with pytest.raises(train_module.TrainError, match='`python prepare.py`'):
+    with pytest.raises(UserError, match='`python prepare.py`'):
         train_module.load_data(c)
 
 
@@ -248,14 +248,14 @@ def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
     out = tmp_path / 'run'
     tiny_checkpoint(out, tiny_data)
     c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', '--n_embd=64')))
-    with pytest.raises(train_module.TrainError, match=r"n_embd=32 \(asked: 64\)"):
+    with pytest.raises(UserError, match=r"n_embd=32 \(asked: 64\)"):
         train_module.build_model(c, {'vocab_size': 256}, 'cpu')
     c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
-    with pytest.raises(train_module.TrainError, match='vocab 256 but'):
+    with pytest.raises(UserError, match='vocab 256 but'):
         train_module.build_model(c, {'vocab_size': 50257, 'tokenizer': 'gpt2'}, 'cpu')
     assert train_module.build_model(c, {'vocab_size': 256}, 'cpu')[1]['iter_num'] == 4  # it matches
     c = SimpleNamespace(**settings(*train_args(tiny_data, tmp_path / 'none', '--init_from=resume')))
-    with pytest.raises(train_module.TrainError, match='no checkpoint'):
+    with pytest.raises(UserError, match='no checkpoint'):
         train_module.build_model(c, {'vocab_size': 256}, 'cpu')
 
 
@@ -299,12 +299,12 @@ def test_configurator_types():
     assert configure(s, ['--name=wikitext-2', '--flag=True'])['name'] == 'wikitext-2'
     assert configure(s, ['--n', '5', '--flag', 'True']) == dict(s, n=5, flag=True)
     for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n'], ['--n', '--lr=1']):
-        with pytest.raises(ConfigError):
+        with pytest.raises(UserError):
             configure(s, bad)
 
 
 def test_an_unknown_setting_names_the_script_it_was_given_to():
-    with pytest.raises(ConfigError, match='`python sample.py --help`'):
+    with pytest.raises(UserError, match='`python sample.py --help`'):
         configure(dict(n=1), ['--m=1'], [os.path.join(HERE, 'sample.py')])
 
 

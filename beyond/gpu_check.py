@@ -3,12 +3,12 @@ Every measurement a lent GPU should make, in one command. Each step runs in a pr
 own (a CUDA error or a crash stops that step only), is labelled, prints its elapsed seconds
 and keeps its log; a summary at the end repeats every row in the fixed order below.
 
-    python gpu_check.py                      # one CUDA GPU; about 5-9 minutes on an H100/H200 (estimated, below)
-    python gpu_check.py --cpu                # the same steps at a tiny shape on a CPU (test_gpu_check.py runs it)
-    python gpu_check.py --out=DIR            # the logs: DIR/<n>-<step>.log (default out-gpu-check)
-    python gpu_check.py --only=decode-graphs,train-44m-plain   # some steps (the preflight always runs)
-    python gpu_check.py --step=decode-eager  # one step in this process (what the check runs for each)
-    python gpu_check.py --help               # the settings
+    python -m beyond.gpu_check                      # one CUDA GPU; about 5-9 minutes on an H100/H200 (estimated, below)
+    python -m beyond.gpu_check --cpu                # the same steps at a tiny shape on a CPU (test_gpu_check.py runs it)
+    python -m beyond.gpu_check --out=DIR            # the logs: DIR/<n>-<step>.log (default out-gpu-check)
+    python -m beyond.gpu_check --only=decode-graphs,train-44m-plain   # some steps (the preflight always runs)
+    python -m beyond.gpu_check --step=decode-eager  # one step in this process (what the check runs for each)
+    python -m beyond.gpu_check --help               # the settings
 
 The steps, most needed first, so that a run cut short still has them:
   preflight         Python, torch, CUDA and the device; every import the scripts need (the real
@@ -56,7 +56,7 @@ import sys
 import sysconfig
 import time
 
-from configurator import ConfigError, configure  # (standard library only: torch is imported per step)
+from configurator import UserError, configure, one_line_errors  # (standard library only: torch is imported per step)
 
 # -----------------------------------------------------------------------------
 cpu = False                   # True (or --cpu): every step at a tiny shape on the CPU, to check the script itself
@@ -71,7 +71,7 @@ draft_tokens = 3              # decode-speculative: the most tokens drafted per 
 # -----------------------------------------------------------------------------
 SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and k.islower()
             and isinstance(v, (int, float, bool, str))}
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: the steps run there
 STEPS = ('preflight', 'train-44m-fused', 'train-129m-fused', 'decode-eager', 'decode-compiled', 'decode-graphs',
          'train-44m-plain', 'train-129m-plain')
 ROWS = {'decode-graphs': ('decode-graphs', 'decode-speculative')}  # a step's rows, where not just its own name
@@ -81,10 +81,6 @@ SHAPES = {'44m': ['config/norm_perloop.py'], '129m': ['config/norm_perloop.py', 
 # inductor compile of the tiny training step took 40 s on a 2-core CPU (the decode loop's took 10 s).
 TINY = ['--device=cpu', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2', '--block_size=32',
         '--batch_size=2', '--vocab_size=64']
-
-
-class CheckError(Exception):
-    """Something the user can fix; printed as one line."""
 
 
 def rows_of(name):
@@ -118,14 +114,14 @@ def preflight(s):
     print(f"python {platform.python_version()} ({sys.executable}); torch {torch.__version__}, "
           f"built for CUDA {torch.version.cuda or 'none (a CPU build)'}", flush=True)
     failed = []
-    for name in ('numpy', 'tiktoken', 'model', 'train', 'bench', 'decoder'):  # what the steps import
+    for name in ('numpy', 'tiktoken', 'model', 'train', 'beyond.bench', 'beyond.decoder'):  # what the steps import
         try:
             importlib.import_module(name)
         except Exception as e:  # (any error at import time: the real one, for the user to fix)
             print(f"cannot import {name}: {type(e).__name__}: {e}", flush=True)
             failed.append(name)
     if failed:
-        raise CheckError(f"cannot import {', '.join(failed)} (the errors are above): pip install -r requirements.txt "
+        raise UserError(f"cannot import {', '.join(failed)} (the errors are above): pip install -r requirements.txt "
                          f"into this Python, {sys.executable}")
     if device == 'cuda':
         p = torch.cuda.get_device_properties(0)
@@ -164,7 +160,7 @@ def compiles():
 def shape_args(s, shape):
     """bench.py's command line for a shape: the config files, then the GPU's or the tiny CPU shape's."""
     from model import LoopedGPTConfig
-    argv = [os.path.join(HERE, f) for f in SHAPES[shape]]
+    argv = [os.path.join(ROOT, f) for f in SHAPES[shape]]
     if s['cpu']:
         return argv + TINY
     # model.py's default vocabulary is GPT-2's BPE (bench.py would otherwise read a prepared dataset's)
@@ -172,13 +168,13 @@ def shape_args(s, shape):
 
 
 def train_row(s, name):
-    import bench
+    from beyond import bench
     import torch
     from model import LoopedGPT
     from runtime import peak_flops
     _, shape, path = name.split('-')
     compiled = s['compile'] == 'on' and not s['cpu']
-    c, device, dtype, ctx = bench.setup(shape_args(s, shape) + [
+    c, device, dtype, ctx = bench.setup_bench(shape_args(s, shape) + [
         f"--loss_path={path}", f"--compile={'on' if compiled else 'off'}", f"--steps={s['steps']}",
         f"--warmup={s['warmup']}"])
     t0 = time.perf_counter()
@@ -202,9 +198,9 @@ def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
     """Two identical runs (the same seed, so the same tokens and the same calls) on one Stepper
     (kw['stepper']: its weights, compiled loop and KV cache are made once and reused, as a
     long-lived decoder keeps them): the first compiles and records, the second is timed. One row."""
-    import bench
+    from beyond import bench
     import torch
-    from decoder import generate
+    from beyond.decoder import generate
     from runtime import sync
     bench.reset_peak_memory(device)
     before = compiles()
@@ -227,16 +223,16 @@ def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
 
 
 def decode_rows(s, name):
-    import bench
+    from beyond import bench
     import torch
-    from decoder import Stepper
+    from beyond.decoder import Stepper
     from model import LoopedGPT
     from runtime import autocast, resolve_dtype
-    c, device, _, _ = bench.setup(shape_args(s, '44m'))
+    c, device, _, _ = bench.setup_bench(shape_args(s, '44m'))
     ctx = autocast(device, resolve_dtype(c.dtype, device))  # evaluation's precision: bf16 on a GPU, fp32 on a CPU
     n_new = c.block_size - s['prompt_tokens']  # one window: no restart (a prefill) inside the timed run
     if n_new < 1:
-        raise CheckError(f"prompt_tokens must be below block_size ({c.block_size}); got {s['prompt_tokens']}")
+        raise UserError(f"prompt_tokens must be below block_size ({c.block_size}); got {s['prompt_tokens']}")
     torch.manual_seed(c.seed)
     model = LoopedGPT(bench.model_config(c)).to(device).eval()
     prompt = torch.randint(0, c.vocab_size, (1, s['prompt_tokens']), device=device)
@@ -261,13 +257,13 @@ def run_step(s):
 # the check: each step in a process of its own, its output to the screen and its log
 
 def run_child(s, name, log_path):
-    """Runs one step as `python gpu_check.py --step=NAME`; returns (exit code, its rows, last line)."""
+    """Runs one step as `python -m beyond.gpu_check --step=NAME`; returns (exit code, its rows, last line)."""
     passed = {k: v for k, v in s.items() if k not in ('out', 'only', 'step')}
-    cmd = [sys.executable, os.path.abspath(__file__), f'--step={name}', *(f'--{k}={v!r}' for k, v in passed.items())]
+    cmd = [sys.executable, '-m', 'beyond.gpu_check', f'--step={name}', *(f'--{k}={v!r}' for k, v in passed.items())]
     rows, last = {}, ''
     env = dict(os.environ, PYTHONUNBUFFERED='1')  # (the log shows each line as it comes)
     with open(log_path, 'w') as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
         for line in proc.stdout:
             sys.stdout.write(line)
             log.write(line)
@@ -281,14 +277,14 @@ def run_child(s, name, log_path):
 
 def check_settings(s):
     if s['compile'] not in ('on', 'off'):
-        raise CheckError(f"compile must be on or off; got {s['compile']!r}")
+        raise UserError(f"compile must be on or off; got {s['compile']!r}")
     for key, lowest in (('steps', 1), ('warmup', 0), ('prompt_tokens', 1), ('draft_tokens', 1)):
         if s[key] < lowest:
-            raise CheckError(f"setting '{key}' must be at least {lowest}; got {s[key]!r}")
+            raise UserError(f"setting '{key}' must be at least {lowest}; got {s[key]!r}")
     wanted = [n for n in s['only'].split(',') if n]
     unknown = [n for n in wanted + ([s['step']] if s['step'] else []) if n not in STEPS]
     if unknown:
-        raise CheckError(f"unknown step {unknown[0]!r}: the steps are {', '.join(STEPS)}")
+        raise UserError(f"unknown step {unknown[0]!r}: the steps are {', '.join(STEPS)}")
     return ['preflight'] + [n for n in STEPS[1:] if not wanted or n in wanted]
 
 
@@ -297,11 +293,11 @@ def require_torch(on_cpu):
     try:
         import torch
     except Exception as e:  # (the real error: a missing package is not "no GPU")
-        raise CheckError(f"cannot import torch ({type(e).__name__}: {e}): pip install -r requirements.txt "
+        raise UserError(f"cannot import torch ({type(e).__name__}: {e}): pip install -r requirements.txt "
                          f"into this Python, {sys.executable}")
     if not on_cpu and not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else 'a CPU-only build'
-        raise CheckError(f"no CUDA GPU here (torch {torch.__version__}, {build}): this check measures a GPU; "
+        raise UserError(f"no CUDA GPU here (torch {torch.__version__}, {build}): this check measures a GPU; "
                          "pass --cpu for the smoke run of the same steps at a tiny shape")
 
 
@@ -325,7 +321,7 @@ def run_steps(s, todo):
         problems.update((r, f"FAILED (exit {rc}): {last[:200]} (log: {log_path})") for r in rows_of(name) if r not in rows)
         if name == 'preflight':
             if 'preflight' not in rows:  # (an import failed: every other step would fail the same way)
-                raise CheckError(f"the preflight failed ({last[:300]}); its log: {log_path}")
+                raise UserError(f"the preflight failed ({last[:300]}); its log: {log_path}")
             compile_failed = 'compile=failed' in rows['preflight']
             if compile_failed:
                 s['compile'] = 'off'
@@ -334,10 +330,7 @@ def run_steps(s, todo):
 
 def main(argv):
     argv = ['--cpu=True' if a == '--cpu' else a for a in argv]  # (--cpu alone, as a flag)
-    try:
-        s = configure(SETTINGS, argv, scripts=[__file__])
-    except ConfigError as e:
-        raise CheckError(str(e))
+    s = configure(SETTINGS, argv, scripts=[__file__])
     todo = check_settings(s)
     require_torch(s['cpu'])
     if s['step']:
@@ -355,11 +348,9 @@ def main(argv):
     print(f"total {time.perf_counter() - t0:.1f} s, {total} compiles (each row's compiles=: dynamo's graphs)")
     missing = [r for r in names if r not in results and (compile_failed or not problems[r].startswith('SKIPPED'))]
     if missing:
-        raise CheckError(f"{len(missing)} of {len(names)} rows not measured ({', '.join(missing)}): see above and their logs")
+        raise UserError(f"{len(missing)} of {len(names)} rows not measured ({', '.join(missing)}): see above and their logs")
 
 
 if __name__ == '__main__':
-    try:
+    with one_line_errors('gpu_check.py'):
         main(sys.argv[1:])
-    except CheckError as e:
-        sys.exit(f"gpu_check.py: error: {e}")

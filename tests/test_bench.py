@@ -3,7 +3,7 @@ bench.py, both modes, at a tiny shape with one timed step: the table it prints, 
 side-by-side with a stand-in for the released code (a few lines written here, with the
 released code's interface: models/ar_looplm.py's build_ar_looplm_from_config).
 
-    python -m pytest -q test_bench.py
+    python -m pytest -q tests/test_bench.py
 """
 
 import time
@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-import bench
+from beyond import bench
+from configurator import UserError
 from conftest import assert_one_line_error, run_script
 
 TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2',
@@ -88,14 +89,14 @@ def test_side_by_side_with_the_released_code(capsys, tmp_path):
 
 def test_bad_settings_are_one_line():
     # the one subprocess: the error path as a user meets it
-    assert_one_line_error(run_script('bench.py', *TINY, '--steps=0'), 'bench.py', "'steps'", 'at least 1')
+    assert_one_line_error(run_script('beyond/bench.py', *TINY, '--steps=0'), 'bench.py', "'steps'", 'at least 1')
 
 
 @pytest.mark.parametrize('argv,needle', [
     (['--warmup=-1'], "'warmup'"), (['--steps=1.5'], 'an int'), (['--step=3'], "did you mean 'steps'"),
     (['--anchor=/nonexistent/clone'], 'models/ar_looplm.py')])
 def test_bad_settings_name_what_is_wrong(argv, needle):
-    with pytest.raises(bench.train.TrainError, match=needle):
+    with pytest.raises(UserError, match=needle):
         bench.main(TINY + argv)
 
 
@@ -103,5 +104,5 @@ def test_help_lists_its_own_settings_and_train_pys(capsys):
     with pytest.raises(SystemExit):
         bench.main(['--help'])
     out = capsys.readouterr().out
-    assert out.startswith('usage: python bench.py') and '[bench.py]' in out and '[train.py]' in out
+    assert out.startswith('usage: python -m beyond.bench') and '[bench.py]' in out and '[train.py]' in out
     assert '--steps=10' in out and 'timed optimizer steps' in out and '--n_loops=4' in out

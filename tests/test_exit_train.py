@@ -1,0 +1,93 @@
+"""
+Exit-aware training (beyond/exit_train.py): a token frozen after its exit loop keeps its state
+bit for bit, the others attend to it, its loss reads only its own loops; with exit_train off
+(or in evaluation) the model is LoopedGPT exactly.
+
+    python -m pytest -q tests/test_exit_train.py
+"""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from beyond.exit_train import ExitTrainedGPT, model_class
+from model import LoopedGPT, LoopedGPTConfig
+
+V, T, D = 64, 16, 32
+
+
+def tiny(cls, **kw):
+    args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=3, dropout=0.0)
+    args.update(kw)
+    torch.manual_seed(0)
+    return cls(LoopedGPTConfig(**args))
+
+
+def batch(B=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, V, (B, T), generator=g)
+    y = torch.randint(0, V, (B, T), generator=g)
+    return x, y
+
+
+def raw_logits(model, h):
+    return h @ model.transformer.wte.weight.T
+
+
+def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_there():
+    model = tiny(ExitTrainedGPT, readout='raw', exit_train=0.5, init_std=0.1)
+    x, y = batch(B=2)
+    exit_at = torch.full(x.shape, 3)
+    exit_at[0, 2], exit_at[1, 5] = 1, 2  # two tokens exit early
+    with torch.no_grad():
+        states = model.hidden_states(x)  # unmasked
+        masked = list(model.masked_states(x, exit_at))
+    for k in (2, 3):  # H_k == H_e for every k > e, bit for bit
+        assert torch.equal(masked[k][0, 2], masked[1][0, 2])
+    assert torch.equal(masked[3][1, 5], masked[2][1, 5]) and not torch.equal(masked[2][1, 5], masked[1][1, 5])
+    # the tokens before an exited one see nothing of the mask; those after it do (they attend to it)
+    assert torch.allclose(masked[3][0, :2], states[3][0, :2], atol=1e-6)
+    assert not torch.allclose(masked[3][0, 3:], states[3][0, 3:], atol=1e-4)
+
+    # the loss: the mean CE over every (token, loop) read, a token read only at loops <= its exit;
+    # the draw is made from the global generator, so replaying it gives the same pattern
+    model.train()
+    torch.manual_seed(7)
+    _, loss, stats = model(x, y, stats=True)
+    torch.manual_seed(7)
+    draw = torch.randint(1, 3, y.shape)
+    pattern = torch.where(torch.rand(y.shape) < 0.5, draw, 3)
+    assert (pattern < 3).any() and (pattern == 3).any()
+    with torch.no_grad():
+        hs = list(model.masked_states(x, pattern))
+    terms, per_loop = [], []
+    for k in range(1, 4):
+        read = pattern >= k
+        logits = raw_logits(model, hs[k])
+        ce_k = F.cross_entropy(logits[read], y[read], reduction='none')
+        terms.append(ce_k)
+        per_loop.append(ce_k.mean())
+    assert loss.item() == pytest.approx(torch.cat(terms).mean().item(), rel=1e-5)
+    assert stats['ce'].tolist() == pytest.approx(torch.stack(per_loop).tolist(), rel=1e-5)
+
+
+def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
+    x, y = batch()
+    a, b = tiny(LoopedGPT, readout='raw'), tiny(ExitTrainedGPT, readout='raw', exit_train=0.3)
+    a.train(), b.train()
+    torch.manual_seed(3)
+    _, loss_a = a(x, y)
+    after_a = torch.rand(1)
+    torch.manual_seed(3)
+    b.eval()  # exit training acts only in training mode: evaluation is at full depth for every token
+    _, loss_b = b(x, y)
+    after_b = torch.rand(1)
+    assert torch.equal(after_a, after_b)  # exit_train=0 (and eval) consume no random numbers
+    assert torch.equal(loss_a, loss_b)  # and compute the same loss, bit for bit
+    with pytest.raises(ValueError, match='exit_train'):
+        tiny(ExitTrainedGPT, exit_train=1.0)
+
+
+def test_train_builds_the_exit_model_only_where_exit_train_is_on():
+    assert model_class(LoopedGPTConfig(exit_train=0.25)) is ExitTrainedGPT
+    assert model_class(LoopedGPTConfig()) is LoopedGPT

@@ -1,0 +1,69 @@
+"""
+The exit-criteria registry (beyond/exits.py): adding a criterion is one entry, and every reader
+(the decoder, speculation's draft stop, eval_depth.py's rows, sample.py's settings) takes it by name.
+
+    python -m pytest -q tests/test_exits.py
+"""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import sample as sample_py
+from beyond import exits
+from beyond.decoder import decode, generate, new_cache
+from beyond.eval_decode import exit_loops, exit_rows
+from beyond.exit_train import ExitTrainedGPT
+from configurator import UserError
+from model import LoopedGPT, LoopedGPTConfig
+
+V, T, K = 64, 12, 3
+
+
+@pytest.fixture
+def margin(monkeypatch):
+    """A new criterion, added as a user adds one: the one @criterion entry (here on a copy of the
+    registry, so other tests see the registry as shipped)."""
+    monkeypatch.setattr(exits, 'CRITERIA', dict(exits.CRITERIA))
+
+    @exits.criterion('margin', readout=True, about='the top probability minus the second')
+    def top_margin(h, before, logits, prev):
+        top2 = F.softmax(logits.float(), dim=-1).topk(2, dim=-1).values
+        return top2[..., 0] - top2[..., 1]
+    return top_margin
+
+
+def test_a_registered_criterion_is_taken_by_name_everywhere(margin):
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=K,
+                                      dropout=0.0, readout='raw', init_std=0.1)).eval()
+    x = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        states = model.hidden_states(x)
+        conf = exit_rows(model, states, K)['conf_margin']  # eval_depth.py's rows hold it by name
+        assert conf.shape == (K, 2 * T)
+        threshold = conf[0].median().item()  # about half stop after loop 1
+        logits, loops = decode(model, x, new_cache(model, 2), threshold, 'margin', 'project')
+        # the pattern it implies on the forward with that exit pattern (frozen tokens, projected stand-ins)
+        masked = list(ExitTrainedGPT.masked_states(model, x, loops))
+        by_hand = torch.stack([margin(None, None, model.logits(masked[k], last=True), None) for k in range(1, K + 1)])
+    assert 1 < len(set(loops.flatten().tolist()))
+    assert torch.equal(loops.flatten(), exit_loops(by_hand.flatten(1), threshold) + 1)
+    # speculative decoding's draft stop and sample.py's settings read it too
+    with torch.inference_mode():
+        out, _, stats = generate(model, x[:1, :4], 6, top_k=1, draft_loops=1, draft_tokens=2, draft_stop=0.3,
+                                 criterion='margin')
+    assert out.shape == (1, 10) and stats['passes'] > 0
+    sample_py.check_settings(dict(sample_py.SETTINGS, exit_criterion='margin'))
+
+
+def test_names_resolve_in_one_place():
+    assert exits.get('angular') is exits.CRITERIA['angular'] and not exits.get('angular').readout
+    assert exits.get('converge').previous and not exits.get('max_prob').previous
+    for good in ('gate', 'gate-raw'):
+        assert exits.check_name(good) == good
+    for bad in ('margin', 'gates', 'gate-'):  # not registered, and not a gate's name
+        with pytest.raises(UserError, match='unknown exit criterion'):
+            exits.check_name(bad, 'exit_criterion')
+    with pytest.raises(UserError, match="python -m beyond.exit_gate --out_dir=nowhere --name=gate-raw"):
+        exits.resolve('gate-raw', 'nowhere', None)  # a gate's name needs its trained file
