@@ -8,12 +8,13 @@ distribution) and carried into loop k+1. The blind spot lives in `LoopedGPT.read
 an RMSNorm there makes every loop's cross-entropy blind to ||H_k||, while the residual
 recurrence keeps growing it (Sharma & Vu 2026, "Dense Supervision Is Not Enough").
 
-Everything the scripts need from the model is here, in one copy: the model and its loss
-variants (every loop's CE through linear_ce.py, which never holds the full logits), the
-per-loop diagnostics (norms, radial gradient fraction, angular change, Lemma 2), the
-checkpoint loader and the FLOPs estimate. Decoding (KV cache, early exit, speculative
-decoding) is decoder.py's; device, precision and data helpers live in runtime.py and
-data.py. This file imports nothing from the scripts.
+Everything the scripts need from the model is here, in one copy: the block's math (block(),
+which training and beyond/decoder.py's cached decoding both run), the model and its loss
+variants (every loop's CE through linear_ce.py, which never holds the full logits), the scale
+clamp, the per-loop diagnostics (norms, radial gradient fraction, angular change, Lemma 2), the
+checkpoint loader and the FLOPs estimate. What goes beyond the paper builds on it from beyond/
+(exit-aware training is a subclass there); device, precision and data helpers live in
+runtime.py and data.py. This file imports nothing from the scripts.
 """
 
 import os
@@ -138,7 +139,7 @@ class Block(nn.Module):
         super().__init__()
         C, self.n_head, self.dropout = config.n_embd, config.n_head, config.dropout
         self.ln_1 = nn.RMSNorm(C)
-        self.attn = nn.Module()
+        self.attn = nn.Module()  # (plain containers: the parameter names stay attn.c_attn.weight, mlp.w_up.weight, ...)
         self.attn.c_attn = nn.Linear(C, 3 * C, bias=False)  # q, k, v at once
         self.attn.c_proj = nn.Linear(C, C, bias=False)
         self.ln_2 = nn.RMSNorm(C)

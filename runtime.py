@@ -8,6 +8,8 @@ from contextlib import nullcontext
 
 import torch
 
+from configurator import UserError
+
 
 def setup_device(name='auto'):
     """'auto' -> 'cuda', then 'mps', then 'cpu'; raises ValueError for a device that is not there.
@@ -65,8 +67,17 @@ def autocast(device, dtype):
 
 
 def use_compile(setting, device):
-    """torch.compile setting 'auto' (on for CUDA), 'on' or 'off' -> bool."""
+    """torch.compile setting 'auto' (on for CUDA), 'on' or 'off' -> bool. Where it is on and the
+    compiler cannot build, the scripts say so in one line (compile_failed)."""
     return setting == 'on' or (setting == 'auto' and device.startswith('cuda'))
+
+
+def compile_failed(e, what):
+    """The one line for a torch.compile that cannot build `what` here (inductor needs a working C++
+    compiler and Python's headers on a CPU, Triton on a GPU), from its BackendCompilerFailed e."""
+    cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    return UserError(f"compile is on but torch.compile could not build {what} here ({cause[:200]}); it needs a "
+                     "working C++ compiler and Python's headers (Triton on a GPU): run with --compile=off")
 
 
 def sync(device):

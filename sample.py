@@ -32,7 +32,7 @@ from data import get_tokenizer, load_meta, run_folder
 from beyond import exits
 from beyond.decoder import STAND_INS, Stepper, generate
 from model import LoopedGPT
-from runtime import autocast, resolve_dtype, setup_device, sync, use_compile
+from runtime import autocast, compile_failed, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'               # the run folder (holding ckpt.pt), or a checkpoint file
@@ -44,7 +44,7 @@ top_k = 200                   # sample among the k likeliest tokens only; 0: all
 seed = 1337
 device = 'auto'               # 'auto' | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
 dtype = 'auto'                # 'auto' (bfloat16 on GPUs, float32 on CPUs) | 'float32' | 'bfloat16' | 'float16'
-compile = 'off'               # torch.compile the one-token loop step: 'auto' (on for CUDA) | 'on' | 'off'
+compile = 'auto'              # torch.compile the one-token loop step (a CUDA graph on a GPU): 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
 n_loops = None                # K, loops per token; None: the trained K. Any K >= 1
 kv_cache = True               # False: recompute the whole context at every step (for checking and timing)
 exit_criterion = 'max_prob'   # a criterion of beyond/exits.py (python -m beyond.exits lists them), or a learned gate: 'gate' (out_dir/gate.pt), 'gate-raw', ...
@@ -136,9 +136,7 @@ def warm_up(model, x, kw, ctx, dev):
     except torch._dynamo.exc.BackendCompilerFailed as e:
         if kw['stepper'].static is None:  # (not compiled: not a compiler's failure)
             raise
-        cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise UserError(f"compile is on but torch.compile could not build the decode step here ({cause[:200]}); "
-                          "it needs a working C++ compiler and Python's headers (Triton on a GPU): run with --compile=off")
+        raise compile_failed(e, 'the decode step')
     return time.perf_counter() - t0
 
 

@@ -65,8 +65,48 @@ def test_radial_gradient_fraction_near_zero_only_for_normalized_readout():
     norm = diagnostics(tiny(readout='norm'), x, y)['radial']
     raw = diagnostics(tiny(readout='raw'), x, y)['radial']
     assert len(norm) == len(raw) == 3
-    assert max(norm) < 1e-5, norm
-    assert min(raw) > 1e-3, raw
+    # a fraction |<g, H>| / (||g|| ||H||): in [0, 1], so "near zero" is from above, not any negative value
+    assert 0 <= min(norm) and max(norm) < 1e-5, norm
+    assert 1e-3 < min(raw) and max(raw) <= 1, raw
+
+
+@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+def test_every_tokens_radial_fraction_lies_in_zero_to_one(readout):
+    # token by token, not only the mean: Cauchy-Schwarz bounds |<g, H>| by ||g|| ||H||
+    model = tiny(readout=readout).eval()
+    x, y = batch()
+    with torch.no_grad():
+        states = model.hidden_states(x)
+    for every_loop_last in (False, True):
+        radial = token_diagnostics(model, states, y, every_loop_last=every_loop_last)['radial']
+        assert radial.shape == (3, x.numel()) and torch.isfinite(radial).all()
+        assert (radial >= 0).all(), radial.min()
+        assert (radial <= 1 + 1e-6).all(), radial.max()
+
+
+def test_final_norm_radial_fraction_is_raw_before_the_last_loop_and_normalized_at_it():
+    # the fraction is that of each loop's own readout: for final_norm, raw at loops 1..K-1 and the
+    # RMSNorm at loop K (or at every loop with every_loop_last, each read as the model run with K = k).
+    # The same weights under 'raw' and 'norm' give the two references, token by token
+    x, y = batch()
+    model = tiny(readout='final_norm').eval()
+    with torch.no_grad():
+        model.readout_norm.weight.uniform_(0.5, 2.0)  # a gain that is not 1: the norm model must use it too
+        states = model.hidden_states(x)
+    refs = {}
+    for readout in ('raw', 'norm'):
+        ref = tiny(readout=readout).eval()
+        ref.load_state_dict(model.state_dict(), strict=(readout == 'norm'))  # (raw has no readout_norm)
+        with torch.no_grad():
+            assert torch.equal(ref.hidden_states(x)[-1], states[-1])  # the same stack
+        refs[readout] = token_diagnostics(ref, states, y)['radial']
+    assert refs['raw'].min() > 1e-3 and refs['norm'].max() < 1e-5  # two clearly different references
+    got = token_diagnostics(model, states, y)['radial']
+    assert torch.allclose(got[:2], refs['raw'][:2], rtol=1e-4, atol=1e-9), "loops 1..K-1 are read out raw"
+    assert got[2].max() < 1e-5, f"loop K is read out normalized (scale-blind), got radial up to {got[2].max():.2e}"
+    assert torch.equal(got[2], refs['norm'][2])  # the same readout, the same numbers
+    every = token_diagnostics(model, states, y, every_loop_last=True)['radial']
+    assert every.max() < 1e-5, "every_loop_last: each loop is the last one, normalized"
 
 
 def test_radial_fraction_matches_a_finite_difference_along_h():

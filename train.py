@@ -34,7 +34,7 @@ from linear_ce import PATHS as LOSS_PATHS
 from beyond.exit_train import model_class
 from model import LOSSES, READOUTS, LoopedGPTConfig, diagnostics
 from report import json_safe, perplexity
-from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compile
+from runtime import autocast, compile_failed, peak_flops, resolve_dtype, setup_device, use_compile
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
@@ -43,7 +43,7 @@ from runtime import autocast, peak_flops, resolve_dtype, setup_device, use_compi
 out_dir = 'out'               # the run folder: ckpt.pt and log.jsonl
 eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
 log_interval = 50             # iterations between train log lines (the only host-device syncs)
-eval_iters = 40               # validation batches per eval: fixed windows, the same every time
+eval_iters = 40               # validation batches per eval: fixed windows, the same every time (at most the split's worth)
 eval_only = False             # evaluate once and exit (with init_from='resume': out_dir's checkpoint)
 always_save_checkpoint = True # False: save only when the validation loss improves
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
@@ -123,9 +123,11 @@ def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, devi
 
 
 def eval_batches(data, *, eval_iters, batch_size, block_size, device):
-    """eval_iters fixed batches of windows spread evenly over the split."""
-    starts = np.linspace(0, len(data) - block_size - 1, eval_iters * batch_size).astype(np.int64)
-    return windows(data, starts.reshape(eval_iters, batch_size), block_size, device)
+    """eval_iters fixed batches of windows spread evenly over the split, and no more batches than
+    the split holds windows for (WikiText-103's validation split is 2.7x short of 40 x 64 x 256)."""
+    n_batches = max(1, min(eval_iters, (len(data) - 1) // block_size // batch_size))
+    starts = np.linspace(0, len(data) - block_size - 1, n_batches * batch_size).astype(np.int64)
+    return windows(data, starts.reshape(n_batches, batch_size), block_size, device)
 
 
 def windows(data, starts, block_size, device):
@@ -486,7 +488,10 @@ def main(argv):
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,
                                block_size=c.block_size, device=device)
         seed_step(c.seed, iter_num, rank)
-        step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp)
+        try:
+            step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp)
+        except torch._dynamo.exc.BackendCompilerFailed as e:  # (the first step compiles)
+            raise compile_failed(e, 'the training step')
         for a, s in zip(acc, step):
             a += s
         finite &= torch.isfinite(step[0])

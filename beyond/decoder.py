@@ -362,7 +362,7 @@ def next_token_probs(logits, temperature, top_k):
     logits = logits.float() if temperature == 1.0 else logits.float() / max(temperature, 1e-8)
     if top_k is not None:
         v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-        logits = logits.masked_fill(logits < v[..., [-1]], -float('inf'))
+        logits = logits.masked_fill(logits < v[..., -1:], -float('inf'))  # (a slice: a list index is a host copy a token)
     return F.softmax(logits, dim=-1)
 
 

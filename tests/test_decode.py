@@ -520,6 +520,31 @@ class HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class HostData(TorchDispatchMode):
+    """Records the tensors made from Python data (aten.lift_fresh: a list index, torch.tensor(...)),
+    each a host-to-device copy and a stream sync on a GPU, seen here on the CPU too."""
+
+    def __enter__(self):
+        self.made = []
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.startswith('lift_fresh'):
+            self.made.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_sampling_with_top_k_makes_no_tensor_from_host_data():
+    logits = torch.randn(1, V)
+    with HostData() as probs:
+        p = decoder.next_token_probs(logits, 0.8, 10)
+        decoder.sample(p)
+    assert probs.made == [] and (p > 0).sum() == 10
+    with HostData() as listed:  # the detector sees the list index sampling once used
+        logits[..., [-1]]
+    assert listed.made == ['lift_fresh.default']
+
+
 def test_the_host_waits_for_no_fixed_k_step_and_once_a_speculative_pass():
     model = tiny(readout='raw', init_std=0.3)
     x = tokens(B=1)

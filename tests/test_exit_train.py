@@ -71,6 +71,42 @@ def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_th
     assert stats['ce'].tolist() == pytest.approx(torch.stack(per_loop).tolist(), rel=1e-5)
 
 
+def test_a_frozen_token_enters_every_block_of_a_later_loop_as_its_exit_state():
+    # the masking is per block, not a reset after the loop: inside loop k > e, every block (not only
+    # the first) gets the frozen token's H_e, so its keys and values there are those of its exit
+    # state, as the decoder's projected stand-ins make them. Reset only after each loop, block 2 would
+    # get block 1's update of it, and the tokens after it would attend to a state it never had.
+    model = tiny(ExitTrainedGPT, readout='raw', exit_train=0.5, init_std=0.1)  # n_layer=2, K=3
+    x, _ = batch(B=2)
+    exit_at = torch.full(x.shape, 3)
+    exit_at[0, 2], exit_at[1, 5] = 1, 2
+    entering = []  # each block call's input, in call order: loop 1 block 1, loop 1 block 2, loop 2 block 1, ...
+    hooks = [b.register_forward_pre_hook(lambda m, args: entering.append(args[0].detach().clone()))
+             for b in model.transformer.h]
+    try:
+        with torch.no_grad():
+            masked = list(model.masked_states(x, exit_at))
+    finally:
+        for h in hooks:
+            h.remove()
+    L = model.config.n_layer
+    assert L >= 2 and len(entering) == 3 * L
+    for b, t in ((0, 2), (1, 5)):
+        e = exit_at[b, t].item()
+        for k in range(e + 1, 4):
+            for layer in range(L):
+                assert torch.equal(entering[(k - 1) * L + layer][b, t], masked[e][b, t]), \
+                    f"token ({b}, {t}) frozen after loop {e} enters block {layer + 1} of loop {k} not as H_{e}"
+    # and the loop is that stack run by hand from H_{k-1}, each frozen token put back to its exit
+    # state after every block (not once after the loop), the running tokens taking each block's output
+    with torch.no_grad():
+        for k in (2, 3):
+            keep, h = (exit_at >= k)[..., None], masked[k - 1]
+            for block in model.transformer.h:
+                h = torch.where(keep, block(h), masked[k - 1])
+            assert torch.equal(h, masked[k]), k
+
+
 def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
     x, y = batch()
     a, b = tiny(LoopedGPT, readout='raw'), tiny(ExitTrainedGPT, readout='raw', exit_train=0.3)

@@ -47,6 +47,44 @@ def test_without_gradients_it_only_scores():
     assert torch.allclose(ce, plain(x, w, y), atol=1e-5)
 
 
+@pytest.mark.parametrize('n', [1, 7, 8, 9, 16, 17, 23])
+def test_scoring_keeps_every_row_of_every_chunk(n):
+    # the no-grad path takes its own chunk loop (no autograd Function): every row is scored,
+    # whether the rows fill the last chunk, leave one row alone in it (9, 17) or one row short (7, 23)
+    g = torch.Generator().manual_seed(n)
+    x, w = torch.randn(n, D, generator=g), torch.randn(V, D, generator=g)
+    y = torch.randint(0, V, (n,), generator=g)
+    y[n // 2] = -1  # an ignored row scores 0 here too
+    want = plain(x, w, y)
+    with torch.no_grad():
+        total, ce = linear_cross_entropy(x, w, y, chunk=8)
+    assert ce.shape == (n,), f"{n} rows in chunks of 8 scored {ce.shape[0]} rows"
+    assert torch.allclose(ce, want, atol=1e-5) and ce[n // 2] == 0
+    assert total.item() == pytest.approx(want.sum().item(), rel=1e-6)
+    # and the scores are the training path's, row by row
+    _, trained = linear_cross_entropy(x.clone().requires_grad_(True), w, y, chunk=8)
+    assert torch.allclose(ce, trained, atol=1e-5)
+
+
+def test_the_model_scores_every_token_when_its_rows_span_several_chunks(monkeypatch):
+    # the model's batches fit one chunk of chunk_rows (at least MIN_CHUNK = 256 rows); with
+    # chunks of 7 rows its no-grad readout (depth_losses, the eval's) crosses chunks, the last
+    # of them one row (4 x 16 = 64 = 9 x 7 + 1 tokens per loop), and must still score every token
+    monkeypatch.setattr(linear_ce, 'MIN_CHUNK', 1)
+    monkeypatch.setitem(linear_ce.CHUNK_BYTES, 'cpu', 7 * 4 * V)
+    assert chunk_rows(64, V) == 7
+    model = tiny(readout='final_norm').eval()
+    g = torch.Generator().manual_seed(10)
+    x, y = torch.randint(0, V, (4, T), generator=g), torch.randint(0, V, (4, T), generator=g)
+    with torch.no_grad():
+        states = model.hidden_states(x)[1:]
+        depth = [model.depth_losses([h], y)[0] for h in states]  # one loop at a time: 64 rows each
+        want = [plain(model.readout(h, True).view(-1, D), model.lm_head.weight, y.view(-1)) for h in states]
+    for k, (got, ref) in enumerate(zip(depth, want)):
+        assert got.shape == (4 * T,), f"loop {k + 1}: {got.shape[0]} of {4 * T} tokens scored"
+        assert torch.allclose(got, ref, atol=1e-5), k
+
+
 def test_chunks_are_sized_by_bytes_of_logits():
     assert chunk_rows(100, 256) == 100                        # few rows: one chunk
     assert chunk_rows(10**6, 50257) == 256 * 2**20 // (4 * 50257)  # 256 MiB of float32 logits

@@ -80,6 +80,29 @@ def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path):
     assert logs['fused'][1]['loss'] < logs['fused'][0]['loss']  # and it trains
 
 
+def test_adamw_steps_with_the_learning_rate_the_log_reports(tiny_data, tmp_path, monkeypatch):
+    # the log's lr is get_lr's; what the step uses is what the optimizer's param groups hold when
+    # AdamW.step runs, read here by a step pre-hook (torch's own API) on the optimizer main() builds.
+    # Warm-up then cosine: every iteration has its own lr, so no other lr can agree by chance
+    seen = []
+    real = train_module.make_optimizer
+
+    def make_optimizer(model, **kw):
+        opt = real(model, **kw)
+        opt.register_step_pre_hook(lambda o, args, kwargs: seen.append([g['lr'] for g in o.param_groups]))
+        return opt
+
+    monkeypatch.setattr(train_module, 'make_optimizer', make_optimizer)
+    lr = dict(learning_rate=3e-3, min_lr=3e-4, warmup_iters=2, max_iters=6, lr_decay='cosine')
+    train_in_process(tiny_data, tmp_path / 'run', *(f'--{k}={v}' for k, v in lr.items()), '--eval_interval=100')
+    logged = [e['lr'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
+    want = [train_module.get_lr(it, **lr) for it in range(6)]
+    assert len(set(want)) == 6 and logged == pytest.approx(want, rel=1e-12)
+    assert len(seen) == 6, seen  # one AdamW step per iteration
+    for it, (groups, reported) in enumerate(zip(seen, logged)):
+        assert groups == [reported] * len(groups), f"iteration {it}: AdamW stepped with lr {groups}, the log says {reported}"
+
+
 def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_path):
     # the one subprocess for the error path: the checks themselves are tested in-process below
     r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', '--loss_path=unfused'))
@@ -384,28 +407,64 @@ def test_float16_steps_through_the_grad_scaler():
     assert torch.isfinite(loss) and (update == 0).all() and scaler.get_scale() == 2.0**39
 
 
-def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_path):
-    # compile(DDP(model)): DDPOptimizer then splits the compiled graph at DDP's buckets. One
-    # gloo rank in this process is enough to build the wrappers (the two-rank test trains eager).
+def ddp_wrap_checks(store):
+    """The checks of the test below, on one gloo rank in the calling process."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.distributed.init_process_group('gloo', init_method=f'file://{store}', rank=0, world_size=1)
+    raw = tiny_model()
+    model = train_module.wrap_for_training(raw, ddp=True, compile_it=True, device='cpu')
+    assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    assert isinstance(model._orig_mod, DDP) and model._orig_mod.module is raw
+    model.require_backward_grad_sync = False  # train_step's switch reaches DDP through the compiled wrapper
+    assert model._orig_mod.require_backward_grad_sync is False
+    assert not any('_orig_mod' in k or k.startswith('module.') for k in raw.state_dict())  # saved as is
+    # one loop leaves the inter-loop norm unused: DDP must be told, or its second backward fails
+    # (one rank is enough to see it: DDP checks every parameter got its gradient)
+    one_loop = tiny_model(interloop_norm=True, n_loops=1)
+    assert any(p.requires_grad for p in one_loop.interloop_norm.parameters())
+    model = train_module.wrap_for_training(one_loop, ddp=True, compile_it=False, device='cpu')
+    x = torch.randint(0, 64, (2, 16))
+    for _ in range(2):
+        model(x, x)[1].backward()
+
+
+def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_path):
+    # compile(DDP(model)): DDPOptimizer then splits the compiled graph at DDP's buckets. One gloo
+    # rank is enough to build the wrappers (the two-rank test trains eager). In a process of its
+    # own that leaves without Python's teardown, as train.py does under torchrun: destroying a
+    # gloo group in this process could deadlock in ~ProcessGroupGloo (its run-loop thread waits
+    # for the GIL the joining thread holds; seen once in a full run here)
     if not torch.distributed.is_available():
         pytest.skip('this torch has no torch.distributed')
-    torch.distributed.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
+    code = ("import os, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import test_train; "
+            "test_train.ddp_wrap_checks(sys.argv[3]); print('checked', flush=True); os._exit(0)")
+    r = subprocess.run([sys.executable, '-c', code, os.path.dirname(os.path.abspath(__file__)), HERE,
+                        str(tmp_path / 'store')], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert r.returncode == 0 and r.stdout.strip() == 'checked', r.stderr[-3000:]
+
+
+def test_a_compiler_that_cannot_build_the_training_step_is_one_clear_line(tiny_data, tmp_path):
+    # as sample.py's: inductor with no such C++ compiler and no compile caches (so nothing already
+    # built is reused) fails at the first step; train.py says how to run anyway
+    torch._dynamo.reset()
     try:
-        raw = tiny_model()
-        model = train_module.wrap_for_training(raw, ddp=True, compile_it=True, device='cpu')
-        assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
-        assert isinstance(model._orig_mod, DDP) and model._orig_mod.module is raw
-        model.require_backward_grad_sync = False  # train_step's switch reaches DDP through the compiled wrapper
-        assert model._orig_mod.require_backward_grad_sync is False
-        assert not any('_orig_mod' in k or k.startswith('module.') for k in raw.state_dict())  # saved as is
-        # one loop leaves the inter-loop norm unused: DDP must be told, or its second backward fails
-        # (one rank is enough to see it: DDP checks every parameter got its gradient)
-        one_loop = tiny_model(interloop_norm=True, n_loops=1)
-        assert any(p.requires_grad for p in one_loop.interloop_norm.parameters())
-        model = train_module.wrap_for_training(one_loop, ddp=True, compile_it=False, device='cpu')
-        x = torch.randint(0, 64, (2, 16))
-        for _ in range(2):
-            model(x, x)[1].backward()
+        with torch._inductor.config.patch({'cpp.cxx': (None, str(tmp_path / 'no-such-g++')),
+                                           'force_disable_caches': True}):
+            with pytest.raises(UserError) as e:
+                train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--compile=on')
     finally:
-        torch.distributed.destroy_process_group()
+        torch._dynamo.reset()
+    message = str(e.value)
+    assert message.startswith('compile is on but torch.compile could not build the training step here')
+    assert 'C++ compiler' in message and message.endswith('--compile=off') and '\n' not in message
+
+
+def test_evaluation_scores_no_more_batches_than_the_split_holds():
+    data = np.arange(1000)  # 31 windows of 32 tokens: 3 batches of 8, whatever eval_iters asks
+    x, y = train_module.eval_batches(data, eval_iters=40, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == y.shape == (3, 8, 32) and torch.equal(y[..., :-1], x[..., 1:])
+    x, _ = train_module.eval_batches(data, eval_iters=2, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == (2, 8, 32)  # fewer asked: as asked
+    x, _ = train_module.eval_batches(np.arange(100), eval_iters=4, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
