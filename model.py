@@ -82,12 +82,15 @@ class BlockWeights(NamedTuple):
 def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     """Scaled dot-product attention, (B, nh, T, hs) each. Under autocast on a CPU it runs in float32:
     PyTorch's bf16 attention was the slower one there (assets/speed/attention.md)."""
-    if q.device.type == 'cpu' and torch.is_autocast_enabled('cpu'):
+    if torch.is_autocast_enabled('cpu') and q.device.type == 'cpu':
+        q, k, v = q.float(), k.float(), v.float()
         with torch.autocast('cpu', enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                  is_causal=is_causal, dropout_p=dropout_p)
-    return F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=is_causal,
-                                          dropout_p=dropout_p)
+            return attention(q, k, v, mask, is_causal, dropout_p)
+    if k.dtype != q.dtype:  # (a cache kept in another dtype; no call at all where they agree: decoding speed)
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    if mask is not None and mask.dtype != q.dtype and mask.is_floating_point():  # (an additive mask: q's dtype)
+        mask = mask.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
 
 
 def causal_attention(dropout_p):
@@ -169,7 +172,6 @@ class LoopedGPT(nn.Module):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),  # the one shared stack
         ))
         # the readout's RMSNorm; 'raw' has none (an unused parameter would also trip DDP)
@@ -198,7 +200,8 @@ class LoopedGPT(nn.Module):
         T = idx.size(1)
         if t0 + T > self.config.block_size:
             raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
-        return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe.weight[t0:t0 + T])
+        h = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[t0:t0 + T]  # (B, T, C)
+        return F.dropout(h, self.config.dropout) if self.training else h  # (functional: no module calls a decoded token)
 
     def loop_input(self, h, k):
         """What loop k (1-based) starts from: H_{k-1} itself, or with the inter-loop norm, RMSNorm(H_{k-1})

@@ -3,7 +3,8 @@ The costs of depth at one checkpoint, decoding at batch 1, every part timed side
 one run: one loop, one readout, each exit decision, a verify pass per token, sampling; fixed
 K = 1..K tok/s; and what they imply for exits and for speculative decoding.
 
-    OMP_NUM_THREADS=2 python -m beyond.depth_costs out-norm_perloop-cpu44m-s1 --dtype float32
+    OMP_NUM_THREADS=2 python -m beyond.depth_costs out-norm_perloop-cpu44m-s1 --dtype float32   # assets/cpu-44m
+    OMP_NUM_THREADS=2 python -m beyond.depth_costs out-raw_perloop-cpu-long-s1 --prompt 64      # assets/cpu-long-criteria
 
 Prints a markdown table and the implied speed-ups; run it on a quiet machine.
 """
@@ -35,7 +36,7 @@ def timed(fn, reps):
 
 
 @torch.inference_mode()
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('run')
     p.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
@@ -44,7 +45,7 @@ def main():
     p.add_argument('--new_tokens', type=int, default=48, help='tokens sampled to time fixed K')
     p.add_argument('--accept_tokens', type=int, default=2048, help='tokens the acceptance of loop j is measured on')
     p.add_argument('--g', type=int, default=3, help='drafts per verify pass')
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     model, config, data = load_run(args.run, 'cpu', 'val')
     ctx = autocast('cpu', args.dtype)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Early exit in real decoding: copied and projected stand-ins, and calibrated halting, for the
+# 4-epoch raw_perloop and penalty_perloop and for the same trained exit-aware at exit_train=0.5
+# (docs/early-exit.md). Trains the exit-aware runs; the normally trained ones are assets/cpu-long's
+# (bash assets/cpu-long/run.sh), read from $RUNS. Each seed is evaluated apart; the merge times every
+# calibrated pick again (--retime), so run it on a quiet machine.
+#
+#   WT103=/path/to/wikitext-103 bash assets/cpu-long-exits/run.sh
+#
+# Settings (environment variables; the defaults are the study as it was run; relative paths are
+# from the repo root):
+#   WT103        the folder with WikiText-103's wiki.valid.tokens and wiki.test.tokens (only to prepare the data)
+#   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
+#   CONDITIONS   the conditions (config/<condition>.py, and config/<condition>_exit.py for the exit-aware twin)
+#   SEEDS        the seeds (1 2 3)
+#   RUNS         where the run folders are read and written, and each seed's evaluation goes (the repo root)
+#   OUT          where results.json, tables.md, the figures and logs/ go (this folder)
+#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
+CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3}
+RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exits}
+TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+mkdir -p "$OUT/logs"
+
+# --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
+if [ ! -d "$DATA_DIR/$DATASET" ]; then
+  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
+      --val_file "$WT103/wiki.test.tokens" --tokenizer bytes --out_dir "$DATA_DIR/$DATASET"
+fi
+
+# --- training the exit-aware twins (half the tokens exit after a random loop), one after the other
+train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME; its output in logs/NAME.log, its log.jsonl copied
+  local name=$1; shift
+  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
+      > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
+  cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
+}
+for s in $SEEDS; do
+  for c in $CONDITIONS; do
+    train "${c}_exit-cpu-long-s$s" "config/${c}_exit.py" config/cpu.py config/cpu_long.py --seed="$s" --exit_train=0.5
+  done
+done
+
+# --- each seed's four runs on the first 65,536 validation bytes: the readout criteria's exits at 0.5 and 0.9
+# with both stand-ins (the criteria of the time), calibrated halting within 1% and 5%
+results=()
+for s in $SEEDS; do
+  runs=()
+  for c in $CONDITIONS; do runs+=("$RUNS/out-$c-cpu-long-s$s" "$RUNS/out-${c}_exit-cpu-long-s$s"); done
+  python eval_depth.py "${runs[@]}" --max_tokens 65536 --max_loops 4 --exit 0.5,0.9 --calibrate 0.01,0.05 \
+      --criteria max_prob,entropy,converge --out "$RUNS/eval-exit-s$s" $EVAL_ARGS > /dev/null
+  results+=("$RUNS/eval-exit-s$s/results.json")
+done
+
+# --- merged, every calibrated pick's decode speed-up timed again
+python eval_depth.py --from_results "$(IFS=,; echo "${results[*]}")" --retime --out "$OUT" > "$OUT/tables.md"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Training speed on a CPU: our training step beside the paper's released code's, at the 44M shape and
+# the CPU demo's; peak memory, per-loop against terminal CE; and bf16 against float32 trained
+# (docs/speed.md, speed.md and old-speed.md here). The timings want a quiet machine.
+#
+#   ANCHOR=/path/to/readout-blind-spot WT103=/path/to/wikitext-103 bash assets/speed/run.sh
+#
+# Settings (environment variables; the defaults are the study as it was run; relative paths are
+# from the repo root):
+#   ANCHOR       your clone of github.com/Rituraj003/readout-blind-spot, timed beside ours (empty: ours only)
+#   WT103        the folder with WikiText-103's wiki.valid.tokens and wiki.test.tokens (only to prepare the data)
+#   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
+#   CONDITIONS   the conditions trained in both precisions; SEED their seed (1)
+#   RUNS         where the run folders out-<condition>-cpu-s<seed>-<dtype> are written (the repo root)
+#   OUT          where logs/ goes (this folder)
+#   BENCH_ARGS   extra settings for beyond.bench; TRAIN_ARGS for train.py (the CI's tiny sizes)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ANCHOR=${ANCHOR:-} DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
+CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/speed}
+BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
+mkdir -p "$OUT/logs"
+
+# --- our step beside the released code's (speed.md, "Against the paper's released code"), and peak memory
+anchor=${ANCHOR:+--anchor=$ANCHOR}
+python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --steps=3 --warmup=1 \
+    $anchor $BENCH_ARGS > "$OUT/logs/bench-44m.log"
+python -m beyond.bench config/norm_perloop.py config/cpu.py --steps=20 --warmup=3 $anchor $BENCH_ARGS \
+    > "$OUT/logs/bench-demo.log"
+python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --steps=3 --warmup=1 \
+    --dtype=float32 $BENCH_ARGS > "$OUT/logs/bench-44m-float32.log"
+
+# --- bf16 and float32 train the same picture (old-speed.md): each run's last eval line in logs/<run>.log
+if [ ! -d "$DATA_DIR/$DATASET" ]; then
+  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
+      --val_file "$WT103/wiki.test.tokens" --tokenizer bytes --out_dir "$DATA_DIR/$DATASET"
+fi
+for c in $CONDITIONS; do
+  for dtype in bfloat16 float32; do
+    name=$c-cpu-s$SEED-$dtype
+    python train.py "config/$c.py" config/cpu.py --data_dir="$DATA_DIR" --dataset="$DATASET" --seed="$SEED" \
+        --dtype=$dtype --out_dir="$RUNS/out-$name" $TRAIN_ARGS > "$OUT/logs/$name.log" 2>&1 \
+        || { tail -n 20 "$OUT/logs/$name.log" >&2; exit 1; }
+    cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
+  done
+done

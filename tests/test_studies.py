@@ -1,0 +1,374 @@
+"""
+Every study's script, assets/<study>/run.sh, run as a user runs it (`bash assets/<study>/run.sh`)
+at a tiny size: tiny byte data, tiny shapes, two iterations, one seed; each must exit 0 and write
+what its README.md says it writes. The studies that read another study's runs get tiny ones made
+here once (in-process). beyond.exit_tables and beyond.depth_costs run in-process on tiny inputs.
+
+    python -m pytest -q tests/test_studies.py
+
+The scripts start some fifty Python processes, and importing torch (with the torch._dynamo that
+an optimizer imports) costs each 2-4 s here. So their `python` is a stand-in (SHIM) that hands
+its command line, working directory, environment and standard streams to a server that did
+those imports once; the server forks, and the child runs the script or module as `python`
+would (runpy) and sends back its exit code. The children save figures at 20 dpi without the
+tight bounding box (a second drawing): half of what drawing them costs. STUDIES_PYTHON=real
+gives the scripts the real interpreter instead (minutes).
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import HERE, TINY, train_in_process
+
+TRAIN = ' '.join(TINY + ['--max_iters=2', '--eval_interval=1'])
+SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes the ones it uses)
+    DATASET='tiny-bytes', TRAIN_ARGS=TRAIN, OMP_NUM_THREADS='1', THREADS='1', REPEATS='1',
+    EVAL_ARGS='--max_tokens 128 --lemma_tokens 64 --bench_iters 1 --decode_tokens 4 --diag_tokens 64',
+    GATE_ARGS='--tokens=512 --iters=5 --batch_size=256', SAMPLE_ARGS='--max_new_tokens=4 --num_samples=1',
+    COST_ARGS='--prompt 16 --reps 2 --new_tokens 4 --accept_tokens 128',
+    BENCH_ARGS='--device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
+               '--steps=1 --warmup=0')
+# the runs other studies read, as assets/cpu-demo and assets/cpu-long name them
+SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
+          **{f'{c}-cpu-long-s1': extra for c, extra in (('norm_perloop', []), ('raw_perloop', ['--readout=raw']),
+                                                        ('penalty_perloop', ['--norm_penalty=0.01']),
+                                                        ('finalnorm_perloop', ['--readout=final_norm']))}}
+# study: (its settings here, whether it reads the shared runs, what its README says run.sh writes); they
+# run two at a time, the longest first, but speed first of all: it reads no shared runs, so it runs
+# while they train
+STUDIES = {
+    'speed': (dict(CONDITIONS='norm_perloop'), False,
+              ['logs/bench-44m.log', 'logs/bench-demo.log', 'logs/bench-44m-float32.log',
+               'logs/norm_perloop-cpu-s1-float32.log', 'logs/norm_perloop-cpu-s1-bfloat16.jsonl']),
+    'cpu-long-criteria': (dict(CONDITIONS='raw_perloop', THRESHOLDS='raw_perloop-cpu-long-s1',
+                               AGREE='raw_perloop-cpu-long-s1'), True,
+                          ['results.json', 'tables.md', 'exit_tables.md', 'costs-raw_perloop-float32.md',
+                           'exit_frontier_out-raw_perloop-cpu-long-s1.png', 'logs/raw_perloop-cpu-long-s1.eval.log',
+                           'logs/norm_perloop-cpu-long-s1.gate-raw.log',
+                           'logs/raw_perloop-cpu-long-s1.eval-thresholds.log',
+                           'logs/raw_perloop-cpu-long-s1.gate-agree-raw.log',
+                           'logs/raw_perloop-cpu-long-s1.eval-agree.log']),
+    'cpu-long-exit-sweep': (dict(CONDITIONS='penalty_perloop'), True,
+                            ['results.json', 'tables.md', 'early_exit.png',
+                             'logs/penalty_perloop_exit25-cpu-long-s1.jsonl',
+                             'logs/penalty_perloop_exit10-cpu-long-s1.jsonl']),
+    'cpu-long-exits': (dict(CONDITIONS='raw_perloop'), True,
+                       ['results.json', 'tables.md', 'early_exit.png', 'logs/raw_perloop_exit-cpu-long-s1.jsonl']),
+    'cpu-long-more': (dict(CONDITIONS='norm_terminal raw_terminal'), False,
+                      ['results-a.json', 'results-b.json', 'tables.md', 'ppl_vs_k.png', 'lemma.png', 'drift.png',
+                       'logs/raw_terminal-cpu-long-s1.jsonl']),
+    'cpu-long': (dict(CONDITIONS='raw_perloop'), False,
+                 ['results.json', 'tables.md', 'ppl_vs_k.png', 'lemma.png', 'drift.png', 'calibrated/results.json',
+                  'calibrated/tables.md', 'logs/raw_perloop-cpu-long-s1.jsonl',
+                  'logs/raw_perloop-cpu-long-s1.sample.log', 'logs/raw_perloop-cpu-long-s1.sample-speed.log']),
+    'cpu-44m': (dict(CONDITIONS='norm_perloop', PARTS='a=norm_perloop',
+                     COSTS='norm_perloop:float32 norm_perloop:bfloat16'), False,
+                ['results-a.json', 'tables.md', 'lemma.png', 'drift.png', 'costs-norm_perloop-float32.md',
+                 'costs-norm_perloop-bfloat16.md', 'logs/norm_perloop-cpu44m-s1.log',
+                 'logs/norm_perloop-cpu44m-s1.jsonl']),
+    'cpu-demo': (dict(CONDITIONS='norm_perloop'), False,
+                 ['results.json', 'tables.md', 'ppl_vs_k.png', 'lemma.png', 'drift.png', 'early_exit.png',
+                  'logs/norm_perloop-cpu-s1.jsonl', 'logs/norm_perloop-cpu-s1.log']),
+    'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
+                     ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
+    'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
+}
+
+
+# -----------------------------------------------------------------------------
+# python for the scripts: a stand-in that forks from a server holding the imports
+
+SHIM = '''#!{python} -S
+import json, os, socket, sys
+args = sys.argv[1:]
+if not args or (args[0].startswith('-') and args[0] != '-m'):  # not `python FILE ...` or `python -m MODULE ...`
+    os.execv({python!r}, [{python!r}, *args])
+s = socket.socket(socket.AF_UNIX)
+s.connect({sock!r})
+msg = json.dumps(dict(argv=args, cwd=os.getcwd(), env=dict(os.environ))).encode()
+socket.send_fds(s, [len(msg).to_bytes(8, 'big') + msg], [0, 1, 2])
+code = b''
+while chunk := s.recv(64):
+    code += chunk
+sys.exit(int(code) if code else 1)  # (no code: the child died)
+'''
+
+
+def serve(path):
+    """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
+    returns."""
+    import signal
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.figure
+    import matplotlib.pyplot  # noqa: F401
+    import numpy  # noqa: F401
+    import torch
+    import torch._dynamo  # noqa: F401  (torch.optim imports it on first use: ~2 s more)
+    save = matplotlib.figure.Figure.savefig  # figures at 20 dpi, without a second drawing for a tight box
+    matplotlib.figure.Figure.savefig = lambda fig, path, **kw: save(fig, path, **{**kw, 'dpi': 20,
+                                                                                   'bbox_inches': None})
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(64)
+    print('ready', flush=True)
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            child(conn)
+        conn.close()
+
+
+def child(conn):
+    """Runs the shim's `python FILE ARGS` or `python -m MODULE ARGS` with its streams, directory and
+    environment, and sends back the exit code."""
+    import runpy
+    import signal
+    import traceback
+    import torch
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], 'big'):
+        more = conn.recv(1 << 20)
+        if not more:  # the shim went away
+            os._exit(1)
+        data += more
+    msg = json.loads(data[8:])
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+        os.close(fd)
+    os.chdir(msg['cwd'])
+    os.environ.clear()
+    os.environ.update(msg['env'])
+    if os.environ.get('OMP_NUM_THREADS'):  # (read by OpenMP when torch was imported, so set here)
+        torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    argv, code = msg['argv'], 0
+    try:
+        if argv[0] == '-m':
+            sys.argv, sys.path[0] = argv[1:], msg['cwd']
+            runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
+        else:
+            sys.argv, sys.path[0] = argv, os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name='__main__')
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.sendall(str(code).encode())
+    os._exit(code)
+
+
+@pytest.fixture(scope='session')
+def python_bin(tmp_path_factory):
+    """A folder whose `python` the scripts run (the shim, or the real interpreter: STUDIES_PYTHON=real),
+    and a function that waits for the server to be ready."""
+    folder = tmp_path_factory.mktemp('bin')
+    if os.environ.get('STUDIES_PYTHON') == 'real':
+        (folder / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
+        (folder / 'python').chmod(0o755)
+        yield folder, lambda: True
+        return
+    sock = os.path.join(tempfile.mkdtemp(prefix='studies-'), 'server')  # (a socket's path: at most 107 bytes)
+    server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
+                               f'import test_studies; test_studies.serve({sock!r})'],
+                              stdout=subprocess.PIPE, cwd=HERE)
+    (folder / 'python').write_text(SHIM.format(python=sys.executable, sock=sock))
+    (folder / 'python').chmod(0o755)
+    yield folder, lambda: server.stdout.readline() == b'ready\n'  # (its imports overlap the shared runs' training)
+    server.kill()
+    server.wait()
+    shutil.rmtree(os.path.dirname(sock))
+
+
+# -----------------------------------------------------------------------------
+# the studies
+
+class SharedRuns:
+    """The CPU demo's and the 4-epoch study's runs that other studies read, trained tiny and
+    in-process on first use (from any thread: the first studies run meanwhile)."""
+
+    def __init__(self, root, data_dir):
+        self.root, self.data_dir, self.lock, self.trained = root, data_dir, threading.Lock(), False
+
+    def folder(self):
+        with self.lock:
+            if not self.trained:
+                for name, extra in SHARED.items():
+                    train_in_process(self.data_dir, self.root / f'out-{name}', '--max_iters=2', '--eval_interval=1',
+                                     *extra)
+                self.trained = True
+        return self.root
+
+
+@pytest.fixture(scope='session')
+def shared_runs(tiny_data, tmp_path_factory):
+    return SharedRuns(tmp_path_factory.mktemp('shared-runs'), tiny_data)
+
+
+@pytest.fixture(scope='session')
+def studies(python_bin, tiny_data, shared_runs, tmp_path_factory):
+    """Every study's run.sh, two at a time (the shared runs train in one lane while the first
+    study runs): study -> (its CompletedProcess, its OUT), and the files of assets/ (with their
+    times) before and after."""
+    root = tmp_path_factory.mktemp('studies')
+    bin_folder, ready = python_bin
+
+    def run(study):
+        settings, reads, _ = STUDIES[study]
+        runs = shared.result() if reads else root / f'{study}-runs'
+        env = {**os.environ, **SETTINGS, 'SEEDS': '1', 'DATA_DIR': str(tiny_data), 'RUNS': str(runs),
+               'OUT': str(root / study), **settings, 'PATH': f"{bin_folder}{os.pathsep}{os.environ['PATH']}"}
+        return subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
+                              timeout=600), root / study
+
+    assert ready(), 'the server for the scripts did not start'
+    before = listing(os.path.join(HERE, 'assets'))
+    with ThreadPoolExecutor(2) as pool:
+        shared = pool.submit(shared_runs.folder)
+        done = {study: pool.submit(run, study) for study in STUDIES}
+        done = {study: job.result() for study, job in done.items()}
+    return done, before, listing(os.path.join(HERE, 'assets'))
+
+
+def listing(folder):
+    """Every file under folder, with its modification time."""
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(folder) for f in files}
+
+
+def readme_names(study):
+    """The files a study's README.md names in backticks, <placeholders> as wildcards: regexes."""
+    with open(os.path.join(HERE, 'assets', study, 'README.md')) as f:
+        readme = f.read()
+    return [re.compile('[^/]+'.join(map(re.escape, re.split(r'<[^>]+>', token))) + '$')
+                    for token in re.findall(r'`([^`\s]+)`', readme)]
+
+
+def test_every_study_folder_has_its_script_and_readme():
+    assets = os.path.join(HERE, 'assets')
+    assert sorted(d for d in os.listdir(assets) if os.path.isdir(os.path.join(assets, d))) == sorted(STUDIES)
+    for study in STUDIES:
+        with open(os.path.join(HERE, 'assets', study, 'README.md')) as f:
+            readme = f.read()
+        assert f'bash assets/{study}/run.sh' in readme, study
+
+
+@pytest.mark.parametrize('study', STUDIES)
+def test_a_study_runs_at_a_tiny_size_and_writes_what_its_readme_says(study, studies):
+    r, out = studies[0][study]
+    logs = ''.join(f'\n--- {p}\n' + p.read_text()[-2000:] for p in sorted(out.glob('logs/*.log')))
+    assert r.returncode == 0, f'{study}: exit {r.returncode}\n{r.stderr[-4000:]}{logs}'
+    assert 'Traceback' not in r.stderr and 'error:' not in r.stderr, r.stderr[-4000:]
+    names = readme_names(study)
+    for name in STUDIES[study][2]:
+        path = out / name
+        assert path.is_file() and path.stat().st_size > 0, f'{study}: no {name}'
+        assert any(n.match(name) for n in names), f'{study}: README.md does not name {name}'
+        if name.endswith('.json'):
+            assert json.loads(path.read_text())['runs'], name
+        if name == 'tables.md':
+            assert path.read_text().startswith('| run | K | ppl'), path.read_text()[:200]
+        if name == 'exit_tables.md':
+            assert path.read_text().startswith('Teacher-forced mean loops'), path.read_text()[:200]
+
+
+def test_the_scripts_write_nothing_into_assets(studies):
+    _, before, after = studies
+    assert after == before, sorted(set(after.items()) ^ set(before.items()))
+
+
+# -----------------------------------------------------------------------------
+# the scripts the studies call that live in beyond/, in-process
+
+def frontier(at_01, at_05):
+    """An exit_frontier record: criterion -> (loops, oracle_gap) at +1% and +5%."""
+    return {'at': {t: {c: {'loops': loops, 'oracle_gap': gap} for c, (loops, gap) in at.items()}
+                   for t, at in (('0.01', at_01), ('0.05', at_05))}}
+
+
+def pick(criterion, target, stand_in, loops, ppl, speedup):
+    return dict(criterion=criterion, target=target, stand_in=stand_in, mean_loops=loops, ppl=ppl, full_ppl=10.0,
+                speedup=speedup)
+
+
+def test_exit_tables_averages_seeds_and_keeps_the_stand_in_that_needs_fewer_loops(tmp_path, capsys):
+    from beyond import exit_tables
+    runs = [
+        dict(name='out-raw_perloop-cpu-long-s1', exit_frontier=frontier({'oracle': (1.0, 0.0), 'latent': (2.0, 1.0)},
+                                                                        {'oracle': (1.0, 0.0), 'latent': (1.5, 0.5)}),
+             calibrated=[pick('latent', 0.01, 'copy', 2, 10.1, 1.0), pick('latent', 0.01, 'project', 3, 10.2, 2.0),
+                         pick('latent', 0.05, 'copy', 1, 10.5, 3.0)]),
+        dict(name='out-raw_perloop-cpu-long-s2', exit_frontier=frontier({'oracle': (1.5, 0.0), 'latent': (3.0, 1.5)},
+                                                                        {'oracle': (1.0, 0.0), 'latent': (2.5, 1.5)}),
+             calibrated=[pick('latent', 0.01, 'copy', 4, 10.3, 2.0), pick('latent', 0.01, 'project', 3, 10.4, 2.0),
+                         pick('latent', 0.05, 'copy', 2, 10.3, 1.0)]),
+        dict(name='out-norm_perloop-cpu-long-s1', exit_frontier=frontier({'oracle': (1.0, 0.0), 'latent': (None, None)},
+                                                                         {'oracle': (1.0, 0.0), 'latent': (1.0, 0.0)})),
+    ]
+    groups = [dict(name='out-raw_perloop-cpu-long', runs=[r['name'] for r in runs[:2]]),
+              dict(name='out-norm_perloop-cpu-long-s1', runs=[runs[2]['name']])]
+    (tmp_path / 'results.json').write_text(json.dumps(dict(runs=runs, groups=groups)))
+    exit_tables.main([str(tmp_path / 'results.json')])
+    lines = capsys.readouterr().out.splitlines()
+    assert '| criterion | raw_perloop (n=2) +1% | +5% | norm_perloop (n=1) +1% | +5% |' in lines
+    assert '| oracle | 1.25 | 1.00 | 1.00 | 1.00 |' in lines
+    assert '| latent | 2.50 (+1.25) | 2.00 (+1.00) | — | 1.00 (+0.00) |' in lines  # (norm: no pick at +1%)
+    # +1%: copy and project both need 3 loops on average, project is faster; +5%: copy alone
+    assert '| criterion | raw_perloop +1% | raw_perloop +5% |' in lines
+    assert '| latent | 3.00, +3.0%, 2.00x (p) | 1.50 ± 0.71, +4.0%, 2.00x ± 1.41 (c) |' in lines
+
+
+def test_exit_tables_makes_the_committed_tables_again(capsys):
+    from beyond import exit_tables
+    exit_tables.main([os.path.join(HERE, 'assets/cpu-long-criteria/results.json')])
+    with open(os.path.join(HERE, 'assets/cpu-long-criteria/exit_tables.md')) as f:
+        assert capsys.readouterr().out == f.read()
+
+
+def test_depth_costs_parts_add_up_to_its_fixed_k_token_and_its_exits(shared_runs, capsys):
+    import torch
+    from beyond import depth_costs, exits
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        depth_costs.main([str(shared_runs.folder() / 'out-raw_perloop-cpu-long-s1'), '--prompt', '16', '--reps', '2',
+                          '--new_tokens', '4', '--accept_tokens', '128'])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    K = 2  # conftest.TINY's n_loops
+    assert out.startswith('# out-raw_perloop-cpu-long-s1: d=32, 1 layers, K=2, vocab 256, float32')
+    ms = dict(re.findall(r'^\| ([^|]+?) \| ([\d.]+) \|$', out, re.M))
+    for name, c in exits.CRITERIA.items():
+        assert f"exit decision: {name}{'' if c.readout else ' (no readout)'}" in ms, name
+    loop, readout, draw = (float(ms[k]) for k in ('one loop (the 1-layer stack, one token)', 'one readout (32 x 256)',
+                                                  'sampling from the readout'))
+    assert [k for k in ms if k.startswith('verify pass')] == ['verify pass, loops 2..2 over 4 tokens, per token']
+    assert re.findall(r'^\| (\d) \| [\d,.]+ \|$', out, re.M) == ['1', '2']  # fixed K = 1..K, tok/s
+    token = float(re.search(r'= ([\d.]+) ms \(', out).group(1))
+    assert token == pytest.approx(K * loop + readout + draw, abs=2e-3)
+    # an exit after loop 1 with a readout (and a max_prob decision) every loop, and decided from the state
+    row = re.search(r'^\| 1 \| ([\d.]+) ms \| ([\d.]+)x \| ([\d.]+) ms \| ([\d.]+)x \|', out, re.M).groups()
+    assert float(row[0]) == pytest.approx(loop + readout + float(ms['exit decision: max_prob']) + draw, abs=2e-3)
+    angular = float(ms['exit decision: angular (no readout)'])
+    assert float(row[2]) == pytest.approx(loop + angular + readout + draw, abs=2e-3)
+    assert float(row[1]) == pytest.approx(token / float(row[0]), rel=0.02)
+    agree, accept = re.search(r'^\| 1 \| ([\d.]+) \| ([\d.]+) \|', out.split('Speculative decoding')[1], re.M).groups()
+    assert 0 <= float(agree) <= 1 and 0 <= float(accept) <= 1
