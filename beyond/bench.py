@@ -45,15 +45,16 @@ from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use
 steps = 10                    # timed optimizer steps, at least 1
 warmup = 3                    # untimed steps first (compilation happens there)
 vocab_size = 0                # 0: the dataset's (meta.json) if prepared, else 256 for a '-bytes' dataset, GPT-2's 50,257 otherwise
+peak_size = 0                 # the square matmul timed for the measured peak (0: 2048 and 4096 on a CPU, 8192 on a GPU)
 anchor = ''                   # the path of a clone of the paper's released code: time its step beside ours ('' = off)
 # -----------------------------------------------------------------------------
-BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, anchor=anchor)
+BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, peak_size=peak_size, anchor=anchor)
 
 
 def setup_bench(argv):
     """train.py's settings and bench.py's own, checked: (settings namespace, device, dtype, ctx)."""
     config = train.setup(argv, settings={**train.SETTINGS, **BENCH}, scripts=(__file__, train.__file__))
-    for key, lowest in (('steps', 1), ('warmup', 0), ('vocab_size', 0)):
+    for key, lowest in (('steps', 1), ('warmup', 0), ('vocab_size', 0), ('peak_size', 0)):
         if config[key] < lowest:
             raise UserError(f"setting '{key}' must be at least {lowest}; got {config[key]!r}")
     c = SimpleNamespace(**config)
@@ -118,12 +119,13 @@ def peak_memory_gib(device):
 
 # -----------------------------------------------------------------------------
 
-def matmul_peak(dtype, device, seconds=1.0):
+def matmul_peak(dtype, device, seconds=1.0, size=0):
     """The best FLOP/s of square matmuls in the run's dtype on this device: the ceiling that
-    the achieved FLOP/s is compared with (on a GPU, MFU uses the spec sheet instead)."""
+    the achieved FLOP/s is compared with (on a GPU, MFU uses the spec sheet instead). size: the
+    one matrix size to time (0: the default sizes)."""
     dt = getattr(torch, dtype)
     best = 0.0
-    for n in ((2048, 4096) if device == 'cpu' else (8192,)):
+    for n in ((size,) if size else (2048, 4096) if device == 'cpu' else (8192,)):
         a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
         a @ b
         sync(device)
@@ -169,7 +171,7 @@ def main(argv):
         return side_by_side(c, device, dtype, ctx)
     rows = [bench(loss, c, device, dtype, ctx) for loss in ('perloop', 'terminal')]
     peak = peak_flops(device, dtype)
-    measured = matmul_peak(dtype, device)
+    measured = matmul_peak(dtype, device, size=c.peak_size)
     print(f"\nmatmul peak measured here ({dtype}): {measured / 1e12:.3f} TFLOP/s"
           + (f"; spec-sheet peak for MFU: {peak / 1e12:.0f} TFLOP/s" if peak else ''))
     print('| loss | tokens/s | ms/step | achieved TFLOP/s | of measured matmul peak |'

@@ -36,7 +36,7 @@ SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes th
     EVAL_ARGS='--max_tokens 128 --lemma_tokens 64 --bench_iters 1 --decode_tokens 4 --diag_tokens 64',
     GATE_ARGS='--tokens=512 --iters=5 --batch_size=256', SAMPLE_ARGS='--max_new_tokens=4 --num_samples=1',
     COST_ARGS='--prompt 16 --reps 2 --new_tokens 4 --accept_tokens 128',
-    BENCH_ARGS='--device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
+    BENCH_ARGS='--peak_size=128 --device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
                '--steps=1 --warmup=0')
 # the runs other studies read, as assets/cpu-demo and assets/cpu-long name them
 SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
