@@ -17,11 +17,12 @@ from model import LoopedGPT, LoopedGPTConfig, diagnostics, lemma_sums, summarize
 V, T, D = 64, 16, 32
 
 
-def tiny(**kw):
+def tiny(cls=LoopedGPT, **kw):
+    """A seeded tiny model (cls: LoopedGPT, or a subclass such as beyond/exit_train.py's)."""
     args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=3, dropout=0.0)
     args.update(kw)
     torch.manual_seed(0)
-    return LoopedGPT(LoopedGPTConfig(**args))
+    return cls(LoopedGPTConfig(**args))
 
 
 def batch(B=4, seed=1):

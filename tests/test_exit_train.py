@@ -12,27 +12,7 @@ from torch.nn import functional as F
 
 from beyond.exit_train import ExitTrainedGPT, model_class
 from model import LoopedGPT, LoopedGPTConfig
-
-V, T, D = 64, 16, 32
-
-
-def tiny(cls, **kw):
-    args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=3, dropout=0.0)
-    args.update(kw)
-    torch.manual_seed(0)
-    return cls(LoopedGPTConfig(**args))
-
-
-def batch(B=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, V, (B, T), generator=g)
-    y = torch.randint(0, V, (B, T), generator=g)
-    return x, y
-
-
-def raw_logits(model, h):
-    return h @ model.transformer.wte.weight.T
-
+from test_model import batch, manual_logits, tiny  # (the mechanism's tiny model and batch, with this file's class)
 
 def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_there():
     model = tiny(ExitTrainedGPT, readout='raw', exit_train=0.5, init_std=0.1)
@@ -63,7 +43,7 @@ def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_th
     terms, per_loop = [], []
     for k in range(1, 4):
         read = pattern >= k
-        logits = raw_logits(model, hs[k])
+        logits = manual_logits(model, hs[k], normalized=False)
         ce_k = F.cross_entropy(logits[read], y[read], reduction='none')
         terms.append(ce_k)
         per_loop.append(ce_k.mean())

@@ -27,20 +27,12 @@ COSTS=${COSTS:-norm_perloop:float32 norm_perloop:bfloat16 raw_perloop:float32} T
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-44m}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} COST_ARGS=${COST_ARGS:-}
 mkdir -p "$OUT/logs"
+. assets/study.sh  # prepare_wt103, train
 
 # --- the data: WikiText-103's validation text to train on, its test text to validate, as GPT-2 BPE tokens
-if [ ! -d "$DATA_DIR/$DATASET" ]; then
-  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
-      --val_file "$WT103/wiki.test.tokens" --tokenizer r50k_base --out_dir "$DATA_DIR/$DATASET"
-fi
+prepare_wt103 r50k_base
 
 # --- training: two runs at a time, one thread each; a run's output in logs/<run>.log, its log.jsonl copied
-train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME
-  local name=$1; shift
-  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
-      > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
-  cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
-}
 lanes=()
 lane() { OMP_NUM_THREADS=1 "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }
 wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }

@@ -23,20 +23,12 @@ CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3} SEED
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exit-sweep}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
+. assets/study.sh  # prepare_wt103, train
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
-if [ ! -d "$DATA_DIR/$DATASET" ]; then
-  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
-      --val_file "$WT103/wiki.test.tokens" --tokenizer bytes --out_dir "$DATA_DIR/$DATASET"
-fi
+prepare_wt103 bytes
 
 # --- training the exit-aware twins, one after the other
-train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME; its output in logs/NAME.log, its log.jsonl copied
-  local name=$1; shift
-  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
-      > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
-  cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
-}
 for s in $SEEDS; do
   for c in $CONDITIONS; do
     train "${c}_exit25-cpu-long-s$s" "config/${c}_exit.py" config/cpu.py config/cpu_long.py --seed="$s" --exit_train=0.25

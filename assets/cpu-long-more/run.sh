@@ -21,20 +21,12 @@ CONDITIONS=${CONDITIONS:-norm_terminal raw_terminal penalty_terminal interloop_p
 SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-more}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
+. assets/study.sh  # prepare_wt103, train
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
-if [ ! -d "$DATA_DIR/$DATASET" ]; then
-  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
-      --val_file "$WT103/wiki.test.tokens" --tokenizer bytes --out_dir "$DATA_DIR/$DATASET"
-fi
+prepare_wt103 bytes
 
 # --- training, one run after the other; a run's output in logs/<run>.log, its log.jsonl copied
-train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME
-  local name=$1; shift
-  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
-      > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
-  cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
-}
 for s in $SEEDS; do
   for c in $CONDITIONS; do
     train "$c-cpu-long-s$s" "config/$c.py" config/cpu.py config/cpu_long.py --seed="$s"

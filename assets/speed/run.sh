@@ -20,6 +20,7 @@ ANCHOR=${ANCHOR:-} DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-byte
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/speed}
 BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 mkdir -p "$OUT/logs"
+. assets/study.sh  # prepare_wt103, train
 
 # --- our step beside the released code's (speed.md, "Against the paper's released code"), and peak memory
 anchor=${ANCHOR:+--anchor=$ANCHOR}
@@ -31,16 +32,9 @@ python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --bloc
     --dtype=float32 $BENCH_ARGS > "$OUT/logs/bench-44m-float32.log"
 
 # --- bf16 and float32 train the same picture (old-speed.md): each run's last eval line in logs/<run>.log
-if [ ! -d "$DATA_DIR/$DATASET" ]; then
-  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
-      --val_file "$WT103/wiki.test.tokens" --tokenizer bytes --out_dir "$DATA_DIR/$DATASET"
-fi
+prepare_wt103 bytes
 for c in $CONDITIONS; do
   for dtype in bfloat16 float32; do
-    name=$c-cpu-s$SEED-$dtype
-    python train.py "config/$c.py" config/cpu.py --data_dir="$DATA_DIR" --dataset="$DATASET" --seed="$SEED" \
-        --dtype=$dtype --out_dir="$RUNS/out-$name" $TRAIN_ARGS > "$OUT/logs/$name.log" 2>&1 \
-        || { tail -n 20 "$OUT/logs/$name.log" >&2; exit 1; }
-    cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
+    train "$c-cpu-s$SEED-$dtype" "config/$c.py" config/cpu.py --seed="$SEED" --dtype=$dtype
   done
 done

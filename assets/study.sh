@@ -1,0 +1,15 @@
+# What the studies' run.sh share; each sources it from the repo root after setting DATA_DIR,
+# DATASET, RUNS, OUT (with $OUT/logs made) and TRAIN_ARGS.
+
+prepare_wt103() {  # prepare_wt103 TOKENIZER: WikiText-103's validation text to train on, its test text to validate
+  [ -d "$DATA_DIR/$DATASET" ] && return
+  python prepare.py --train_file "${WT103:?set WT103 to the folder holding wiki.valid.tokens}/wiki.valid.tokens" \
+      --val_file "$WT103/wiki.test.tokens" --tokenizer "$1" --out_dir "$DATA_DIR/$DATASET"
+}
+
+train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME; its output in logs/NAME.log, its log.jsonl copied
+  local name=$1; shift
+  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
+      > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
+  cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
+}
