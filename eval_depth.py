@@ -106,6 +106,20 @@ def throughput(model, x, n_loops, iters, device):
 # -----------------------------------------------------------------------------
 # one run
 
+def learned_depth_settings(model, config):
+    """What a run learned or drew of its depth controls: alpha of an AlphaReadout, the damping
+    factor, and the random-depth draw it trained with (None where it has none)."""
+    out = {}
+    if model.config.readout == 'alpha':
+        out['alpha'] = torch.sigmoid(model.alpha_logit).item()
+        out['s_ref'] = model.log_s_ref.exp().item()
+    if model.config.damping:
+        out['damping'] = torch.sigmoid(model.damping_logit).item()
+    if config.get('random_depth'):
+        out['draw'] = {k: config.get(k) for k in ('n_loops', 'depth_sigma', 'max_loops', 'bptt')}
+    return out or None
+
+
 def evaluate_run(path, model, config, data, args, device, dtype, reference=None, criteria=None):
     cfg = model.config
     ctx = autocast(device, dtype)
@@ -116,6 +130,8 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
     name = os.path.basename(os.path.normpath(run_folder(path)))
     run = dict(name=name, path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
                interloop_norm=cfg.interloop_norm, exit_train=cfg.exit_train, trained_K=cfg.n_loops,
+               sandwich_norm=cfg.sandwich_norm, inject=cfg.inject, damping=cfg.damping,
+               random_depth=bool(config.get('random_depth')), depth=learned_depth_settings(model, config),
                seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype,
                gates=gates_of(criteria))

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from linear_ce import readout_ce
 
-READOUTS = ('norm', 'raw', 'final_norm')
+READOUTS = ('norm', 'raw', 'final_norm', 'alpha')
 LOSSES = ('perloop', 'terminal')
 
 
@@ -40,10 +40,14 @@ class LoopedGPTConfig:
     n_embd: int = 512             # d, the width of the residual stream
     dropout: float = 0.1
     n_loops: int = 4              # K, loops used in training (any K can be asked for at call time)
-    readout: str = 'norm'         # 'norm' | 'raw' | 'final_norm', see LoopedGPT.readout
+    readout: str = 'norm'         # 'norm' | 'raw' | 'final_norm' | 'alpha', see LoopedGPT.readout
     loss: str = 'perloop'         # 'perloop': mean CE over loops | 'terminal': last loop's CE
     norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off), see LoopedGPT.forward
     interloop_norm: bool = False  # RMSNorm on the state carried between loops
+    # beyond the paper: the field's scale controls (docs/depth.md), each at its place below
+    sandwich_norm: bool = False   # RMSNorm on each sublayer's output before it is added (Huginn, Ouro)
+    inject: bool = False          # the embedding H_0 added to the input of every loop after the first
+    damping: bool = False         # the carried state scaled by a learned sigmoid(a) < 1 between loops
     init_std: float = 0.0         # 0: PyTorch's default init, as the paper's released code; >0: N(0, init_std)
     exit_train: float = 0.0       # beyond the paper, exit-aware training: the fraction of tokens frozen after a
                                   # random loop (0 = off); beyond/exit_train.py's ExitTrainedGPT trains with it
@@ -77,6 +81,8 @@ class BlockWeights(NamedTuple):
     proj: torch.Tensor            # (C, C) the attention's output projection
     gate_up: object               # SwiGLU's gate and up: a pair of (4C, C), or one (8C, C), both in one matmul
     down: torch.Tensor            # (C, 4C)
+    post_attn: object = None      # (C,) sandwich norm: the gain of the RMSNorm on the attention's output (None: off)
+    post_mlp: object = None       # (C,) and on the MLP's output
 
 
 def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
@@ -98,13 +104,17 @@ def causal_attention(dropout_p):
     return lambda qkv: attention(qkv[0], qkv[1], qkv[2], is_causal=True, dropout_p=dropout_p)
 
 
-def add_product(x, a, w, fused=False, dropout=0.0):
+def add_product(x, a, w, fused=False, dropout=0.0, post=None, eps=None):
     """x + dropout(a @ w.T), a residual update. The product runs in autocast's dtype where it is on and
     is added to the stream in the stream's dtype (float32). fused (no autocast, no dropout: one
-    dtype): the add inside the matmul, one addmm (under autocast that would make the stream bf16)."""
-    if fused:
+    dtype): the add inside the matmul, one addmm (under autocast that would make the stream bf16).
+    post: the sandwich norm's gain, x + RMSNorm(a @ w.T): every update has a bounded size (RMS the
+    gain), however large the state (Huginn, Geiping et al. 2025; Ouro)."""
+    if fused and post is None:
         return torch.addmm(x, a, w.t())
     y = F.linear(a, w)
+    if post is not None:
+        y = F.rms_norm(y, (y.size(-1),), post, eps)
     return x + (F.dropout(y, dropout) if dropout else y)
 
 
@@ -128,8 +138,8 @@ def block(x, w, n_head, attend, dropout=0.0, fused=False):
     x = x.reshape(B * T, C)  # (B*T, C) rows
     qkv = F.linear(F.rms_norm(x, (C,), w.ln_1, w.eps), w.qkv)  # (B*T, 3C)
     y = attend(qkv.view(B, T, 3, n_head, C // n_head).permute(2, 0, 3, 1, 4))  # (B, nh, T, hs)
-    x = add_product(x, y.transpose(1, 2).reshape(B * T, C), w.proj, fused)
-    x = add_product(x, swiglu(F.rms_norm(x, (C,), w.ln_2, w.eps), w.gate_up), w.down, fused, dropout)
+    x = add_product(x, y.transpose(1, 2).reshape(B * T, C), w.proj, fused, post=w.post_attn, eps=w.eps)
+    x = add_product(x, swiglu(F.rms_norm(x, (C,), w.ln_2, w.eps), w.gate_up), w.down, fused, dropout, w.post_mlp, w.eps)
     return x.view(B, T, C)
 
 
@@ -150,10 +160,15 @@ class Block(nn.Module):
         self.mlp.w_gate = nn.Linear(C, 4 * C, bias=False)
         self.mlp.w_up = nn.Linear(C, 4 * C, bias=False)
         self.mlp.w_down = nn.Linear(4 * C, C, bias=False)
+        if config.sandwich_norm:  # the sublayers' output norms (Huginn's norm_2 and norm_4)
+            self.attn.ln_out = nn.RMSNorm(C)
+            self.mlp.ln_out = nn.RMSNorm(C)
 
     def weights(self):
+        post = (self.attn.ln_out.weight, self.mlp.ln_out.weight) if hasattr(self.attn, 'ln_out') else (None, None)
         return BlockWeights(self.ln_1.weight, self.ln_2.weight, self.ln_1.eps, self.attn.c_attn.weight,
-                            self.attn.c_proj.weight, (self.mlp.w_gate.weight, self.mlp.w_up.weight), self.mlp.w_down.weight)
+                            self.attn.c_proj.weight, (self.mlp.w_gate.weight, self.mlp.w_up.weight), self.mlp.w_down.weight,
+                            *post)
 
     def forward(self, x):
         p = self.dropout if self.training else 0.0
@@ -174,9 +189,14 @@ class LoopedGPT(nn.Module):
             wpe=nn.Embedding(config.block_size, config.n_embd),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),  # the one shared stack
         ))
-        # the readout's RMSNorm; 'raw' has none (an unused parameter would also trip DDP)
-        self.readout_norm = nn.RMSNorm(config.n_embd) if config.readout != 'raw' else None
+        # the readout's RMSNorm; 'raw' and 'alpha' have none (an unused parameter would also trip DDP)
+        self.readout_norm = nn.RMSNorm(config.n_embd) if config.readout in ('norm', 'final_norm') else None
+        if config.readout == 'alpha':  # alpha = sigmoid(logit), 0.5 at init; s_ref = exp(log_s_ref), 1 at init
+            self.alpha_logit = nn.Parameter(torch.zeros(()))
+            self.log_s_ref = nn.Parameter(torch.zeros(()))
         self.interloop_norm = nn.RMSNorm(config.n_embd) if config.interloop_norm else None
+        if config.damping:  # sigmoid(2) = 0.88 at init, as the released code's raw_alpha
+            self.damping_logit = nn.Parameter(torch.tensor(2.0))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied: the head is the token embedding
 
@@ -203,12 +223,26 @@ class LoopedGPT(nn.Module):
         h = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[t0:t0 + T]  # (B, T, C)
         return F.dropout(h, self.config.dropout) if self.training else h  # (functional: no module calls a decoded token)
 
-    def loop_input(self, h, k):
+    def loop_input(self, h, k, e=None):
         """What loop k (1-based) starts from: H_{k-1} itself, or with the inter-loop norm, RMSNorm(H_{k-1})
         from loop 2 on: a scale-removing recurrence, the next loop starts from a state of fixed RMS
         (the gain), so no scale can be carried and accumulate. The readout and the penalty still
-        see the un-normalized H_{k-1}."""
-        return self.interloop_norm(h) if k > 1 and self.interloop_norm is not None else h
+        see the un-normalized H_{k-1}. Beyond the paper, from loop 2 on (docs/depth.md):
+        damping, h * sigmoid(a), a learned contraction of the carried state (the paper's released
+        code, models/ar_looplm.py, after OpenMythos); injection, h + e with e = H_0 the loop's
+        embedding (the input injection of Huginn and Parcae, here with no adapter)."""
+        if k == 1:
+            return h
+        cfg = self.config
+        if cfg.interloop_norm:
+            h = self.interloop_norm(h)
+        if cfg.damping:
+            h = h * torch.sigmoid(self.damping_logit).to(h.dtype)
+        if cfg.inject:
+            if e is None:
+                raise ValueError("this model injects its embedding into every loop: pass e, the tokens' H_0")
+            h = h + e
+        return h
 
     def loop(self, x):
         """One pass of the shared stack, (B, T, C) -> (B, T, C): the same weights at every loop,
@@ -217,21 +251,23 @@ class LoopedGPT(nn.Module):
             x = block(x)
         return x
 
-    def loop_states(self, idx, n_loops=None, clamp=False):
+    def loop_states(self, idx, n_loops=None, clamp=False, first=0):
         """Runs the shared stack K times, yielding H_0, H_1, ..., H_K one at a time, each (B, T, C);
         H_0 is the embedding that enters loop 1. A caller that keeps only the newest state holds
         one state however many loops run (eval_depth.py's Lemma-2 sweep runs 30).
         clamp: the recurrent scale clamp, an evaluation-only intervention (the paper's, section 5):
         each token's state is rescaled after every loop to the norm it had after loop 1, keeping
         its direction. If CE barely changes, the scale the recurrence accumulated carried little
-        predictive information."""
+        predictive information.
+        first: truncated backprop (random-depth training): loops 1..first run without a graph."""
         K = self.config.n_loops if n_loops is None else n_loops
         if K < 1:
             raise ValueError(f"n_loops must be >= 1, got {K}")
-        h = self.embed(idx)
+        h = e = self.embed(idx)
         yield h
         for k in range(1, K + 1):
-            h = self.loop(self.loop_input(h, k))
+            with torch.set_grad_enabled(torch.is_grad_enabled() and k > first):
+                h = self.loop(self.loop_input(h, k, e))
             if clamp and k == 1:
                 norm_1 = h.norm(dim=-1, keepdim=True)
             elif clamp:
@@ -252,10 +288,19 @@ class LoopedGPT(nn.Module):
         holds it in check.
         'final_norm': raw at loops 1..K-1 (those losses see the scale), normalized at the
         last loop of this call (`last`), whose loss does not.
+        'alpha' (beyond the paper; the released code's AlphaReadout, models/refiner.py): with s
+        the RMS of H, gamma(s) u for u = H / s and gamma(s) = s_ref^(1-alpha) s^alpha, alpha and
+        s_ref learned: a continuum from a normalized readout (alpha = 0) to the raw one (alpha = 1).
+        The CE sees the scale as s^alpha, so alpha is the model's own choice of how much to see.
         """
-        if self.config.readout == 'norm' or (self.config.readout == 'final_norm' and last):
+        cfg = self.config
+        if cfg.readout == 'norm' or (cfg.readout == 'final_norm' and last):
             # (the gain is cast to h's dtype: a no-op in training, float64 for the diagnostics)
             return F.rms_norm(h, (h.size(-1),), self.readout_norm.weight.to(h.dtype), self.readout_norm.eps)
+        if cfg.readout == 'alpha':  # gamma(s) u = H (s_ref / s)^(1 - alpha), in log space
+            log_s = h.pow(2).mean(-1, keepdim=True).clamp_min(1e-12).log() / 2
+            alpha = torch.sigmoid(self.alpha_logit).to(h.dtype)
+            return h * ((1 - alpha) * (self.log_s_ref.to(h.dtype) - log_s)).exp()
         return h
 
     def logits(self, h, last):
@@ -279,25 +324,30 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # forward and losses
 
-    def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False):
+    def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False, bptt=0):
         """idx, targets: (B, T) token ids. Returns (logits, loss), as nanoGPT's model does:
         without targets, the last loop's logits (B, T, vocab) and None; with targets, None and
         the training loss (linear_ce computes every loop's CE a chunk of tokens at a time, never
         holding K full-vocabulary logit tensors, so the logits are not made).
         stats=True (with targets) adds a third item, per-loop tensors (K,) from the same pass,
         not read here so the caller decides when to sync: 'ce' (NaN for loops the loss does
-        not read) and 'h_norm' (mean ||H_k|| over tokens, float32)."""
-        states = list(self.loop_states(idx, n_loops, clamp))[1:]  # H_1 .. H_K
+        not read) and 'h_norm' (mean ||H_k|| over tokens, float32).
+        bptt > 0 (random-depth training, train.py): truncated backprop, only the last bptt loops
+        run with a graph, and the loss reads only them (per-loop CE over those, the penalty on them)."""
+        K = self.config.n_loops if n_loops is None else n_loops
+        first = max(0, K - bptt) if bptt and targets is not None else 0
+        states = list(self.loop_states(idx, K, clamp, first))[1:]  # H_1 .. H_K
         if targets is None:
             return self.logits(states[-1], last=True), None
-        return (None, *self.loss(states, targets, stats))
+        return (None, *self.loss(states, targets, stats, first))
 
-    def loss(self, states, targets, stats=False):
+    def loss(self, states, targets, stats=False, first=0):
         """The training loss of states [H_1 .. H_K] against targets (B, T), or (K, B, T) with each
-        loop's own (-1: not read there). Returns (loss,), or (loss, stats) with stats=True."""
+        loop's own (-1: not read there). Returns (loss,), or (loss, stats) with stats=True.
+        first: loops 1..first ran without a graph (truncated backprop): the loss reads none of them."""
         K = len(states)
         # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
-        read = list(range(K)) if self.config.loss == 'perloop' else [K - 1]
+        read = list(range(first, K)) if self.config.loss == 'perloop' else [K - 1]
         y = targets.expand(K, *targets.shape[-2:])[read]  # (len(read), B, T)
         loss, ce_tokens = self.readout_loss([states[k] for k in read], y, [k == K - 1 for k in read])
         if self.config.norm_penalty > 0:
@@ -306,7 +356,7 @@ class LoopedGPT(nn.Module):
             # tokens). The paper writes lambda * sum_k ||H_k||^2; the released code averages the
             # loops, so lambda=0.01 is as strong at any K. Every loop, whatever the CE reads: it
             # is the recurrence that grows the scale.
-            loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states]).mean()
+            loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states[first:]]).mean()
         if not stats:
             return (loss,)
         valid = (y >= 0).flatten(1).float()  # (len(read), B*T)
@@ -334,21 +384,23 @@ class LoopedGPT(nn.Module):
             n_params -= self.transformer.wpe.weight.numel()
         return n_params
 
-    def flops_per_token(self, n_loops=None, supervised_loops=None, training=True, T=None):
+    def flops_per_token(self, n_loops=None, supervised_loops=None, training=True, T=None, bptt=0):
         """Matmul FLOPs per token: the shared stack K times, the readout once per supervised
         loop, attention over T positions. Training counts forward + backward (x3), as in the
         PaLM appendix B estimate that nanoGPT uses (linear_ce's three head matmuls per read loop
-        are exactly that x3)."""
+        are exactly that x3); with truncated backprop (bptt > 0) only the last bptt loops and
+        their readouts have a backward."""
         cfg = self.config
         K = n_loops or cfg.n_loops
+        graph = min(K, bptt) if bptt and training else K  # the loops with a graph
         if supervised_loops is None:
-            supervised_loops = K if (training and cfg.loss == 'perloop') else 1
+            supervised_loops = graph if (training and cfg.loss == 'perloop') else 1
         T = T or cfg.block_size
         stack = sum(p.numel() for n, p in self.transformer.h.named_parameters() if p.dim() == 2)
         attn = 2 * cfg.n_layer * T * cfg.n_embd  # q@k and att@v, one multiply-add each per (t, d)
         head = cfg.n_embd * cfg.vocab_size
         forward = 2 * (K * (stack + attn) + supervised_loops * head)
-        return 3 * forward if training else forward
+        return forward + 4 * (graph * (stack + attn) + supervised_loops * head) if training else forward
 
     @classmethod
     def from_checkpoint(cls, path, device='cpu'):

@@ -76,8 +76,11 @@ def settings_of(run):
     """What a run (or a group's mean) was trained as: 'norm readout, perloop CE, K=4', with the penalty
     and the inter-loop norm where on."""
     extra = (f", penalty {run['norm_penalty']}" if run['norm_penalty'] else '') + \
-        (', inter-loop norm' if run['interloop_norm'] else '')
-    return f"{run['readout']} readout, {run['loss']} CE{extra}, K={run['trained_K']}"
+        (', inter-loop norm' if run['interloop_norm'] else '') + \
+        ''.join(f", {name}" for key, name in (('sandwich_norm', 'sandwich norm'), ('inject', 'injection'),
+                                             ('damping', 'damping')) if run.get(key))
+    depth = f"random K, mean {run['trained_K']}" if run.get('random_depth') else f"K={run['trained_K']}"
+    return f"{run['readout']} readout, {run['loss']} CE{extra}, {depth}"
 
 
 def label(group, settings=False):

@@ -65,6 +65,14 @@ norm_penalty = 0.0            # lambda; 0.01 in the paper's penalty runs
 interloop_norm = False        # RMSNorm between loops
 init_std = 0.0                # 0: PyTorch's default init, as the paper's released code
 exit_train = 0.0              # exit-aware training: fraction of tokens frozen after a random loop 1..K-1 (0 = off)
+sandwich_norm = False         # the field's scale controls (docs/depth.md): RMSNorm on each sublayer's output,
+inject = False                # the embedding added to every loop's input,
+damping = False               # a learned contraction sigmoid(a) of the state between loops
+# random depth (docs/depth.md; config/random_depth.py): K drawn per iteration, the same on every rank and after a resume
+random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with mean n_loops - 1 (Huginn's draw): mean K = n_loops
+depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
+max_loops = 16                # the cap on a drawn K, and the deepest K evaluated during training with random_depth
+bptt = 0                      # truncated backprop: only the last bptt loops run with a graph and are read by the loss (0: all)
 loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one-pass loss) | 'plain' (K logit tensors and F.cross_entropy, fused by inductor under compile)
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
 learning_rate = 3e-4          # AdamW's peak learning rate
@@ -105,6 +113,16 @@ def get_lr(it, *, learning_rate, min_lr, warmup_iters, max_iters, lr_decay):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 
+def draw_depth(seed, it, *, mean, cap, sigma):
+    """K for iteration `it` of random-depth training: 1 + Poisson(lambda) with lambda log-normal of mean
+    mean - 1 (Huginn's draw, Geiping et al. 2025: a Poisson's mean drawn per step gives a heavy tail of
+    deep draws, which train the loops past the mean), capped at cap. Drawn from (seed, it) alone, so
+    every rank runs the same K (DDP needs one graph shape) and a resumed run draws what it would have."""
+    rng = np.random.default_rng([seed, it, 2])
+    lam = (mean - 1) * math.exp(sigma * rng.standard_normal() - sigma ** 2 / 2)  # E[lam] = mean - 1
+    return int(min(cap, 1 + rng.poisson(lam)))
+
+
 def seed_step(seed, it, rank):
     """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed
     run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
@@ -140,19 +158,20 @@ def windows(data, starts, block_size, device):
 
 
 @torch.no_grad()
-def evaluate(model, val_batches, ctx):
-    """Validation CE at every K from 1 to the trained K (one pass: the model run with K loops
-    is its readout at loop K), and the per-loop diagnostics on the first batch. ctx: the
-    precision context (autocast or nullcontext) the forward passes run in."""
+def evaluate(model, val_batches, ctx, n_loops=None):
+    """Validation CE at every K from 1 to n_loops (default: the trained K; one pass: the model run
+    with K loops is its readout at loop K), and the per-loop diagnostics on the first batch. ctx:
+    the precision context (autocast or nullcontext) the forward passes run in."""
     model.eval()
     xs, ys = val_batches
-    total = torch.zeros(model.config.n_loops, device=xs.device)
+    K = n_loops or model.config.n_loops
+    total = torch.zeros(K, device=xs.device)
     for x, y in zip(xs, ys):
         with ctx:
-            total += model.depth_losses(model.hidden_states(x)[1:], y).mean(dim=1)
+            total += model.depth_losses(model.hidden_states(x, K)[1:], y).mean(dim=1)
     val_loss = (total / len(xs)).tolist()
     with ctx:
-        diag = diagnostics(model, xs[0], ys[0])
+        diag = diagnostics(model, xs[0], ys[0], K)
     model.train()
     return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
 
@@ -165,9 +184,10 @@ def make_optimizer(model, *, learning_rate, betas, weight_decay):
                              fused=device_type in ('cuda', 'cpu'))
 
 
-def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False):
+def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n_loops=None, bptt=0):
     """One optimizer step on the micro-batches xs, ys (n_micro, B, T): forward under ctx (the
-    precision context), backward through the scaler (a no-op unless float16), clip (grad_clip
+    precision context) with n_loops loops (None: the trained K) and truncated backprop through
+    the last bptt (0: all), backward through the scaler (a no-op unless float16), clip (grad_clip
     0: off), AdamW. Returns device tensors, not read here (no sync): the loss, and the per-loop
     CE and mean ||H_k||, each averaged over the micro-steps. bench.py times this."""
     n_micro = len(xs)
@@ -176,7 +196,7 @@ def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False):
         if ddp:  # all-reduce the gradients only at the last micro-step (passed through torch.compile's wrapper to DDP)
             model.require_backward_grad_sync = (micro == n_micro - 1)
         with ctx:
-            _, loss, stats = model(xs[micro], ys[micro], stats=True)
+            _, loss, stats = model(xs[micro], ys[micro], n_loops=n_loops, stats=True, bptt=bptt)
             loss = loss / n_micro
         scaler.scale(loss).backward()
         loss_sum = loss_sum + loss.detach()
@@ -249,8 +269,9 @@ def fmt(values, spec='.3f'):
 
 # the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
 AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops')
-AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed')
+              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops', 'max_loops')
+AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed',
+              'depth_sigma', 'bptt')
 ABOVE_0 = ('learning_rate', 'epochs')
 BELOW_1 = ('dropout', 'beta1', 'beta2', 'exit_train')  # in [0, 1)
 
@@ -273,6 +294,11 @@ def check_settings(config):
     for key in BELOW_1:
         if not 0 <= config[key] < 1:
             raise UserError(f"setting '{key}' must lie in [0, 1); got {config[key]!r}")
+    if config['random_depth'] and config['max_loops'] < config['n_loops']:
+        raise UserError(f"random_depth draws K with mean n_loops ({config['n_loops']}): max_loops, its cap, must be "
+                        f"at least that; got {config['max_loops']}")
+    if config['bptt'] and config['exit_train'] > 0:
+        raise UserError("exit_train runs every loop with a graph: set bptt=0 with it")
     try:  # what the model itself refuses (e.g. n_embd not a multiple of n_head)
         LoopedGPTConfig(**{k: config[k] for k in MODEL_ARGS if k != 'vocab_size'})
     except ValueError as e:
@@ -354,48 +380,69 @@ def build_model(c, meta, device):
     return model, ckpt
 
 
-def wrap_for_training(raw_model, ddp, compile_it, device):
+def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
     """The module train_step runs: DDP around the model first, then torch.compile around
     that, so that dynamo's DDPOptimizer splits the compiled graph at DDP's gradient buckets
     and each bucket's all-reduce overlaps the rest of the backward (compiled first and
     wrapped after, the backward is one graph and every all-reduce waits for its end).
-    raw_model itself stays unwrapped and uncompiled, for saving and evaluating."""
-    model = raw_model
+    raw_model itself stays unwrapped and uncompiled, for saving and evaluating.
+    random_depth: K changes from step to step, and a compiled model would be compiled again for
+    each K; the one loop is compiled instead (model.loop, the same graph at every loop and K)."""
+    model, cfg = raw_model, raw_model.config
     if ddp:
-        unused = raw_model.config.interloop_norm and raw_model.config.n_loops == 1  # one loop: no norm between loops
+        # parameters a step may not use: between-loop ones at K=1 (one loop has no 'between'), and with
+        # random depth the position embedding when truncated backprop leaves loop 1 without a graph
+        unused = random_depth or ((cfg.interloop_norm or cfg.damping) and cfg.n_loops == 1)
         model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device.startswith('cuda') else None,
                     find_unused_parameters=unused)
-    if compile_it:
+    if compile_it and random_depth:
+        raw_model.loop = torch.compile(raw_model.loop)  # (an attribute of this object: nothing in the checkpoint)
+    elif compile_it:
         model = torch.compile(model)
     return model
 
 
 def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save, config):
     """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
-    always_save_checkpoint). Returns (whether the val loss is finite, the best val loss)."""
-    ev = evaluate(raw_model, val_batches, ctx)
-    K = raw_model.config.n_loops
+    always_save_checkpoint). Returns (whether the val loss is finite, the best val loss).
+    The val loss that decides is the trained K's (with random depth: the mean K's)."""
+    K = c.max_loops if c.random_depth else raw_model.config.n_loops
+    ev = evaluate(raw_model, val_batches, ctx, K)
     log(c.out_dir, dict(kind='eval', iter=iter_num, **ev),
         f"eval {iter_num}: val loss K=1..{K} {fmt(ev['val_loss'], '.4f')} | "
         f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
         f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
         f"angular {fmt(ev['angular'], '.2e')}")
     finite = all(math.isfinite(v) for v in ev['val_loss'])
-    if finite and can_save and (ev['val_loss'][-1] < best_val_loss or c.always_save_checkpoint):
-        best_val_loss = min(best_val_loss, ev['val_loss'][-1])
+    val_loss = ev['val_loss'][raw_model.config.n_loops - 1]
+    if finite and can_save and (val_loss < best_val_loss or c.always_save_checkpoint):
+        best_val_loss = min(best_val_loss, val_loss)
         save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, config)
         print(f"saved {c.out_dir}/ckpt.pt")
     return finite, best_val_loss
 
 
-def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops_per_iter, peak, device):
-    """The train line of the last n_iters iterations: acc holds their summed loss, per-loop CE
-    and |H_k| as device tensors, read here (the one sync per log line). peak: the device's
-    FLOP/s for MFU, summed over the ranks (None: no MFU)."""
-    loss, ce, h_norm = (a / n_iters for a in acc)
+def accumulate(acc, step):
+    """Adds one train_step's (loss, per-loop CE, per-loop |H_k|) to acc, device tensors (no sync):
+    the loss summed, and per loop (up to len(acc[1])) the sum of the CE read there and how many
+    iterations read it, the sum of |H_k| and how many ran loop k (with random depth K varies)."""
+    loss, ce, h_norm = step
+    K = len(ce)
+    acc[0].add_(loss)
+    acc[1][:K] += ce.nan_to_num()
+    acc[2][:K] += ~ce.isnan()
+    acc[3][:K] += h_norm
+    acc[4][:K] += 1
+
+
+def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops, peak, device):
+    """The train line of the last n_iters iterations from acc (accumulate's), read here (the one
+    sync per log line); a loop no iteration read has CE NaN ('-'). flops: the iterations' matmul
+    FLOPs; peak: the device's FLOP/s for MFU, summed over the ranks (None: no MFU)."""
+    loss, ce, h_norm = acc[0] / n_iters, acc[1] / acc[2], acc[3] / acc[4]
     ce, h_norm, loss = ce.tolist(), h_norm.tolist(), loss.item()
     tok_s = tokens_per_iter * n_iters / seconds
-    mfu = flops_per_iter * n_iters / seconds / peak if peak else None
+    mfu = flops / seconds / peak if peak else None
     mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.startswith('cuda') else None
     ms = 1000 * seconds / n_iters
     log(out_dir, dict(kind='train', iter=iter_num, loss=loss, ce=ce, h_norm=h_norm, lr=lr,
@@ -442,9 +489,8 @@ def main(argv):
         print(f"device {device}, {dtype}, {tokens_per_iter:,} tokens per iteration, {max_iters:,} iterations")
         if use_compile(c.compile, device):
             print("compiling the model... (takes a minute)")
-    model = wrap_for_training(raw_model, ddp, use_compile(c.compile, device), device)
+    model = wrap_for_training(raw_model, ddp, use_compile(c.compile, device), device, c.random_depth)
 
-    flops_per_iter = raw_model.flops_per_token() * tokens_per_iter
     peak = peak_flops(device, dtype)
     peak = peak * world_size if peak else None
     val_batches = eval_batches(val_data, eval_iters=c.eval_iters, batch_size=c.batch_size,
@@ -455,9 +501,10 @@ def main(argv):
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
     # per log line; `finite` is checked there too, so a NaN costs no sync per step.
-    acc = (torch.zeros((), device=device), torch.zeros(c.n_loops, device=device), torch.zeros(c.n_loops, device=device))
+    cap = c.max_loops if c.random_depth else c.n_loops  # the deepest K a step can run
+    acc = (torch.zeros((), device=device), *(torch.zeros(cap, device=device) for _ in range(4)))
     finite = torch.ones((), dtype=torch.bool, device=device)
-    acc_iters, t0 = 0, time.time()
+    acc_iters, acc_flops, t0 = 0, 0, time.time()
     while True:
         if iter_num % c.eval_interval == 0 or iter_num == max_iters or c.eval_only:
             t_eval = time.time()
@@ -488,15 +535,17 @@ def main(argv):
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,
                                block_size=c.block_size, device=device)
         seed_step(c.seed, iter_num, rank)
+        K = draw_depth(c.seed, iter_num, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma) if c.random_depth else None
         try:
-            step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp)
+            step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp,
+                              n_loops=K, bptt=c.bptt)
         except torch._dynamo.exc.BackendCompilerFailed as e:  # (the first step compiles)
             raise compile_failed(e, 'the training step')
-        for a, s in zip(acc, step):
-            a += s
+        accumulate(acc, step)
         finite &= torch.isfinite(step[0])
         iter_num += 1
         acc_iters += 1
+        acc_flops += raw_model.flops_per_token(K, bptt=c.bptt) * tokens_per_iter
 
         if iter_num % c.log_interval == 0:
             if ddp:  # a NaN on any rank stops every rank at the same line
@@ -507,10 +556,10 @@ def main(argv):
                 raise UserError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
             if master:
                 log_train(c.out_dir, iter_num, acc, n_iters=acc_iters, seconds=time.time() - t0, lr=lr,
-                          tokens_per_iter=tokens_per_iter, flops_per_iter=flops_per_iter, peak=peak, device=device)
+                          tokens_per_iter=tokens_per_iter, flops=acc_flops, peak=peak, device=device)
             for a in acc:
                 a.zero_()
-            acc_iters, t0 = 0, time.time()
+            acc_iters, acc_flops, t0 = 0, 0, time.time()
 
     if ddp:
         barrier()  # rank 0 may still be evaluating or saving; no rank leaves before it is done

@@ -21,6 +21,10 @@ mean over loops of each loop's F.cross_entropy on materialised logits, plus the 
 penalty as its training script adds it): ours in float32 and eager, ours as configured
 (dtype, compile) where that differs, and theirs. Reports each one's median step.
 Nothing of the clone is part of this project or its tests.
+
+--random_depth=True: random-depth training's step (train.py's draw of K per iteration, its bptt)
+beside the fixed-K step of the same model, one step of each in turn, in one process: mean ms per
+step and tokens/s of each over the same iterations, and the mean K drawn (docs/depth.md).
 """
 
 import ctypes
@@ -169,6 +173,8 @@ def main(argv):
           f"loss path {c.loss_path}; {c.steps} timed steps after {c.warmup} warm-up", flush=True)
     if c.anchor:
         return side_by_side(c, device, dtype, ctx)
+    if c.random_depth:
+        return random_depth_side_by_side(c, device, ctx)
     rows = [bench(loss, c, device, dtype, ctx) for loss in ('perloop', 'terminal')]
     peak = peak_flops(device, dtype)
     measured = matmul_peak(dtype, device, size=c.peak_size)
@@ -185,6 +191,38 @@ def main(argv):
     if rows[0]['mem'] and rows[1]['mem']:
         print(f"per-loop / terminal peak memory: {rows[0]['mem'] / rows[1]['mem']:.2f}x "
               f"({'CUDA allocator peak' if device.startswith('cuda') else 'resident set high-water mark'})")
+
+
+def random_depth_side_by_side(c, device, ctx):
+    """--random_depth: the fixed-K step and the random-depth step, one of each in turn (train.py's
+    draw for iteration it, truncated as its bptt), each compiled as train.py would (wrap_for_training)."""
+    xs, ys = random_batches(c, device)
+    compiled = use_compile(c.compile, device)
+    steps = {}
+    for name, random in (('fixed K', False), ('random depth', True)):
+        model, opt = new_model(c, device)
+        step_model = train.wrap_for_training(model, False, compiled, device, random)
+        scaler = torch.amp.GradScaler(torch.device(device).type, enabled=False)
+        steps[name] = (step_model, opt, scaler, random)
+    times, drawn = {name: 0.0 for name in steps}, []
+    for it in range(c.warmup + c.steps):
+        K = train.draw_depth(c.seed, it, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma)
+        if it >= c.warmup:
+            drawn.append(K)
+        for name, (step_model, opt, scaler, random) in steps.items():
+            sync(device)
+            t0 = time.perf_counter()
+            train.train_step(step_model, opt, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip,
+                             n_loops=K if random else None, bptt=c.bptt if random else 0)[0].item()
+            if it >= c.warmup:
+                times[name] += time.perf_counter() - t0
+    tokens = c.steps * xs.numel()
+    print(f"random depth: K drawn with mean {c.n_loops}, sigma {c.depth_sigma}, at most {c.max_loops}, bptt {c.bptt}; "
+          f"the {c.steps} timed steps drew a mean K of {sum(drawn) / len(drawn):.2f} (min {min(drawn)}, max {max(drawn)})")
+    print('| step | ms/step | tokens/s | time per token vs fixed K |')
+    print('|---|---|---|---|')
+    for name, seconds in times.items():
+        print(f"| {name} | {1000 * seconds / c.steps:.1f} | {tokens / seconds:,.0f} | {seconds / times['fixed K']:.3f}x |")
 
 
 # -----------------------------------------------------------------------------

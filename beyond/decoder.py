@@ -219,15 +219,18 @@ class Stepper:
             w = self.cast[key] = Weights(self.model, dtype, key is not None, self.graphs)
         return w
 
-    def loops(self, x, t0, cache, first, last, running=None):
+    def loops(self, x, t0, cache, first, last, running=None, e=None):
         """Loops first+1..last (0-based first <= k < last) for the new tokens x (B, T, C) at t0.
-        running (B, T) bool: a token that has stopped keeps what its slots hold (its stand-in)."""
+        running (B, T) bool: a token that has stopped keeps what its slots hold (its stand-in).
+        e: the tokens' embedding H_0, for a model that injects it into every loop (x itself when
+        first is 0)."""
         w = self.weights()
+        e = x if e is None and first == 0 else e
         static = self.static is not None and x.size(1) == 1 and running is None
         if static:
             self.pos.fill_(t0)
         for k in range(first, last):
-            x = self.model.loop_input(x, k + 1)  # (the inter-loop norm, where the model has one)
+            x = self.model.loop_input(x, k + 1, e)  # (the inter-loop norm, damping, injection, where the model has them)
             if static:
                 x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], w.fused)
                 if self.graphs:  # a CUDA graph's output is overwritten at its next replay (gpt-fast clones too)
@@ -241,12 +244,12 @@ class Stepper:
         it, made once): the same numbers."""
         return F.linear(self.model.readout(h, last), self.weights().head)
 
-    def project(self, h):
-        """The 'project' stand-in of tokens with exit state h (B, T, C): each layer's key and
-        value of h, as the layer would see it in the next loop (after the inter-loop norm, if any).
-        Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
+    def project(self, h, e=None):
+        """The 'project' stand-in of tokens with exit state h (B, T, C) (e: their embedding): each
+        layer's key and value of h, as the layer would see it in the next loop (after the inter-loop
+        norm, if any). Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
         B, T, C = h.shape
-        h = self.model.loop_input(h, 2)
+        h = self.model.loop_input(h, 2, e)
         kv = F.rms_norm(h, (C,), None, self.model.transformer.h[0].ln_1.eps) @ self.weights().kv_proj  # (B, T, n_layer x 2C)
         return kv.view(B, T, -1, 2, self.nh, C // self.nh).permute(2, 3, 0, 4, 1, 5)
 
@@ -262,12 +265,12 @@ def fill_stand_ins(cache, src, t0, loop, stopped=None):
     later.copy_(src)  # (broadcast over the later loops)
 
 
-def stand_ins(stepper, cache, h, t0, loop, stand_in):
-    """The stand-ins of the tokens at t0.. with state h (B, T, C) after loop `loop`: this
-    loop's own keys and values ('copy') or their projection ('project')."""
+def stand_ins(stepper, cache, h, t0, loop, stand_in, e=None):
+    """The stand-ins of the tokens at t0.. with state h (B, T, C) after loop `loop` (e: their
+    embedding): this loop's own keys and values ('copy') or their projection ('project')."""
     if stand_in == 'copy':
         return cache.kv[loop][..., t0:t0 + h.size(1), :]
-    return stepper.project(h)
+    return stepper.project(h, e)
 
 
 # -------------------------------------------------------------------------------------
@@ -294,7 +297,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     if t0 + T > model.config.block_size:
         raise ValueError(f"positions up to {t0 + T} exceed block_size {model.config.block_size}")
     stepper = stepper or Stepper(model)
-    h = model.embed(idx, t0)  # (B, T, C)
+    h = e = model.embed(idx, t0)  # (B, T, C)
     exiting = 0 < exit_threshold < 1  # (no confidence exceeds 1: nothing could stop)
     criterion = exits.get(criterion)
     free = not criterion.readout
@@ -306,7 +309,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     if B * T == 1:  # one token (a decoding step): one number decides, nothing to mask
         prev = None
         for k in range(K):
-            before, h = h, stepper.loops(h, t0, cache, k, k + 1)
+            before, h = h, stepper.loops(h, t0, cache, k, k + 1, e=e)
             if k == K - 1:
                 out = stepper.logits(h, last=True)
                 break
@@ -314,7 +317,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
             # (compared as a tensor, in its dtype, exactly as the many-token path below compares)
             if bool(criterion(h, before, out, prev) > exit_threshold):
                 out = stepper.logits(h, last=True) if free else out  # (readout-free: the one readout, at the exit)
-                fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k)
+                fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in, e), t0, k)
                 loops.fill_(k + 1)
                 break
             prev = out
@@ -323,7 +326,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
     logits, prev = None, None
     running, some_stopped, n_running = torch.ones(B, T, dtype=torch.bool, device=idx.device), False, B * T
     for k in range(K):
-        x = stepper.loops(h, t0, cache, k, k + 1, running if some_stopped else None)
+        x = stepper.loops(h, t0, cache, k, k + 1, running if some_stopped else None, e)
         before, h = h, (torch.where(running[..., None], x, h) if some_stopped else x)  # stopped tokens stay put
         if k == K - 1:
             continue
@@ -336,7 +339,7 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
             out = stepper.logits(h, last=True) if out is None else out
             logits = out if logits is None else torch.where(stop[..., None], out, logits)
             loops = torch.where(stop, k + 1, loops)
-            fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in), t0, k, stop)
+            fill_stand_ins(cache, stand_ins(stepper, cache, h, t0, k, stand_in, e), t0, k, stop)
             some_stopped = True
         if n_running == 0:  # every new token has stopped: later loops read stand-ins
             break
@@ -403,19 +406,20 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
     Returns (emitted tokens (1, m), drafted, accepted)."""
     t = cache.length
     K = cache.n_loops
-    states, qs, drafts = [], [], []
+    states, embeddings, qs, drafts = [], [], [], []
     tok = last
     criterion = exits.get(criterion)
     for i in range(g + 1):
-        h, prev = model.embed(tok, t + i), None
-        before = h
+        e = h = model.embed(tok, t + i)
+        before, prev = h, None
         if draft_stop > 0 and criterion.previous:  # the state of loop j-1 too, or its readout
             before = stepper.loops(h, t + i, cache, 0, j - 1)  # (j = 1: the embedding)
             prev = stepper.logits(before, last=True) if criterion.readout and j > 1 else None
-            h = stepper.loops(before, t + i, cache, j - 1, j)
+            h = stepper.loops(before, t + i, cache, j - 1, j, e=e)
         else:
             h = stepper.loops(h, t + i, cache, 0, j)
         states.append(h)
+        embeddings.append(e)
         if i == g:
             break
         logits = stepper.logits(h, last=True)  # (1, 1, vocab): the j-loop model's next token
@@ -428,7 +432,7 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
         drafts.append(tok[0, 0])
     n = len(drafts)
     h = torch.cat(states, dim=1)  # (1, n+1, C): the newest token and the drafts after loop j
-    h = stepper.loops(h, t, cache, j, K)
+    h = stepper.loops(h, t, cache, j, K, e=torch.cat(embeddings, dim=1))
     p = next_token_probs(stepper.logits(h, last=True)[0], temperature, top_k)  # (n+1, vocab)
     emitted, accepted = accept_drafts(p, torch.stack(qs) if qs else p[:0],
                                       torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=p.device))

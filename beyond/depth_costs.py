@@ -60,7 +60,7 @@ def main(argv=None):
         tok = prompt[:, -1:]
         h0 = model.embed(tok, t)
         h1 = stepper.loops(h0, t, cache, 0, 1)
-        h2 = stepper.loops(h1, t, cache, 1, 2)
+        h2 = stepper.loops(h1, t, cache, 1, 2, e=h0)
         logits1, logits2 = stepper.logits(h1, last=True), stepper.logits(h2, last=True)
 
         loop = timed(lambda: stepper.loops(h0, t, cache, 0, 1), args.reps)
@@ -68,9 +68,9 @@ def main(argv=None):
         decide = {name + ('' if c.readout else ' (no readout)'): timed(lambda c=c: bool(c(h2, h1, logits2, logits1) > 0.5), args.reps)
                   for name, c in exits.CRITERIA.items()}  # (as decoder.decode decides)
         draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
-        project = timed(lambda: stand_ins(stepper, cache, h1, t, 0, 'project'), args.reps)  # (an exit's later keys/values)
+        project = timed(lambda: stand_ins(stepper, cache, h1, t, 0, 'project', h0), args.reps)  # (an exit's later keys/values)
         hg = model.embed(prompt[:, -1:].expand(1, args.g + 1), t)
-        verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K), last=True), args.reps)
+        verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K, e=hg), last=True), args.reps)
                   for j in range(1, K)}
         fixed = {}
         for k in range(1, K + 1):

@@ -162,7 +162,7 @@ def stand_in_error(sc, K):
     for stand_in in ('copy', 'project'):
         rows = {'keys': [], 'values': []}
         for j in range(K - 1):
-            got = stand_ins(stepper, cache, states[j + 1], 0, j, stand_in).float()
+            got = stand_ins(stepper, cache, states[j + 1], 0, j, stand_in, states[0]).float()
             err = ((got - true).norm(dim=-1) / true.norm(dim=-1).clamp_min(1e-12)).mean(dim=(2, 3, 4))  # (L, 2)
             rows['keys'].append(err[:, 0].tolist())
             rows['values'].append(err[:, 1].tolist())
@@ -312,7 +312,7 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
         h0 = model.embed(prompt[:, -1:].expand(1, g + 1), t)
 
         def verify():
-            h = stepper.loops(h0, t, cache, j, K)
+            h = stepper.loops(h0, t, cache, j, K, e=h0)  # (the drafts' states stand in for their own)
             next_token_probs(stepper.logits(h, last=True)[0], 1.0, None)
 
         return timed(fixed), timed(draft), timed(verify)

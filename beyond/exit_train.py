@@ -24,20 +24,20 @@ class ExitTrainedGPT(LoopedGPT):
         Inside each later loop its state is left as it is at every block, so the tokens after it
         attend to the keys and values of its exit state (exactly, at every layer)."""
         K = self.config.n_loops if n_loops is None else n_loops
-        h = self.embed(idx)
+        h = e = self.embed(idx)
         yield h
         for k in range(1, K + 1):
             keep = (exit_at >= k)[..., None]  # (B, T, 1): still running at loop k
-            x = self.loop_input(h, k)
+            x = self.loop_input(h, k, e)
             for block in self.transformer.h:
                 x = torch.where(keep, block(x), x)
             h = torch.where(keep, x, h)  # (a frozen token keeps H_exit, also past the inter-loop norm)
             yield h
 
-    def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False):
+    def forward(self, idx, targets=None, n_loops=None, clamp=False, stats=False, bptt=0):
         K = self.config.n_loops if n_loops is None else n_loops
         if not (self.training and targets is not None and self.config.exit_train > 0 and K > 1 and not clamp):
-            return super().forward(idx, targets, n_loops, clamp, stats)
+            return super().forward(idx, targets, n_loops, clamp, stats, bptt)
         # each token, with probability exit_train, exits after a loop e drawn uniformly from 1..K-1
         draw = torch.randint(1, K, targets.shape, device=idx.device)
         exit_at = torch.where(torch.rand(targets.shape, device=idx.device) < self.config.exit_train, draw, K)

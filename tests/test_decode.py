@@ -35,10 +35,16 @@ def tokens(B=2, n=T, seed=1):
     return torch.randint(0, V, (B, n), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+# the field's scale controls (model.py, docs/depth.md): each changes the block, the loop input or the
+# readout, and the decoder must run each as the forward does
+CONTROLS = [dict(sandwich_norm=True), dict(inject=True), dict(damping=True, interloop_norm=True), dict(readout='alpha')]
+
+
+@pytest.mark.parametrize('kw', [dict(readout='norm', interloop_norm=True), dict(readout='raw'), dict(readout='final_norm')]
+                         + CONTROLS)
 @pytest.mark.parametrize('n_loops', [K, 1, 5])  # the trained K, and others
-def test_cached_logits_equal_the_full_forward_at_every_step(readout, n_loops):
-    model = tiny(readout=readout, interloop_norm=(readout == 'norm'))
+def test_cached_logits_equal_the_full_forward_at_every_step(kw, n_loops):
+    model = tiny(**kw)
     x = tokens()
     with torch.no_grad():
         cache = new_cache(model, 2, n_loops)
@@ -253,6 +259,17 @@ def test_greedy_speculative_text_equals_fixed_k(readout, j, g, draft_stop):
     assert loops.shape == (1, 3 * T)
 
 
+@pytest.mark.parametrize('kw', CONTROLS)
+def test_greedy_speculative_text_equals_fixed_k_with_every_scale_control(kw):
+    model = tiny(init_std=0.1, **kw)
+    prompt = tokens(B=1, n=4)
+    fixed, _, _ = generate(model, prompt, max_new_tokens=2 * T, top_k=1)
+    for j in (1, K - 1):
+        spec, _, stats = generate(model, prompt, max_new_tokens=2 * T, top_k=1, draft_loops=j, draft_tokens=3,
+                                  draft_stop=0.05)
+        assert torch.equal(spec, fixed) and stats['passes'] > 0
+
+
 def exact_joint(model, prompt, loops):
     """P(the next len(loops) tokens), enumerated with the full forward, new token i drawn from
     the model run with loops[i] loops (temperature 1): a (V,) * len(loops) tensor."""
@@ -351,14 +368,15 @@ def between(values):
     return ((v[i] + v[i + 1]) / 2).item()
 
 
-@pytest.mark.parametrize('interloop_norm,criterion', [(False, 'max_prob'), (True, 'max_prob'), (False, 'angular'),
-                                                      (True, 'latent'), (True, 'gate')])
-def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm, criterion):
+@pytest.mark.parametrize('interloop_norm,criterion,control', [(False, 'max_prob', {}), (True, 'max_prob', {}),
+                                                              (False, 'angular', {}), (True, 'latent', {}), (True, 'gate', {}),
+                                                              (False, 'max_prob', dict(inject=True, damping=True))])
+def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_pattern(interloop_norm, criterion, control):
     # exit-aware training freezes a token after its exit loop and lets the others attend to it;
     # decoding with projected stand-ins must be that same computation, position by position, and
     # the exits must be the pattern the criterion implies on that forward's states (the readout's
     # criteria from its logits, the readout-free ones from the states alone)
-    model = tiny(readout='raw', init_std=0.1, interloop_norm=interloop_norm)
+    model = tiny(readout='raw', init_std=0.1, interloop_norm=interloop_norm, **control)
     criterion = random_gate() if criterion == 'gate' else criterion
     x = tokens(B=2)
     with torch.no_grad():

@@ -284,22 +284,25 @@ def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
 
 def test_every_condition_config_loads_and_overlays_compose():
     defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
-                    exit_train=0.0, n_layer=8, n_head=8, n_embd=512, batch_size=64)
+                    exit_train=0.0, sandwich_norm=False, inject=False, damping=False, n_layer=8, n_head=8, n_embd=512,
+                    batch_size=64)
     config = os.path.join(HERE, 'config')
-    conditions = sorted(f for f in os.listdir(config) if f not in ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py'))
-    assert len(conditions) == 10  # the paper's eight, and two with exit-aware training
+    overlays = ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py', 'random_depth.py')
+    conditions = sorted(f for f in os.listdir(config) if f not in overlays)
+    assert len(conditions) == 14  # the paper's eight, two with exit-aware training, four of the field's scale controls
     seen = set()
     for name in conditions:
         c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
         assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
-        seen.add((c['readout'], c['loss'], c['norm_penalty'], c['interloop_norm'], c['exit_train']))
+        seen.add(tuple(c[k] for k in ('readout', 'loss', 'norm_penalty', 'interloop_norm', 'exit_train', 'sandwich_norm',
+                                      'inject', 'damping')))
         long = configure(dict(defaults, max_iters=0, epochs=4.0, eval_interval=500, dataset='x', device='auto',
                               compile='auto', dropout=0.1, block_size=256, learning_rate=3e-4, eval_iters=40,
                               log_interval=50),
                          [os.path.join(config, name), os.path.join(config, 'cpu.py'), os.path.join(config, 'cpu_long.py')])
         assert long['out_dir'] == f"out-{name[:-3]}-cpu-long" and long['max_iters'] == 0 and long['epochs'] == 4.0
-    assert len(seen) == 10  # ten different conditions
-    for overlay in ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py'):  # every overlay is train.py settings
+    assert len(seen) == 14  # fourteen different conditions
+    for overlay in overlays:  # every overlay is train.py settings
         settings(os.path.join(config, 'raw_perloop.py'), os.path.join(config, overlay))
 
 

@@ -1,0 +1,140 @@
+"""
+Depth both ways (docs/depth.md): random-depth training's draw and truncated backprop, and the
+field's scale controls in model.py (sandwich norm, input injection, damping, AlphaReadout), each
+stated as the property it is there for. (Decoding every control as the forward: test_decode.py.)
+
+    python -m pytest -q tests/test_depth.py
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from conftest import train_in_process
+from model import block, token_diagnostics
+from test_model import batch, tiny
+from test_train import read_log
+from train import draw_depth
+
+
+def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():
+    def draws(rule, n=4000, **kw):
+        return np.array([rule(7, it, **kw) for it in range(n)])
+
+    k = draws(draw_depth, mean=4, cap=64, sigma=0.5)
+    assert k.min() >= 1 and abs(k.mean() - 4) < 0.1  # mean K = n_loops (4000 draws: std of the mean ~0.03)
+    # a rule that forgets the 1 it adds (lambda of mean n_loops, not n_loops - 1) misses the mean by 1
+    def wrong(seed, it, *, mean, cap, sigma):
+        return draw_depth(seed, it, mean=mean + 1, cap=cap, sigma=sigma)
+    assert abs(draws(wrong, mean=4, cap=64, sigma=0.5).mean() - 4) > 0.5
+    assert draws(draw_depth, mean=4, cap=6, sigma=0.5).max() == 6  # the cap is reached and never passed
+    heavy = draws(draw_depth, mean=4, cap=64, sigma=1.0)
+    assert (heavy >= 12).mean() > 2 * (k >= 12).mean() > 0  # a larger sigma: more deep draws
+    assert draw_depth(7, 123, mean=4, cap=16, sigma=0.5) == draw_depth(7, 123, mean=4, cap=16, sigma=0.5)
+    assert all(draws(draw_depth, n=50, mean=1, cap=16, sigma=0.5) == 1)  # mean 1: always one loop
+
+
+@pytest.mark.parametrize('inject', [False, True])
+def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
+    model = tiny(readout='raw', n_loops=4, inject=inject)
+    x, y = batch()
+    _, loss, stats = model(x, y, stats=True, bptt=2)
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
+    with torch.no_grad():
+        h0 = model.embed(x)
+        h2 = model.loop(model.loop_input(model.loop(h0), 2, h0))
+    e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
+    h3 = model.loop(model.loop_input(h2, 3, e))
+    h4 = model.loop(model.loop_input(h3, 4, e))
+    want = sum(F.cross_entropy(model.logits(h, last=False).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
+    want.backward()
+    assert torch.allclose(loss, want, atol=1e-5)
+    for n, p in model.named_parameters():
+        assert (p.grad is None) == (n not in got), n
+        if p.grad is not None:
+            assert torch.allclose(got[n], p.grad, atol=1e-5), n
+    assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
+    # the position embedding reaches the loss only through the loops: through the truncated ones
+    # not at all, through injection into the trained ones, yes
+    assert ('transformer.wpe.weight' in got) == inject
+
+
+def test_sandwich_norm_bounds_every_update_whatever_the_weights():
+    # a pre-norm block's update is already blind to the state's scale (its input is normalized) but
+    # grows with its output weights, which training is free to grow; the sandwich norm bounds it
+    b, plain = tiny(sandwich_norm=True).transformer.h[0], tiny().transformer.h[0]
+    with torch.no_grad():
+        for m in (b, plain):
+            m.attn.c_proj.weight.mul_(100)
+            m.mlp.w_down.weight.mul_(100)
+    x = torch.randn(2, 8, 32)
+    update = (b(x) - x).pow(2).mean(-1).sqrt()  # two normalized updates of unit gain: RMS at most 2
+    assert update.max() < 2.0 + 1e-3
+    assert (plain(x) - x).pow(2).mean(-1).sqrt().min() > 10  # without it, the update is the weights' size
+    w = b.weights()
+    assert torch.equal(block(x, w._replace(post_attn=None, post_mlp=None), 2, lambda qkv: qkv[2]),
+                       block(x, plain.weights()._replace(**{f: getattr(w, f) for f in ('qkv', 'proj', 'gate_up', 'down',
+                                                                                        'ln_1', 'ln_2')}),
+                             2, lambda qkv: qkv[2]))  # the norms are all that the setting adds
+
+
+def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
+    h, e = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    damped = tiny(damping=True)
+    assert torch.equal(damped.loop_input(h, 1), h)  # loop 1 reads the embedding as it is
+    assert torch.allclose(damped.loop_input(h, 2), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
+    injected = tiny(inject=True)
+    assert torch.equal(injected.loop_input(h, 3, e), h + e)
+    with pytest.raises(ValueError, match='pass e'):
+        injected.loop_input(h, 2)
+
+
+def test_the_alpha_readout_spans_the_normalized_readout_to_the_raw_one():
+    model = tiny(readout='alpha')
+    x, y = batch()
+    with torch.no_grad():
+        states = model.hidden_states(x)
+        h = states[-1]
+        model.alpha_logit.fill_(60.0)  # alpha = 1: the raw readout, exactly H
+        assert torch.allclose(model.readout(h, True), h, rtol=1e-6)
+        model.alpha_logit.fill_(-60.0)  # alpha = 0: RMS s_ref whatever the scale, the normalized readout
+        model.log_s_ref.fill_(math.log(3.0))
+        r = model.readout(h, True)
+        assert torch.allclose(r.pow(2).mean(-1).sqrt(), torch.full(h.shape[:-1], 3.0), rtol=1e-5)
+        assert torch.allclose(model.readout(100 * h, True), r, rtol=1e-5)
+    radial = {}
+    for logit in (-60.0, 0.0, 60.0):
+        with torch.no_grad():
+            model.alpha_logit.fill_(logit)
+        radial[logit] = token_diagnostics(model, states, y)['radial'][-1].nanmean().item()
+    # what the loss can see of the scale: nothing at alpha = 0 (the blind spot), more as alpha grows
+    assert radial[-60.0] < 1e-6 < radial[0.0] < radial[60.0]
+
+
+@pytest.mark.parametrize('extra', [(), ('--random_depth=True', '--max_loops=6', '--bptt=2')])
+def test_random_depth_resumes_as_the_uninterrupted_run_and_logs_the_loops_run(tiny_data, tmp_path, extra):
+    common = ('--eval_interval=5', '--dropout=0.1', '--max_iters=10', '--n_loops=3', *extra)
+    train_in_process(tiny_data, tmp_path / 'full', *common)
+    train_in_process(tiny_data, tmp_path / 'split', *common, '--max_iters=5')  # (a later setting wins)
+    train_in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
+    full, split = read_log(tmp_path / 'full'), read_log(tmp_path / 'split')
+    assert [e['loss'] for e in full if e['kind'] == 'train'] == [e['loss'] for e in split if e['kind'] == 'train']
+    ran = [sum(v is not None for v in e['h_norm']) for e in full if e['kind'] == 'train']  # the loops each step ran
+    evals = [e for e in full if e['kind'] == 'eval']
+    if extra:
+        assert len(set(ran)) > 1 and max(ran) <= 6  # K drawn per step, at most the cap
+        assert all(len(e['val_loss']) == 6 for e in evals)  # evaluated to the cap
+        # per-loop CE over the last two loops run: a step that ran K loops read loops K-1 and K
+        for e in full:
+            if e['kind'] == 'train':
+                read = [i + 1 for i, v in enumerate(e['ce']) if v is not None]
+                K = sum(v is not None for v in e['h_norm'])
+                assert read == list(range(max(1, K - 1), K + 1)), (read, K)
+    else:
+        assert set(ran) == {3} and all(len(e['val_loss']) == 3 for e in evals)
