@@ -387,7 +387,8 @@ def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
     wrapped after, the backward is one graph and every all-reduce waits for its end).
     raw_model itself stays unwrapped and uncompiled, for saving and evaluating.
     random_depth: K changes from step to step, and a compiled model would be compiled again for
-    each K; the one loop is compiled instead (model.loop, the same graph at every loop and K)."""
+    each K; the one loop is compiled instead (model.loop: the same graphs at every loop and K, one
+    for each way a loop runs, with or without a graph, as truncated backprop runs them)."""
     model, cfg = raw_model, raw_model.config
     if ddp:
         # parameters a step may not use: between-loop ones at K=1 (one loop has no 'between'), and with

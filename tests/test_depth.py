@@ -138,3 +138,34 @@ def test_random_depth_resumes_as_the_uninterrupted_run_and_logs_the_loops_run(ti
                 assert read == list(range(max(1, K - 1), K + 1)), (read, K)
     else:
         assert set(ran) == {3} and all(len(e['val_loss']) == 3 for e in evals)
+
+
+def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
+    from contextlib import nullcontext
+    from torch._dynamo.utils import counters
+    import train
+    real = torch.compile
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, backend='eager'))  # (dynamo's graphs, no codegen)
+    # (the whole model compiled: each new K a graph of its own, not a symbolic K that fails to trace)
+    monkeypatch.setattr(torch._dynamo.config, 'automatic_dynamic_shapes', False)
+    x, y = batch()
+    graphs = {}
+    for random_depth in (True, False):
+        model = tiny(readout='raw', n_loops=3)
+        opt = train.make_optimizer(model, learning_rate=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
+        scaler = torch.amp.GradScaler('cpu', enabled=False)
+        step_model = train.wrap_for_training(model, False, True, 'cpu', random_depth)
+        torch._dynamo.reset()
+        counters.clear()
+        seen = []
+        for depths in ((1, 3, 5), (7, 4)):
+            for K in depths:
+                train.train_step(step_model, opt, scaler, x[None], y[None], ctx=nullcontext(), grad_clip=1.0,
+                                 n_loops=K, bptt=2)
+            seen.append(counters['stats']['unique_graphs'])
+        graphs[random_depth] = seen
+    # the loop alone: a graph for each way a loop can run (with or without a graph of its own, its input
+    # with or without one), none for a new K
+    first, then = graphs[True]
+    assert first <= 4 and then == first
+    assert graphs[False][1] >= graphs[False][0] + 2  # the whole model compiled: a graph for each new K
