@@ -183,7 +183,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
 # conditions: runs that differ only in seed are one condition, reported as mean ± std
 
 IDENTITY = ('seed', 'out_dir', 'init_from', 'eval_only', 'device', 'compile', 'log_interval', 'eval_interval',
-            'eval_iters', 'always_save_checkpoint', 'data_dir', 'loss_path')  # settings that do not make a condition
+            'eval_iters', 'always_save_checkpoint', 'data_dir', 'loss_path', 'diag_tokens')  # settings that do not make a condition
 SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
 
 

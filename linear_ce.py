@@ -65,14 +65,14 @@ def _chunk_ce(x, weight, targets):
 
 
 def _softmax_grad_eager(z, t, buf):
-    """CE per row (float32) and dCE/dz = softmax(z) - onehot(t) from the logits z (n, V), with
-    no buffer beyond z and buf (float32, z's shape, or None when z is float32: then z is
-    overwritten). Returns (ce, g), g float32 (buf, or z itself).
+    """CE per row and dCE/dz = softmax(z) - onehot(t) from the logits z (n, V), both in float32 or
+    z's dtype if wider (float64: the diagnostics), with no buffer beyond z and buf (that dtype, z's
+    shape, or None when z is in it: then z is overwritten). Returns (ce, g), g buf or z itself.
     Through the softmax kernel, not exp: on the CPU, exp of the very negative logits that the
     default init gives (a saturated softmax) ran 10x slower than the softmax kernel, which has
     its own exp (assets/speed/speed.md)."""
     tc = t.clamp(min=0)[:, None]
-    z_t = z.gather(1, tc).squeeze(1).float()
+    z_t = z.gather(1, tc).squeeze(1).to(torch.promote_types(z.dtype, torch.float32))
     if buf is None:
         g = z
     else:
@@ -89,14 +89,14 @@ def _softmax_grad_eager(z, t, buf):
 def _softmax_grad_compiled(z, t):
     """The same as _softmax_grad_eager in the form inductor fuses: one reduction over the
     row and one pointwise kernel that writes g (the onehot is an iota compare, not a scatter)."""
-    zf = z.float()
+    zf = z.to(torch.promote_types(z.dtype, torch.float32))
     m = zf.amax(-1, keepdim=True)
     e = torch.exp(zf - m)
     s = e.sum(-1, keepdim=True)
     tc = t.clamp(min=0)[:, None]
     ce = (m + s.log() - zf.gather(1, tc)).squeeze(1)
     onehot = torch.arange(z.size(1), device=z.device)[None, :] == tc
-    return ce, e / s - onehot.float()
+    return ce, e / s - onehot.to(zf.dtype)
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -116,9 +116,11 @@ class LinearCrossEntropy(torch.autograd.Function):
         with torch.autocast(x.device.type, enabled=False):  # the dtypes are chosen here, explicitly
             w_mm = weight.to(mm_dtype)  # cast once, not per chunk
             w_g = w_mm if grad_dtype == mm_dtype else weight.to(grad_dtype)
-            # eager: one float32 (chunk, V) buffer for g when the logits are not float32, reused
-            buf = None if compiling or mm_dtype == torch.float32 else \
-                torch.empty(min(chunk, N), V, dtype=torch.float32, device=x.device)
+            # eager: one (chunk, V) buffer for g, float32 (or the logits' dtype if wider), when the
+            # logits are in another dtype, reused
+            g_dtype = torch.promote_types(mm_dtype, torch.float32)
+            buf = None if compiling or mm_dtype == g_dtype else \
+                torch.empty(min(chunk, N), V, dtype=g_dtype, device=x.device)
             for i in range(0, N, chunk):
                 xc, tc = x[i:i + chunk], targets[i:i + chunk]
                 logits = F.linear(xc.to(mm_dtype), w_mm)  # (n, V)

@@ -44,6 +44,7 @@ out_dir = 'out'               # the run folder: ckpt.pt and log.jsonl
 eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
 log_interval = 50             # iterations between train log lines (the only host-device syncs)
 eval_iters = 40               # validation batches per eval: fixed windows, the same every time (at most the split's worth)
+diag_tokens = 2048            # tokens (whole windows of the first validation batch) the per-loop diagnostics run on, in float64
 eval_only = False             # evaluate once and exit (with init_from='resume': out_dir's checkpoint)
 always_save_checkpoint = True # False: save only when the validation loss improves
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
@@ -158,9 +159,10 @@ def windows(data, starts, block_size, device):
 
 
 @torch.no_grad()
-def evaluate(model, val_batches, ctx, n_loops=None):
+def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048):
     """Validation CE at every K from 1 to n_loops (default: the trained K; one pass: the model run
-    with K loops is its readout at loop K), and the per-loop diagnostics on the first batch. ctx:
+    with K loops is its readout at loop K), and the per-loop diagnostics on the first diag_tokens
+    tokens of the first batch (whole windows, at least one: float64 is slow on many GPUs). ctx:
     the precision context (autocast or nullcontext) the forward passes run in."""
     model.eval()
     xs, ys = val_batches
@@ -170,8 +172,9 @@ def evaluate(model, val_batches, ctx, n_loops=None):
         with ctx:
             total += model.depth_losses(model.hidden_states(x, K)[1:], y).mean(dim=1)
     val_loss = (total / len(xs)).tolist()
+    rows = max(1, diag_tokens // xs.size(-1))
     with ctx:
-        diag = diagnostics(model, xs[0], ys[0], K)
+        diag = diagnostics(model, xs[0, :rows], ys[0, :rows], K)
     model.train()
     return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
 
@@ -269,7 +272,7 @@ def fmt(values, spec='.3f'):
 
 # the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
 AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops', 'max_loops')
+              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops', 'max_loops', 'diag_tokens')
 AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed',
               'depth_sigma', 'bptt')
 ABOVE_0 = ('learning_rate', 'epochs')
@@ -408,7 +411,7 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     always_save_checkpoint). Returns (whether the val loss is finite, the best val loss).
     The val loss that decides is the trained K's (with random depth: the mean K's)."""
     K = c.max_loops if c.random_depth else raw_model.config.n_loops
-    ev = evaluate(raw_model, val_batches, ctx, K)
+    ev = evaluate(raw_model, val_batches, ctx, K, c.diag_tokens)
     log(c.out_dir, dict(kind='eval', iter=iter_num, **ev),
         f"eval {iter_num}: val loss K=1..{K} {fmt(ev['val_loss'], '.4f')} | "
         f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "

@@ -39,6 +39,24 @@ def test_matches_cross_entropy_on_materialised_logits(chunk):
     assert torch.allclose(gx, x.grad, atol=1e-6) and torch.allclose(gw, w.grad, atol=1e-5)
 
 
+def test_float64_is_computed_in_float64_both_ways():
+    # the diagnostics' radial fraction sits near 1e-9 and needs the gradient in float64: a float32
+    # softmax buffer (or the compiled form's .float()) would leave it float32-accurate, ~1e-7 off
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, D, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(V, D, generator=g, dtype=torch.float64)
+    y = torch.randint(0, V, (40,), generator=g)
+    total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    (gx,) = torch.autograd.grad(total, x)
+    ref = F.cross_entropy(F.linear(x, w), y, reduction='sum')
+    (want,) = torch.autograd.grad(ref, x)
+    assert ce.dtype == gx.dtype == torch.float64
+    assert (gx - want).abs().max() < 1e-13 and (total - ref).abs() < 1e-10
+    z = F.linear(x.detach(), w)
+    ce_c, g_c = linear_ce._softmax_grad_compiled(z, y)
+    assert g_c.dtype == torch.float64 and (g_c @ w - want).abs().max() < 1e-13
+
+
 def test_without_gradients_it_only_scores():
     x, w = torch.randn(50, D), torch.randn(V, D)
     y = torch.randint(0, V, (50,))

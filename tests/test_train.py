@@ -471,3 +471,16 @@ def test_evaluation_scores_no_more_batches_than_the_split_holds():
     assert x.shape == (2, 8, 32)  # fewer asked: as asked
     x, _ = train_module.eval_batches(np.arange(100), eval_iters=4, batch_size=8, block_size=32, device='cpu')
     assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
+
+
+def test_the_evaluation_runs_its_float64_diagnostics_on_the_first_windows_only():
+    from contextlib import nullcontext
+    from model import diagnostics
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2))
+    g = torch.Generator().manual_seed(1)
+    xs, ys = (torch.randint(0, 64, (2, 4, 16), generator=g) for _ in range(2))  # 2 batches of 4 windows
+    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=32)  # two windows' worth
+    for key, value in diagnostics(model, xs[0, :2], ys[0, :2]).items():
+        assert ev[key] == value, key
+    assert ev['norm_mean'] != diagnostics(model, xs[0], ys[0])['norm_mean']  # (all four windows: other numbers)
