@@ -1,0 +1,86 @@
+"""
+The table of designs (docs/depth.md): for each condition of an eval_depth.py results.json (seeds
+as eval_depth.py grouped them, mean over seeds), what its state's scale does and what depth does
+to it, and a verdict measured from two of its numbers.
+
+    python -m beyond.depth_table assets/depth/results.json > assets/depth/designs.md
+
+Columns: perplexity at K = 1, 2, 4, 8, 16 and the best K <= 4; K=8 and K=16 against that best;
+mean and p99 ||H_K|| at the trained K (the mean K of a random-depth run) and mean ||H_16||; the
+radial fraction and 1 - cos at the trained K; the clamp's change of the loss at K=16; the fewest
+mean loops a calibrated exit reached within +1% of full depth (held-back tokens); what a learned
+control learned (AlphaReadout's alpha, the damping factor). The verdict, from the radial fraction
+r at the trained K and the growth g = ||H_16|| / ||H_K||:
+  visible   r >= 1e-3: the loss has a gradient along the state, it sees the scale;
+  hidden    r < 1e-3 and g >= 1.5: the loss cannot see the scale and the recurrence grows it;
+  removed   r < 1e-3 and g < 1.5: the loss cannot see it, and the recurrence does not grow it.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+from configurator import UserError, one_line_errors
+from report import label
+
+VISIBLE = 1e-3  # radial fraction: a scale-invariant readout gives ~1e-9, a raw one ~1e-2
+GROWS = 1.5     # ||H_16|| / ||H_K||
+
+
+def verdict(radial, growth):
+    if radial is not None and radial >= VISIBLE:
+        return 'visible'
+    return 'hidden' if growth >= GROWS else 'removed'
+
+
+def fmt(v, spec):
+    return '-' if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def row(g):
+    m = g['mean']
+    per_k = {r['K']: r for r in m['per_K']}
+    if 16 not in per_k:
+        raise UserError(f"{g['name']} was evaluated to K={max(per_k)}: the table needs K=16 (eval_depth.py --max_loops 16)")
+    K = m['trained_K']
+    ppl = {k: per_k[k]['ppl'] for k in (1, 2, 4, 8, 16)}
+    best = min(per_k[k]['ppl'] for k in range(1, min(4, max(per_k)) + 1))
+    at_k = per_k[K]
+    growth = per_k[16]['norm_mean'] / at_k['norm_mean']
+    clamp = per_k[16].get('clamp', {}).get('delta_loss')
+    exits = [c['mean_loops'] for c in m.get('calibrated') or [] if abs(c['target'] - 0.01) < 1e-9]
+    learned = m.get('depth') or {}
+    knobs = ', '.join(f"{k} {learned[k]:.3f}" for k in ('alpha', 'damping') if isinstance(learned.get(k), float))
+    depth = 'random' if m.get('random_depth') else 'fixed'
+    cells = [label(g), depth] + [fmt(ppl[k], '.3f') for k in (1, 2, 4, 8, 16)] + \
+        [fmt(best, '.3f'), f"{100 * (ppl[8] / best - 1):+.1f}%", f"{100 * (ppl[16] / best - 1):+.1f}%",
+         fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
+         fmt(at_k['radial'], '.1e'), fmt(at_k['angular'], '.1e'), fmt(clamp, '+.4f'),
+         fmt(min(exits), '.2f') if exits else '-', knobs or '-', verdict(at_k['radial'], growth)]
+    return '| ' + ' | '.join(cells) + ' |'
+
+
+def table(results):
+    head = ['design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤4', 'K=8 vs best', 'K=16 vs best',
+            'mean ‖H_K‖', 'p99 ‖H_K‖', 'mean ‖H_16‖', 'radial frac', '1 − cos', 'clamp Δloss, K=16',
+            'exit +1%: loops', 'learned', 'the scale is']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    return '\n'.join(lines + [row(g) for g in results['groups']])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument('results', help="a results.json written by eval_depth.py (runs evaluated with --max_loops 16)")
+    args = p.parse_args(argv)
+    try:
+        with open(args.results) as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {args.results}: {getattr(e, 'strerror', None) or e}")
+    print(table(results))
+
+
+if __name__ == '__main__':
+    with one_line_errors('depth_table.py'):
+        main(sys.argv[1:])
