@@ -1,25 +1,37 @@
 """
-Every measurement a lent GPU should make, in one command. Each step runs in a process of its
-own (a CUDA error or a crash stops that step only), is labelled, prints its elapsed seconds
-and keeps its log; a summary at the end repeats every row in the fixed order below.
+Every measurement a lent GPU should make, in three commands (parts), each estimated at under 9
+minutes (a lent GPU gives about 10 a command; --help prints the estimates). Each step runs in a
+process of its own (a CUDA error or a crash stops that step only), is labelled, prints its elapsed
+seconds and keeps its log; a summary at the end repeats every row in the fixed order below, and a
+markdown report (assets/gpu/<device>[-<part>].md) keeps them.
 
-    python -m beyond.gpu_check                      # one CUDA GPU; about 5-9 minutes on an H100/H200 (estimated, below)
+    python -m beyond.gpu_check --part=fused         # preflight, train-44m-fused, train-129m-fused, train-44m-padded: ~6.8 min
+    python -m beyond.gpu_check --part=decode        # preflight, decode-eager, decode-compiled, decode-graphs: ~2.3 min
+    python -m beyond.gpu_check --part=plain         # preflight, train-44m-plain, train-129m-plain: ~4.7 min
+    python -m beyond.gpu_check                      # every step in one command: ~12.9 min, more than a lent GPU's 10
     python -m beyond.gpu_check --cpu                # the same steps at a tiny shape on a CPU (test_gpu_check.py runs it)
     python -m beyond.gpu_check --out=DIR            # the logs: DIR/<n>-<step>.log (default out-gpu-check)
+    python -m beyond.gpu_check --report_dir=DIR     # the report there instead of assets/gpu (on a lent machine: its $OUT)
     python -m beyond.gpu_check --only=decode-graphs,train-44m-plain   # some steps (the preflight always runs)
     python -m beyond.gpu_check --step=decode-eager  # one step in this process (what the check runs for each)
-    python -m beyond.gpu_check --help               # the settings
+    python -m beyond.gpu_check --help               # the settings, and each part's estimate with its steps'
+
+The minutes are estimates for one H100-class GPU (estimate(), whose arithmetic is below): no GPU
+has run this check yet.
 
 The steps, most needed first, so that a run cut short still has them:
   preflight         Python, torch, CUDA and the device; every import the scripts need (the real
                     error if one fails); a one-line torch.compile. Inductor needs a C compiler and
                     Python's headers: if it cannot build, the training rows run eagerly and the
-                    compiled decode rows are skipped.
+                    compiled decode rows are skipped. It runs first in every command.
   train-44m-fused   bench.py's timing of train.py's step (forward, backward, clip, AdamW) at the
                     44M shape (config/norm_perloop.py) with GPT-2's vocabulary (the real head, ~40%
                     of the FLOPs), random tokens, dtype auto (bf16), compiled, the fused readout
                     loss: tok_per_s, ms_per_step, tflops, mfu, peak_mem_gib, warmup_s (the compile).
   train-129m-fused  the same at the 129M shape (config/129m.py).
+  train-44m-padded  train-44m-fused with the vocabulary padded to a multiple of 64 (50,257 -> 50,304,
+                    as nanoGPT pads it): what padding buys. Compare ms_per_step (tok_per_s), not mfu:
+                    the padded head's extra columns count as FLOPs there.
   decode-eager      decoder.generate at the 44M shape, batch 1, random weights, fixed K, sampling:
                     tok_per_s and ms_per_token of a run after a warm-up run of the same tokens
                     (warmup_s: that first run, with the compile and graph recordings where any).
@@ -30,39 +42,57 @@ The steps, most needed first, so that a run cut short still has them:
                     Random weights read out near-uniform distributions, so its accept_rate is near 1:
                     the row times the mechanics, not a trained model's speed-up.
   train-44m-plain, train-129m-plain  --loss_path=plain (F.cross_entropy on K logit tensors); last.
+One compile per process (each row's compiles= counts dynamo's graphs; the summary adds them up).
 
-Compiles and time: an estimate, since no GPU was lent to the session that wrote this. One compile
-per process, 7 in all (each row's compiles= counts dynamo's graphs; the summary adds them up):
-  - 8 step processes and the parent, each importing torch (and dynamo) and starting CUDA: ~45 s.
-  - preflight: the first Triton kernel in a cold cache (its launcher is built with the C compiler): 10-20 s.
-  - 4 training compiles, forward and backward of K=4 unrolled loops (32 blocks at 44M, 48 at 129M):
-    ~40-120 s each, 3-6 minutes together; the plain path's compile reuses its shape's block kernels from
-    the caches. Dynamo and AOT autograd alone (backend aot_eager) took ~15 s at 44M on a busy
-    2-core CPU; inductor's lowering and Triton's kernels come on top.
-  - their timed steps: 23 a row of ~24 TFLOP (44M, 64 x 256) or ~31 TFLOP (129M, 32 x 256),
-    60-80 ms each at 40% MFU of an H100's 989 TFLOP/s: seconds.
-  - 2 decode compiles of one loop (8 blocks, forward only): 15-40 s each.
-  - 4 decode rows, two runs of block_size - prompt_tokens = 240 tokens each, at 1-8 ms a token: ~10 s.
-So about 5-9 minutes, under 10; the compiles are most of it. The first GPU lent measures it.
+The estimate (estimate() and START_S... below; --help prints it). A lent GPU gives about 10 minutes
+a command, so every part's estimate must be at most 9 (test_gpu_check.py checks it); the report
+puts each step's measured seconds beside its estimate, and the first GPU lent corrects them.
+  - every process, the check's own and each step's: Python's start, torch's import, CUDA's: 5 s.
+  - preflight: + 20 s for its first Triton kernel in a cold cache (its launcher is built with the C
+    compiler: 10-20 s).
+  - a training step: + 120 s for its compile, forward and backward of K=4 unrolled loops (32 blocks
+    at 44M, 48 at 129M). 40-120 s is a guess, so the top is taken, and no credit for kernels a
+    cache already holds: dynamo and AOT autograd alone (backend aot_eager) took ~15 s at 44M on a
+    busy 2-core CPU; inductor's lowering and Triton's kernels come on top. Then its warmup + steps
+    = 23 steps of model.flops_per_token() x the tokens of a step (24.1 TFLOP at 44M, 64 x 256;
+    30.8 TFLOP at 129M, 32 x 256) at 40% MFU of an H100's 989 TFLOP/s bf16 dense: 1.4 s and 1.8 s.
+    So ~126.5 s a training step, the compile nearly all of it.
+  - a decode row: two runs of block_size - prompt_tokens = 240 tokens at 8 ms a token (the eager
+    loop's 32 blocks of kernel launches a token; the compiled loop is faster): 3.8 s; decode-graphs
+    has two rows (its speculative one). The compiled steps + 40 s each for the compile of one loop
+    (8 blocks, forward only; 15-40 s guessed). So 8.8 s, 48.8 s and 52.7 s.
+So fused 5 + 25 + 3 x 126.5 s = ~6.8 min, decode 5 + 25 + 8.8 + 48.8 + 52.7 s = ~2.3 min and
+plain 5 + 25 + 2 x 126.5 s = ~4.7 min; every step in one command ~12.9 min.
+
+The report: after each step, assets/gpu/<device>.md (the device as torch.cuda.get_device_name says,
+lowercased, spaces -> '-'; <device>-<part>.md for a part, <device>-only.md for --only; with --cpu
+cpu[-<part>].md in the --out folder, so that no CPU run writes into assets/): the date, torch and
+CUDA, the device, the command line, every row and each step's seconds beside its estimate. Each
+write replaces the whole file at once (a temporary file, then os.replace), and it says whether the
+run is complete: a run cut short leaves a report of the steps it finished, marked so.
 """
 
 import importlib
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import time
+from types import SimpleNamespace
 
-from configurator import UserError, configure, one_line_errors  # (standard library only: torch is imported per step)
+from configurator import UserError, configure, help_text, one_line_errors  # (standard library only: torch is imported per step)
 
 # -----------------------------------------------------------------------------
 cpu = False                   # True (or --cpu): every step at a tiny shape on the CPU, to check the script itself
 out = 'out-gpu-check'         # the folder for the steps' logs (out*/ is git-ignored)
-only = ''                     # comma-separated steps to run, in the check's order ('' = all); the preflight always runs
+part = ''                     # one part of the check, a command each on a lent GPU: fused | decode | plain ('' = every step)
+only = ''                     # or: comma-separated steps to run, in the check's order ('' = all); the preflight always runs
 step = ''                     # run this one step in this process and print its rows (the check runs each step so)
+report_dir = ''               # the report's folder ('' = assets/gpu, or with --cpu the out folder)
 compile = 'on'                # 'on' | 'off': off runs the training rows eagerly and skips the compiled decode rows
 steps = 20                    # timed training steps per training row
 warmup = 3                    # untimed training steps first (the compile happens in the first)
@@ -72,15 +102,28 @@ draft_tokens = 3              # decode-speculative: the most tokens drafted per 
 SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and k.islower()
             and isinstance(v, (int, float, bool, str))}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: the steps run there
-STEPS = ('preflight', 'train-44m-fused', 'train-129m-fused', 'decode-eager', 'decode-compiled', 'decode-graphs',
-         'train-44m-plain', 'train-129m-plain')
+STEPS = ('preflight', 'train-44m-fused', 'train-129m-fused', 'train-44m-padded', 'decode-eager', 'decode-compiled',
+         'decode-graphs', 'train-44m-plain', 'train-129m-plain')
+PARTS = {'fused': ('train-44m-fused', 'train-129m-fused', 'train-44m-padded'),  # each after the preflight
+         'decode': ('decode-eager', 'decode-compiled', 'decode-graphs'),
+         'plain': ('train-44m-plain', 'train-129m-plain')}
 ROWS = {'decode-graphs': ('decode-graphs', 'decode-speculative')}  # a step's rows, where not just its own name
 COMPILED_DECODE = ('decode-compiled', 'decode-graphs')  # the steps skipped when compile is off
 SHAPES = {'44m': ['config/norm_perloop.py'], '129m': ['config/norm_perloop.py', 'config/129m.py']}
+PAD = 64                      # train-44m-padded rounds the vocabulary up to a multiple of this (nanoGPT's 50,304)
 # --cpu: a shape whose every row takes a second or so. The training rows run eagerly there: a cold
 # inductor compile of the tiny training step took 40 s on a 2-core CPU (the decode loop's took 10 s).
 TINY = ['--device=cpu', '--n_layer=1', '--n_head=2', '--n_embd=32', '--n_loops=2', '--block_size=32',
-        '--batch_size=2', '--vocab_size=64']
+        '--batch_size=2']
+TINY_VOCAB = 50               # --cpu's vocabulary: train-44m-padded's is 64
+# the estimate, for one H100-class GPU (the docstring's arithmetic)
+START_S = 5                   # a process: Python's start, torch's import, CUDA's start
+PREFLIGHT_S = 20              # the preflight's first Triton kernel, in a cold cache
+TRAIN_COMPILE_S = 120         # a training step's compile: K=4 unrolled loops, forward and backward
+DECODE_COMPILE_S = 40         # a compiled decode step's compile: one loop, forward only
+FLOP_S = 0.40 * 989e12        # 40% MFU of an H100's bf16 dense peak
+DECODE_TOKEN_S = 0.008        # a decoded token, batch 1 (the eager loop's; the compiled ones are faster)
+LIMIT_S = 9 * 60              # the most a part's estimate may be: a lent GPU gives about 10 minutes a command
 
 
 def rows_of(name):
@@ -157,14 +200,19 @@ def compiles():
 # -----------------------------------------------------------------------------
 # training rows: bench.py's measurement of train.py's step
 
-def shape_args(s, shape):
-    """bench.py's command line for a shape: the config files, then the GPU's or the tiny CPU shape's."""
+def step_argv(s, name):
+    """bench.py's command line for a step: its shape's config files (a decode step's: 44M's), the
+    GPU's settings or the tiny CPU shape, the vocabulary, and a training step's loss path."""
     from model import LoopedGPTConfig
-    argv = [os.path.join(ROOT, f) for f in SHAPES[shape]]
-    if s['cpu']:
-        return argv + TINY
-    # model.py's default vocabulary is GPT-2's BPE (bench.py would otherwise read a prepared dataset's)
-    return argv + ['--device=cuda', f'--vocab_size={LoopedGPTConfig.vocab_size}']
+    shape = name.split('-')[1] if name.startswith('train-') else '44m'
+    argv = [os.path.join(ROOT, f) for f in SHAPES[shape]] + (TINY if s['cpu'] else ['--device=cuda'])
+    vocab = TINY_VOCAB if s['cpu'] else LoopedGPTConfig.vocab_size  # GPT-2's BPE (bench.py would read a dataset's)
+    if name.endswith('-padded'):
+        vocab = -(-vocab // PAD) * PAD  # rounded up to a multiple of PAD
+    argv.append(f'--vocab_size={vocab}')
+    if name.startswith('train-'):
+        argv.append(f"--loss_path={'plain' if name.endswith('-plain') else 'fused'}")
+    return argv
 
 
 def train_row(s, name):
@@ -172,11 +220,9 @@ def train_row(s, name):
     import torch
     from model import LoopedGPT
     from runtime import peak_flops
-    _, shape, path = name.split('-')
     compiled = s['compile'] == 'on' and not s['cpu']
-    c, device, dtype, ctx = bench.setup_bench(shape_args(s, shape) + [
-        f"--loss_path={path}", f"--compile={'on' if compiled else 'off'}", f"--steps={s['steps']}",
-        f"--warmup={s['warmup']}"])
+    c, device, dtype, ctx = bench.setup_bench(step_argv(s, name) + [
+        f"--compile={'on' if compiled else 'off'}", f"--steps={s['steps']}", f"--warmup={s['warmup']}"])
     t0 = time.perf_counter()
     r = bench.bench(c.loss, c, device, dtype, ctx)  # (c.loss: the config's, per-loop CE)
     peak = peak_flops(device, dtype)
@@ -228,7 +274,7 @@ def decode_rows(s, name):
     from beyond.decoder import Stepper
     from model import LoopedGPT
     from runtime import autocast, resolve_dtype
-    c, device, _, _ = bench.setup_bench(shape_args(s, '44m'))
+    c, device, _, _ = bench.setup_bench(step_argv(s, name))
     ctx = autocast(device, resolve_dtype(c.dtype, device))  # evaluation's precision: bf16 on a GPU, fp32 on a CPU
     n_new = c.block_size - s['prompt_tokens']  # one window: no restart (a prefill) inside the timed run
     if n_new < 1:
@@ -254,11 +300,118 @@ def run_step(s):
 
 
 # -----------------------------------------------------------------------------
+# the estimate: the docstring's arithmetic, for one H100-class GPU
+
+def estimate(s, name):
+    """The seconds step `name` should take on one H100-class GPU, at the GPU shapes (with --cpu too)
+    and compile on: its process's start, its compile, and its work."""
+    if name == 'preflight':
+        return START_S + PREFLIGHT_S
+    from beyond import bench
+    import torch
+    from model import LoopedGPT
+    gpu = step_argv(dict(s, cpu=False), name)
+    c = SimpleNamespace(**bench.train.setup(gpu, settings={**bench.train.SETTINGS, **bench.BENCH}))  # (no device)
+    if name.startswith('train-'):
+        with torch.device('meta'):
+            flops_per_token = LoopedGPT(bench.model_config(c)).flops_per_token()
+        tokens = c.gradient_accumulation_steps * c.batch_size * c.block_size
+        return START_S + TRAIN_COMPILE_S + (s['warmup'] + s['steps']) * flops_per_token * tokens / FLOP_S
+    tokens = len(rows_of(name)) * 2 * max(c.block_size - s['prompt_tokens'], 0)  # two runs a row
+    return START_S + (DECODE_COMPILE_S if name in COMPILED_DECODE else 0) + tokens * DECODE_TOKEN_S
+
+
+def estimates(s):
+    """{step: its estimated seconds}, for every step."""
+    return {name: estimate(s, name) for name in STEPS}
+
+
+def command_s(est, todo):
+    """A command's estimate: its own process's start, then its steps'."""
+    return START_S + sum(est[name] for name in todo)
+
+
+def over_limit(s, parts=PARTS):
+    """The parts whose command (the preflight, then the part's steps) is estimated at over LIMIT_S."""
+    est = estimates(s)
+    return [p for p, names in parts.items() if command_s(est, ['preflight', *names]) > LIMIT_S]
+
+
+def parts_text(s):
+    """Each part's command and estimate, with its steps' (--help prints it)."""
+    est = estimates(s)
+    lines = [f"Parts, one command each (a lent GPU gives about 10 minutes a command: each estimate at most "
+             f"{LIMIT_S // 60} min),\nestimated for one H100-class GPU (the arithmetic: the docstring; "
+             f"every process's start is {START_S} s of it):"]
+    for p, names in PARTS.items():
+        todo = ['preflight', *names]
+        lines.append(f"  --part={p:<7} ~{command_s(est, todo) / 60:.1f} min: "
+                     + ', '.join(f"{name} {est[name]:.0f} s" for name in todo))
+    lines.append(f"  every step in one command: ~{command_s(est, STEPS) / 60:.1f} min")
+    return '\n'.join(lines)
+
+
+# -----------------------------------------------------------------------------
+# the report: assets/gpu/<device>[-<part>].md, rewritten whole after each step
+
+def fields_of(text):
+    """A row's key=value fields as a dict (a quoted value unquoted: the preflight's device='...')."""
+    return dict(field.split('=', 1) for field in shlex.split(text))
+
+
+def report_path(s, device):
+    """assets/gpu/<device>[-<part>].md, <device>-only.md for --only; with --cpu, cpu[...].md in the out folder."""
+    kind = 'cpu' if s['cpu'] else re.sub(r'[^a-z0-9.]+', '-', device.lower()).strip('-')  # NVIDIA H200 -> nvidia-h200
+    kind += f"-{s['part']}" if s['part'] else '-only' if s['only'] else ''
+    folder = s['report_dir'] or (s['out'] if s['cpu'] else os.path.join(ROOT, 'assets', 'gpu'))
+    return os.path.join(folder, f"{kind}.md")
+
+
+def write_report(path, text):
+    """The whole report at once: a temporary file beside it, then os.replace (never half of one)."""
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+        f.write(text)
+    os.replace(path + '.tmp', path)
+
+
+def report_text(s, command, todo, lines, elapsed, est, total_s, done):
+    """The report's markdown. lines: the summary's (row, text); elapsed: {step: measured seconds} of
+    the steps that ran; total_s: this command's seconds so far."""
+    pre = fields_of(dict(lines)['preflight'])
+    ran = sum(all(not text.startswith('not run') for r, text in lines if r in rows_of(name)) for name in todo)
+    own_s = total_s - sum(elapsed.values())  # this process: its start, torch's import, the bookkeeping
+    out = [f"# gpu_check on {pre['device']}", '',
+           f"**Complete**: all {len(todo)} steps ran (a FAILED row says why it has no numbers)." if done else
+           f"**Incomplete**: {ran} of {len(todo)} steps ran (the run was still going, or was cut short).", '',
+           f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+           f"- device: {pre['device']}; torch {pre['torch']}, CUDA {pre['cuda']}",
+           f"- command: `{command}`",
+           f"- logs: {s['out']}/<n>-<step>.log", '',
+           '## Rows', '', 'As the summary prints them.', '', '| row | result |', '|---|---|']
+    out += [f"| {r} | {text.replace('|', '&#124;')} |" for r, text in lines]  # (a '|' would end the cell)
+    out += ['', '## Seconds', '',
+            'Estimated for one H100-class GPU at the GPU shapes (the arithmetic: beyond/gpu_check.py\'s docstring); '
+            + ('measured here, at --cpu\'s tiny shape.' if s['cpu'] else 'measured here.'), '',
+            '| step | estimated s | measured s |', '|---|---|---|',
+            f"| this process (start, torch, bookkeeping) | {START_S:.0f} | {own_s:.1f} |"]
+    out += [f"| {name} | {est[name]:.1f} | {f'{elapsed[name]:.1f}' if name in elapsed else 'not run'} |" for name in todo]
+    out += [f"| **this command** | {command_s(est, todo):.1f} | {total_s:.1f} |", '',
+            '## Parts', '', 'A part as one command: this process, the preflight and the part\'s steps.', '',
+            '| part | estimated s | measured s (where all its steps ran here) |', '|---|---|---|']
+    for p, names in PARTS.items():
+        steps = ['preflight', *names]
+        measured = f"{own_s + sum(elapsed[n] for n in steps):.1f}" if all(n in elapsed for n in steps) else 'not run'
+        out.append(f"| {p} | {command_s(est, steps):.1f} | {measured} |")
+    return '\n'.join(out) + '\n'
+
+
+# -----------------------------------------------------------------------------
 # the check: each step in a process of its own, its output to the screen and its log
 
 def run_child(s, name, log_path):
     """Runs one step as `python -m beyond.gpu_check --step=NAME`; returns (exit code, its rows, last line)."""
-    passed = {k: v for k, v in s.items() if k not in ('out', 'only', 'step')}
+    passed = {k: v for k, v in s.items() if k not in ('out', 'part', 'only', 'step', 'report_dir')}
     cmd = [sys.executable, '-m', 'beyond.gpu_check', f'--step={name}', *(f'--{k}={v!r}' for k, v in passed.items())]
     rows, last = {}, ''
     env = dict(os.environ, PYTHONUNBUFFERED='1')  # (the log shows each line as it comes)
@@ -276,12 +429,17 @@ def run_child(s, name, log_path):
 
 
 def check_settings(s):
+    """The settings checked; returns the steps to run, in the check's order."""
     if s['compile'] not in ('on', 'off'):
         raise UserError(f"compile must be on or off; got {s['compile']!r}")
     for key, lowest in (('steps', 1), ('warmup', 0), ('prompt_tokens', 1), ('draft_tokens', 1)):
         if s[key] < lowest:
             raise UserError(f"setting '{key}' must be at least {lowest}; got {s[key]!r}")
-    wanted = [n for n in s['only'].split(',') if n]
+    if s['part'] and s['only']:
+        raise UserError(f"give --part or --only, not both (got --part={s['part']} --only={s['only']})")
+    if s['part'] and s['part'] not in PARTS:
+        raise UserError(f"unknown part {s['part']!r}: the parts are {', '.join(PARTS)} (--help lists their steps)")
+    wanted = list(PARTS[s['part']]) if s['part'] else [n for n in s['only'].split(',') if n]
     unknown = [n for n in wanted + ([s['step']] if s['step'] else []) if n not in STEPS]
     if unknown:
         raise UserError(f"unknown step {unknown[0]!r}: the steps are {', '.join(STEPS)}")
@@ -301,10 +459,11 @@ def require_torch(on_cpu):
                          "pass --cpu for the smoke run of the same steps at a tiny shape")
 
 
-def run_steps(s, todo):
-    """Each step in order, in a process of its own. Returns ({row: its fields}, {row: why it has
-    none}, whether the preflight's compile failed)."""
-    results, problems = {}, {}
+def run_steps(s, todo, after_each):
+    """Each step in order, in a process of its own; after_each(results, problems, elapsed) after each.
+    Returns ({row: its fields}, {row: why it has none}, {step: its seconds}, whether the preflight's
+    compile failed)."""
+    results, problems, elapsed = {}, {}, {}
     compile_failed = False  # (a deliberate --compile=off skips the compiled decode rows without failing)
     for i, name in enumerate(todo, 1):
         if name in COMPILED_DECODE and s['compile'] == 'off':
@@ -316,7 +475,8 @@ def run_steps(s, todo):
         log_path = os.path.join(s['out'], f"{STEPS.index(name) + 1}-{name}.log")  # (numbered in the full order)
         t0 = time.perf_counter()
         rc, rows, last = run_child(s, name, log_path)
-        print(f"--- {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'}, {time.perf_counter() - t0:.1f} s", flush=True)
+        elapsed[name] = time.perf_counter() - t0
+        print(f"--- {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'}, {elapsed[name]:.1f} s", flush=True)
         results.update(rows)
         problems.update((r, f"FAILED (exit {rc}): {last[:200]} (log: {log_path})") for r in rows_of(name) if r not in rows)
         if name == 'preflight':
@@ -325,30 +485,59 @@ def run_steps(s, todo):
             compile_failed = 'compile=failed' in rows['preflight']
             if compile_failed:
                 s['compile'] = 'off'
-    return results, problems, compile_failed
+        after_each(results, problems, elapsed)
+    return results, problems, elapsed, compile_failed
+
+
+def summary_lines(todo, results, problems):
+    """(row, what the summary says of it), in the check's order: its fields, or why it has none."""
+    return [(r, results[r] if r in results else problems.get(r, 'not run (yet, or the check stopped first)'))
+            for name in todo for r in rows_of(name)]
 
 
 def main(argv):
+    t0 = time.perf_counter()  # (the measured total starts here: the estimate counts this process's start)
+    command = shlex.join(['python', '-m', 'beyond.gpu_check', *argv])
     argv = ['--cpu=True' if a == '--cpu' else a for a in argv]  # (--cpu alone, as a flag)
+    if '--help' in argv or '-h' in argv:  # the settings, as configure prints them, then the parts' estimates
+        require_torch(True)
+        print(help_text(SETTINGS, [__file__]) + '\n\n' + parts_text(SETTINGS))
+        return
     s = configure(SETTINGS, argv, scripts=[__file__])
     todo = check_settings(s)
     require_torch(s['cpu'])
     if s['step']:
         return run_step(s)
     os.makedirs(s['out'], exist_ok=True)
-    t0 = time.perf_counter()
-    results, problems, compile_failed = run_steps(s, todo)
+    est = estimates(s)
+    what = f"part {s['part']}" if s['part'] else 'the steps asked for' if s['only'] else 'every step'
+    print(f"=== {what}: {', '.join(todo)}; estimated ~{command_s(est, todo) / 60:.1f} min on one H100-class GPU"
+          + (" (at the GPU shapes: --cpu's tiny one takes less)" if s['cpu'] else ''), flush=True)
+    if command_s(est, todo) > LIMIT_S and not s['cpu']:
+        print(f"    more than a lent GPU's ~10 minutes a command: run it in parts, "
+              f"{', then '.join(f'--part={p}' for p in PARTS)}", flush=True)
+
+    def report(results, problems, elapsed, done=False):
+        """The report so far, written whole (after each step, and at the end); returns its path."""
+        path = report_path(s, fields_of(results['preflight'])['device'])
+        write_report(path, report_text(s, command, todo, summary_lines(todo, results, problems), elapsed, est,
+                                       time.perf_counter() - t0, done))
+        return path
+
+    results, problems, elapsed, compile_failed = run_steps(s, todo, report)
     # -------------------------------------------------------------------------
+    lines = summary_lines(todo, results, problems)
     print(f"\n=== summary, in the check's order (logs in {s['out']}/)")
-    names = [r for name in todo for r in rows_of(name)]
-    width = max(map(len, names)) + 2
-    for r in names:
-        print(f"{r:<{width}}{results.get(r, problems.get(r))}")
+    width = max(len(r) for r, _ in lines) + 2
+    for r, text in lines:
+        print(f"{r:<{width}}{text}")
+    print(f"report: {report(results, problems, elapsed, done=True)}")
     total = sum(int(n) for fields in results.values() for n in re.findall(r'\bcompiles=(\d+)', fields))
-    print(f"total {time.perf_counter() - t0:.1f} s, {total} compiles (each row's compiles=: dynamo's graphs)")
-    missing = [r for r in names if r not in results and (compile_failed or not problems[r].startswith('SKIPPED'))]
+    print(f"total {time.perf_counter() - t0:.1f} s (estimated for one H100-class GPU: {command_s(est, todo):.0f} s), "
+          f"{total} compiles (each row's compiles=: dynamo's graphs)")
+    missing = [r for r, _ in lines if r not in results and (compile_failed or not problems[r].startswith('SKIPPED'))]
     if missing:
-        raise UserError(f"{len(missing)} of {len(names)} rows not measured ({', '.join(missing)}): see above and their logs")
+        raise UserError(f"{len(missing)} of {len(lines)} rows not measured ({', '.join(missing)}): see above and their logs")
 
 
 if __name__ == '__main__':
