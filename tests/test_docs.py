@@ -1,0 +1,630 @@
+"""The docs' tables are the stored results, number for number.
+
+Every markdown table in README.md and docs/*.md that reports a measurement is checked here
+against the stored file it was made from: the tables.md / costs-*.md / exit_tables.md that the
+project's code printed into assets/, a results*.json where the number is not printed, or a
+training log. A number shown in a doc table passes when it is the stored number rounded as
+shown: within half a unit of its last shown digit. Each doc table is found by its header row,
+each of its rows by its first cell; a table, row or cell that changes must change here too,
+and a table with numbers that no check covers fails test_every_table_is_checked.
+
+Reads only README.md, docs/ and assets/: no torch, no network, no data, a fraction of a second.
+"""
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / 'assets'
+DOCS = ['README.md'] + sorted(f'docs/{p.name}' for p in (ROOT / 'docs').glob('*.md'))
+
+# ---------------------------------------------------------------------------------------------
+# numbers as shown
+
+NUM = re.compile(r'(?<![\w.])([+\-−]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:e([+\-−]?\d+))?')
+
+
+class Shown:
+    """A number as a page shows it: its value and the unit of its last digit."""
+
+    def __init__(self, m):
+        sign, whole, frac, exp = m.group(1), m.group(2), m.group(3) or '', m.group(4)
+        self.text = m.group(0)
+        value = float(whole.replace(',', '') + ('.' + frac if frac else ''))
+        e = int(exp.replace('−', '-')) if exp else 0
+        self.value = (-value if sign in '-−' and sign else value) * 10.0 ** e
+        self.unit = 10.0 ** (e - len(frac))
+
+    def matches(self, v):
+        return abs(self.value - v) <= 0.5 * self.unit * (1 + 1e-9)
+
+
+def shown(cell):
+    return [Shown(m) for m in NUM.finditer(cell)]
+
+
+def nums(cell):
+    """The stored numbers of a stored cell, as floats."""
+    return [s.value for s in shown(cell)]
+
+
+# ---------------------------------------------------------------------------------------------
+# markdown tables
+
+def clean(cell):
+    return cell.strip().replace('**', '').strip()
+
+
+def split_row(line):
+    return [clean(c) for c in line.strip().strip('|').split('|')]
+
+
+def md_tables(path):
+    """[(caption, header, rows, line number)] of every table in a markdown file; the caption is
+    the nearest line above the table that is not blank."""
+    lines = Path(path).read_text().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        if (lines[i].startswith('|') and i + 1 < len(lines)
+                and re.fullmatch(r'\|(\s*:?-{3,}:?\s*\|)+', lines[i + 1].strip())):
+            header, j, rows = tuple(split_row(lines[i])), i + 2, []
+            while j < len(lines) and lines[j].startswith('|'):
+                rows.append(split_row(lines[j]))
+                j += 1
+            k = i - 1
+            while k >= 0 and not lines[k].strip():
+                k -= 1
+            out.append((lines[k].strip() if k >= 0 else '', header, rows, i + 1))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+@lru_cache(maxsize=None)
+def stored_tables(rel):
+    return md_tables(ASSETS / rel)
+
+
+def stored_row(rel, key, caption='', header0=None):
+    """The one row of a stored table (under a caption containing `caption`) whose first cells
+    are `key`, as {header cell: cell}."""
+    key = tuple(key)
+    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if caption in cap
+             and (header0 is None or h[0] == header0) for r in rows if tuple(r[:len(key)]) == key]
+    assert len(found) == 1, f'{rel}: {len(found)} rows {key} under {caption!r}'
+    return found[0]
+
+
+@lru_cache(maxsize=None)
+def results(rel):
+    return json.loads((ASSETS / rel).read_text())
+
+
+def json_group(rel, name):
+    g = [g for g in results(rel)['groups'] if g['name'] == name]
+    assert len(g) == 1, f'{rel}: group {name}'
+    return g[0]['mean'], g[0]['std']
+
+
+def json_run(rel, name):
+    r = [r for r in results(rel)['runs'] if r['name'] == name]
+    assert len(r) == 1, f'{rel}: run {name}'
+    return r[0]
+
+
+def jsonl(rel):
+    return [json.loads(line) for line in (ASSETS / rel).read_text().splitlines() if line.strip()]
+
+
+# expected cells: a list of numbers (the cell shows exactly these, in order), Copied(text) (the
+# cell shows the numbers of a stored cell, or the first of them), Text(text) (the cell is this
+# text), or None (not a stored result: the paper's numbers)
+
+class Copied(str):
+    pass
+
+
+class Text(str):
+    pass
+
+
+def check_cell(cell, want, where):
+    if want is None:
+        return
+    if isinstance(want, Text):
+        assert cell == want, f'{where}: {cell!r}, the stored {want!r}'
+        return
+    got = shown(cell)
+    values = nums(want) if isinstance(want, Copied) else [float(v) for v in want]
+    if isinstance(want, Copied):
+        assert got or not values, f'{where}: {cell!r} shows none of the stored {want!r}'
+        values = values[:len(got)]
+    assert len(got) == len(values), f'{where}: {cell!r} shows {len(got)} numbers, the stored ones are {values}'
+    for s, v in zip(got, values):
+        assert s.matches(v), f'{where}: {s.text} in {cell!r}, stored {v!r}'
+
+
+# ---------------------------------------------------------------------------------------------
+# the stored results, as the tables use them
+
+def depth(rel, run, K, col):
+    """A cell of eval_depth.py's depth table (its row run, K; the trained K is marked '4*') in a
+    stored tables.md."""
+    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if h[:2] == ('run', 'K')
+             for r in rows if r[0] == run and r[1] in (str(K), f'{K}*')]
+    assert len(found) == 1, f'{rel}: {len(found)} rows {run}, K={K}'
+    return found[0][col]
+
+
+def mean(cell):
+    return nums(cell)[:1]
+
+
+def best_k(rel, run, max_k=8):
+    ppl = {K: nums(depth(rel, run, K, 'ppl'))[0] for K in range(1, max_k + 1)}
+    return [min(ppl, key=ppl.get)]
+
+
+def lemma_row(rel, run, k):
+    return stored_row(rel, (run, str(k)), caption='Lemma 2')
+
+
+DEMO = 'cpu-demo/tables.md'
+
+
+def demo_run(c):
+    return f'out-{c}-cpu (3 seeds)'
+
+
+def four_epoch_file(c):
+    return 'cpu-long/tables.md' if c in ('norm_perloop', 'raw_perloop', 'penalty_perloop',
+                                         'finalnorm_perloop') else 'cpu-long-more/tables.md'
+
+
+def four_epoch_row(c):
+    rel, run = four_epoch_file(c), f'out-{c}-cpu-long (3 seeds)'
+    return [Copied(depth(rel, run, K, 'ppl')) for K in (1, 2, 3, 4, 8)], rel, run
+
+
+def quickstart_and_demo_evals(c):
+    """The last eval (iteration 300) of the quick start's run and of the CPU demo's 3 seeds."""
+    logs = [f'quickstart/logs/{c}-cpu.jsonl'] + [f'cpu-demo/logs/{c}-cpu-s{s}.jsonl' for s in (1, 2, 3)]
+    evals = [[r for r in jsonl(p) if r['kind'] == 'eval'][-1] for p in logs]
+    assert all(e['iter'] == 300 for e in evals)
+    return evals
+
+
+def span(values):
+    return [min(values), max(values)]
+
+
+M44 = 'cpu-44m/tables.md'
+
+
+def m44(c, col, K=4):
+    return depth(M44, f'out-{c}-cpu44m-s1', K, col)
+
+
+def m44_loss(c, K):
+    part = {'norm_perloop': 'a', 'raw_perloop': 'a', 'penalty_perloop': 'b1', 'interloop_perloop': 'b2'}[c]
+    per_K = json_run(f'cpu-44m/results-{part}.json', f'out-{c}-cpu44m-s1')['per_K']
+    return [r['loss'] for r in per_K if r['K'] == K][0]
+
+
+def costs(name, table, key, col):
+    """A cell of a stored costs-*.md (depth_costs.py's output): the table whose header starts
+    with `table`, its row `key`."""
+    return stored_row(name, (key,), header0=table)[col]
+
+
+def cost_nums(name, table, keys, col):
+    return [nums(costs(name, table, k, col))[0] for k in keys]
+
+
+SPEC = 'cpu-long-speculative/results.json'
+
+
+def spec_run(c):
+    return json_run(SPEC, f'out-{c}-cpu-long-s1')
+
+
+def spec_best(c, mode):
+    b = max((x for x in spec_run(c)['speculative_bench'] if x['mode'] == mode), key=lambda x: x['speedup'])
+    return b
+
+
+def spec_cell(c, mode):
+    b = spec_best(c, mode)
+    return [b['j'], b['g'], b['draft_stop'], b['tok_per_s'], b['fixed_tok_per_s'], b['speedup']]
+
+
+@lru_cache(maxsize=None)
+def fixed_k_before_after():
+    """fixed_k_before_after.txt: {condition: {decoder: best tok/s}}."""
+    out, cur = {}, None
+    for line in (ASSETS / 'cpu-long-speculative/fixed_k_before_after.txt').read_text().splitlines():
+        m = re.match(r'== (\w+)', line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+        m = re.match(r'(\S+)\s.*best (\d+) tok/s', line)
+        if m and cur is not None:
+            cur[m.group(1)] = float(m.group(2))
+    return out
+
+
+EXITS, SWEEP = 'cpu-long-exits/tables.md', 'cpu-long-exit-sweep/tables.md'
+
+
+def exit_row(rel, run, crit, thr):
+    """A row of an early-exit table: criterion, threshold, then mean loops and ppl teacher-forced,
+    causal with copied stand-ins, causal with projected ones (positional: its 'ppl's share a name)."""
+    found = [r for cap, h, rows, _ in stored_tables(rel) if cap.startswith(f'early exit, {run} ')
+             for r in rows if r[:2] == [crit, thr]]
+    assert len(found) == 1, f'{rel}: {run} {crit} {thr}'
+    return found[0]
+
+
+def calib_row(rel, run, stand_in, crit, target):
+    row = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if cap.startswith(f'calibrated halting, {run}:')
+           for r in rows if r[0] == stand_in and r[1] == crit and r[2].startswith(target)]
+    assert len(row) == 1, f'{rel}: {run} {stand_in} {crit} {target}'
+    return row[0]
+
+
+def calib_cell(rel, run, stand_in, crit, target, loops_std):
+    """'criterion, stand-in: mean loops [± std], ppl, speed-up ± std' of a calibrated pick."""
+    r = calib_row(rel, run, stand_in, crit, target)
+    loops = nums(r['mean loops'])
+    return (loops if loops_std else loops[:1]) + mean(r['ppl (exit)']) + nums(r['speed-up'])
+
+
+def full_depth_ppl(rel, run):
+    return nums(depth(rel, run, 4, 'ppl'))
+
+
+def exits_cells(rel, run):
+    """full depth, max_prob > 0.9 teacher-forced / copy / project, converge > 0.5 project:
+    'ppl (mean loops)'."""
+    mp, cv = exit_row(rel, run, 'max_prob', '0.9'), exit_row(rel, run, 'converge', '0.5')
+    return [full_depth_ppl(rel, run)] + [mean(mp[i + 1]) + mean(mp[i]) for i in (2, 4, 6)] + [mean(cv[7]) + mean(cv[6])]
+
+
+def full_depth_cost(run, base):
+    """Full depth of an exit-aware run over its normally trained twin's, in %."""
+    return [100 * (nums(depth(*run, 4, 'ppl'))[0] / nums(depth(*base, 4, 'ppl'))[0] - 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the checks: (page, header) -> {row label: [expected cell, ...]} for the cells after the label
+
+CHECKS = {}
+
+
+def check(page, *header):
+    def register(fn):
+        CHECKS[(page, tuple(header))] = fn
+        return fn
+    return register
+
+
+@check('README.md', 'condition', 'K=1', 'K=2', 'K=4 (trained)', 'K=8', 'mean ‖H_4‖', 'radial gradient fraction')
+def readme_intro():
+    rows = {}
+    for c, label in (('norm_perloop', 'norm_perloop: RMSNorm readout, per-loop CE'),
+                     ('raw_perloop', 'raw_perloop: raw readout, per-loop CE')):
+        r = demo_run(c)
+        rows[label] = [Copied(depth(DEMO, r, K, 'ppl')) for K in (1, 2, 4, 8)] + [
+            Copied(depth(DEMO, r, 4, 'mean ‖H_K‖')), Copied(depth(DEMO, r, 4, 'radial frac'))]
+    return rows
+
+
+@check('README.md', 'run', 'val loss K=1', 'val loss K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')
+def readme_quickstart_seeds():
+    rows = {}
+    for c in ('norm_perloop', 'raw_perloop'):
+        ev = quickstart_and_demo_evals(c)
+        rows[c] = [span([e['val_loss'][0] for e in ev]), span([e['val_loss'][3] for e in ev]),
+                   span([e['norm_mean'][3] for e in ev]), span([e['radial'][3] for e in ev])]
+    return rows
+
+
+CONDITIONS = ('norm_perloop', 'norm_terminal', 'raw_perloop', 'raw_terminal', 'finalnorm_perloop',
+              'penalty_perloop', 'penalty_terminal', 'interloop_perloop')
+
+
+@check('README.md', 'condition', 'ppl K=1', 'ppl K=4 (trained)', 'mean ‖H_4‖', 'Δ loss, clamp at K=4')
+def readme_demo():
+    return {c: [Copied(depth(DEMO, demo_run(c), 1, 'ppl')), Copied(depth(DEMO, demo_run(c), 4, 'ppl')),
+                Copied(depth(DEMO, demo_run(c), 4, 'mean ‖H_K‖')),
+                Copied(depth(DEMO, demo_run(c), 4, 'Δ loss clamp'))] for c in CONDITIONS}
+
+
+@check('docs/cpu-demo.md', 'condition', 'ppl K=1', 'ppl K=4 (trained)', 'ppl K=8', 'best K', 'mean ‖H_4‖',
+       'radial frac', '1 − cos at loop 4', 'Δ loss, clamp at K=4')
+def demo_depth():
+    rows = {}
+    for c in CONDITIONS:
+        r = demo_run(c)
+        rows[c] = [Copied(depth(DEMO, r, K, 'ppl')) for K in (1, 4, 8)] + [best_k(DEMO, r)] + [
+            Copied(depth(DEMO, r, 4, col)) for col in ('mean ‖H_K‖', 'radial frac', '1-cos', 'Δ loss clamp')]
+    return rows
+
+
+@check('docs/cpu-demo.md', 'condition (3 seeds)', 's_4', 's_29', 'a_4', 'a_29', 'step, loop 4', 'step, loop 29',
+       's × step, loop 4', 'loop 29')
+def demo_lemma():
+    # loop 29 is past tables.md's loops 1, 2, 4, 8, 16: results.json's group means hold every loop
+    rows = {}
+    for c in ('norm_perloop', 'norm_terminal', 'raw_perloop', 'interloop_perloop'):
+        lem = json_group('cpu-demo/results.json', f'out-{c}-cpu')[0]['lemma']
+        rows[c] = [[lem[key][k - 1]] for key in ('s', 'radial_increment', 'angular_step', 's_times_angular')
+                   for k in (4, 29)]
+    return rows
+
+
+@check('README.md', 'condition', 'K=1', 'K=2', 'K=3', 'K=4 (trained)', 'K=8')
+def readme_four_epochs():
+    return {c: four_epoch_row(c)[0] for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'penalty_terminal')}
+
+
+@check('docs/four-epochs.md', 'condition (3 seeds)', 'K=1', 'K=2', 'K=3', 'K=4 (trained)', 'K=8', 'best K',
+       'mean ‖H_4‖', '1 − cos, loop 4', 's_4', 'step, loop 4')
+def four_epochs():
+    rows = {}
+    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'finalnorm_perloop', 'norm_terminal',
+              'raw_terminal', 'penalty_terminal', 'interloop_perloop'):
+        ppl, rel, run = four_epoch_row(c)
+        lem = lemma_row(rel, run, 4)
+        rows[c] = ppl + [best_k(rel, run), mean(depth(rel, run, 4, 'mean ‖H_K‖')), Copied(depth(rel, run, 4, '1-cos')),
+                         Copied(lem['s_k']), Copied(lem['‖u_k+1 − u_k‖'])]
+    return rows
+
+
+@check('README.md', 'condition', '‖H_4‖ mean / p99 / max', 'radial fraction', '1 − cos, loop 4', "paper's final ‖H_4‖")
+def readme_44m():
+    return {c: readme_44m_row(c) + [None]   # the paper's numbers
+            for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop')}
+
+
+def readme_44m_row(c):
+    return [[nums(m44(c, col))[0] for col in ('mean ‖H_K‖', 'p99 ‖H_K‖', 'max ‖H_K‖')],
+            Copied(m44(c, 'radial frac')), Copied(m44(c, '1-cos'))]
+
+
+@check('docs/paper-shape.md', 'condition', '‖H_4‖ mean / p99 / max', 'radial fraction', '1 − cos, loop 4',
+       'Δ loss, clamp', 'val CE K=1 → K=4', "the paper's final ‖H_4‖")
+def paper_shape_drift():
+    rows = {}
+    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'interloop_perloop'):
+        rows[c] = readme_44m_row(c) + [Copied(m44(c, 'Δ loss clamp')), [m44_loss(c, 1), m44_loss(c, 4)],
+                                       Text('–') if c == 'interloop_perloop' else None]   # the paper's
+    return rows
+
+
+F32, BF16 = 'cpu-44m/costs-norm_perloop-float32.md', 'cpu-44m/costs-norm_perloop-bfloat16.md'
+
+
+@check('docs/paper-shape.md', 'part (norm_perloop, ms)', 'float32', 'bf16')
+def paper_shape_costs():
+    def part(*keys):
+        return [cost_nums(f, 'part', keys, 'ms') for f in (F32, BF16)]
+    return {
+        'one loop (8 layers, one token)': part('one loop (the 8-layer stack, one token)'),
+        'one readout (512 x 50,257)': part('one readout (512 x 50257)'),
+        'exit decision from a readout: max_prob / entropy / converge':
+            part('exit decision: max_prob', 'exit decision: entropy', 'exit decision: converge'),
+        'exit decision from the state: angular': part('exit decision: angular (no readout)'),
+        'sampling (softmax and a draw over 50,257)': part('sampling from the readout'),
+        'verify pass, loops 2–4 over 4 tokens, per token': part('verify pass, loops 2..4 over 4 tokens, per token'),
+        'fixed K = 1 / 2 / 3 / 4, tok/s': [cost_nums(f, 'fixed K', '1234', 'tok/s (sampled, cached)')
+                                          for f in (F32, BF16)],
+    }
+
+
+@check('docs/paper-shape.md', 'exit after loop e', 'float32: readout every loop', 'decided from the state',
+       'bf16: readout every loop', 'from the state')
+def paper_shape_exits():
+    rows = {}
+    for e in '123':
+        rows[e] = []
+        for f in (F32, BF16):   # its columns: e, ms with a readout, speed-up, ms from the state, speed-up
+            cells = stored_cells(f, 'exit after loop e', e)
+            rows[e] += [mean(cells[2]), mean(cells[4])]
+    return rows
+
+
+def stored_cells(rel, header0, key):
+    found = [r for cap, h, rows, _ in stored_tables(rel) if h[0] == header0 for r in rows if r[0] == key]
+    assert len(found) == 1
+    return found[0]
+
+
+@check('docs/paper-shape.md', 'run, dtype', 'j', 'sample accept a', 'ideal', 'with the measured costs')
+def paper_shape_speculative():
+    rows = {}
+    for label, f in (('norm_perloop, float32', F32), ('norm_perloop, bf16', BF16),
+                     ('raw_perloop, float32', 'cpu-44m/costs-raw_perloop-float32.md')):
+        cells = [stored_cells(f, 'j', j) for j in '123']
+        hdr = [h for cap, h, rows, _ in stored_tables(f) if h[0] == 'j'][0]
+        col = {name: hdr.index(name) for name in ('sample accept', 'ideal speed-up', 'with the measured costs')}
+        rows[label] = [[1, 2, 3]] + [[nums(c[col[name]])[0] for c in cells]
+                                     for name in ('sample accept', 'ideal speed-up', 'with the measured costs')]
+    return rows
+
+
+@check('docs/speculative.md', 'condition (seed 1)', 'greedy agree, j=1/2/3', 'sample accept, j=1/2/3',
+       'best greedy (j, g, stop): tok/s / fixed K', 'best sampled', 'tokens per pass, greedy')
+def speculative_table():
+    rows = {}
+    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'finalnorm_perloop'):
+        s = spec_run(c)['speculative']
+        rows[c] = [s['greedy_agree'], s['sample_accept'], spec_cell(c, 'greedy'), spec_cell(c, 'sample'),
+                   [spec_best(c, 'greedy')['tokens_per_pass']]]
+    return rows
+
+
+@check('docs/speculative.md', 'condition', 'older decoder', 'static KV cache', 'static cache, compiled step',
+       'older, no cache', 'no cache')
+def speculative_fixed_k():
+    t = fixed_k_before_after()
+    return {f'{c}_perloop': [[t[c][k]] for k in ('old', 'new', 'new-compiled', 'old-nocache', 'new-nocache')]
+            for c in ('raw', 'penalty')}
+
+
+@check('docs/early-exit.md', 'condition', 'full depth', 'max_prob > 0.9: teacher-forced', 'causal, copy',
+       'causal, project', 'converge > 0.5, project', 'calibrated +1%', '+5%')
+def early_exit_table():
+    raw, pen = (EXITS, 'out-raw_perloop-cpu-long (3 seeds)'), (EXITS, 'out-penalty_perloop-cpu-long (3 seeds)')
+    raw50, pen50 = (EXITS, 'out-raw_perloop_exit-cpu-long (3 seeds)'), (EXITS, 'out-penalty_perloop_exit-cpu-long (3 seeds)')
+    raw25, pen25 = (SWEEP, 'out-raw_perloop_exit25-cpu-long (3 seeds)'), (SWEEP, 'out-penalty_perloop_exit25-cpu-long (3 seeds)')
+    best_raw_1 = max(nums(calib_row(*raw, s, c, '+1%')['speed-up'])[0]
+                     for s in ('copy', 'project') for c in ('max_prob', 'entropy', 'converge'))
+    return {
+        'raw_perloop': exits_cells(*raw) + [[4, best_raw_1], calib_cell(*raw, 'copy', 'converge', '+5%', False)],
+        'raw, `exit_train=0.5`': exits_cells(*raw50) + [full_depth_cost(raw50, raw), []],
+        'raw, `exit_train=0.25`': exits_cells(*raw25) + [full_depth_cost(raw25, raw),
+                                                         calib_cell(*raw25, 'project', 'converge', '+5%', True)],
+        'penalty_perloop': exits_cells(*pen) + [calib_cell(*pen, 'copy', 'converge', '+1%', False),
+                                                calib_cell(*pen, 'project', 'max_prob', '+5%', True)],
+        'penalty, `exit_train=0.5`': exits_cells(*pen50) + [full_depth_cost(pen50, pen),
+                                                            calib_cell(*pen50, 'project', 'max_prob', '+5%', True)],
+        'penalty, `exit_train=0.25`': exits_cells(*pen25) + [calib_cell(*pen25, 'copy', 'converge', '+1%', True),
+                                                             calib_cell(*pen25, 'project', 'max_prob', '+5%', True)],
+    }
+
+
+def exit_tables_rows(header0_cols):
+    found = [(h, rows) for cap, h, rows, _ in stored_tables('cpu-long-criteria/exit_tables.md') if len(h) == header0_cols]
+    assert len(found) == 1
+    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0][1]}
+
+
+@check('docs/early-exit.md', 'criterion', 'raw_perloop +1%', '+5%', 'penalty_perloop +1%', '+5%', 'norm_perloop +1%', '+5%')
+def early_exit_teacher_forced():
+    return exit_tables_rows(7)
+
+
+@check('docs/early-exit.md', 'criterion', 'raw_perloop +1%', 'raw_perloop +5%', 'penalty_perloop +1%', 'penalty_perloop +5%')
+def early_exit_decoded():
+    return exit_tables_rows(5)
+
+
+@check('docs/speed.md', 'shape', 'ours, fp32 eager', 'ours as shipped (bf16)', 'released code, fp32 eager',
+       'ours fp32 / released', 'as shipped / released')
+def speed_anchor():
+    return {label: [Copied(c) for c in stored_cells('speed/speed.md', 'shape', key)[1:]]
+            for label, key in (('44M (2 x 256)', '44M (1 x 2 x 256)'), ('CPU demo (16 x 128)', 'demo (1 x 16 x 128)'))}
+
+
+@check('docs/speed.md', 'run', 'val loss K=1', 'K=2', 'K=3', 'K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')
+def speed_dtypes():
+    found = [rows for cap, h, rows, _ in stored_tables('speed/old-speed.md') if h[:2] == ('run', 'val loss K=1')]
+    assert len(found) == 1
+    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0]}
+
+
+# tables with numbers that hold no stored result
+UNCHECKED = {
+    ('README.md', ('file', 'what it holds')): 'the files, no results',
+    ('docs/depth.md', ('condition', 'what it does', 'from')): 'the scale controls, no results',
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the quick start's quoted output: assets/quickstart's logs of the README's quick-start commands
+
+QUICKSTART = ASSETS / 'quickstart' / 'logs'
+
+
+def quickstart_quotes():
+    """The README's quick start: its indented output lines (not commands), as (log file, line)."""
+    text = (ROOT / 'README.md').read_text()
+    section = text.split('\n## Quick start\n', 1)[1].split('\n## ', 1)[0]
+    out = []
+    for line in section.splitlines():
+        if not line.startswith('    ') or line.strip().startswith(('python ', '#')):
+            continue
+        line = line.strip()
+        m = re.fullmatch(r'(\w+):\s+(eval \d+: .*)', line)   # "norm_perloop: eval 300: ..." from that run's log
+        out.append((f'{m.group(1)}-cpu.log', m.group(2)) if m else ('eval_depth.log', line))
+    return out
+
+
+def test_quickstart_quote_is_the_stored_log():
+    quotes = quickstart_quotes()
+    assert len(quotes) >= 4
+    for name, line in quotes:
+        pattern = re.compile('.*'.join(re.escape(part.strip()) for part in line.split('...')))   # '...': elided
+        log = (QUICKSTART / name).read_text().splitlines()
+        assert any(pattern.fullmatch(l.strip()) for l in log), f'README quick start: {line!r} is not in {name}'
+
+
+def test_quickstart_sample_line_is_the_stored_log():
+    """The quick start's `tokens=100 ... mean_loops=4.000`: sample.py's timing line (stderr)."""
+    section = (ROOT / 'README.md').read_text().split('\n## Quick start\n', 1)[1].split('\n## ', 1)[0]
+    quoted = [q for q in re.findall(r'`([^`]*)`', section.replace('\n', ' ')) if q.startswith('tokens=')]
+    assert quoted
+    log = (QUICKSTART / 'sample.stderr.log').read_text().splitlines()
+    for q in quoted:
+        pattern = re.compile('.*'.join(re.escape(part.strip()) for part in q.split('...')))
+        assert any(pattern.fullmatch(l) for l in log), f'README quick start: `{q}` is not in sample.stderr.log'
+
+
+# ---------------------------------------------------------------------------------------------
+
+def doc_tables():
+    return [(page, header, rows, line) for page in DOCS for _, header, rows, line in md_tables(ROOT / page)]
+
+
+def test_every_table_is_checked():
+    missing = [f'{page}:{line} {" | ".join(header)}' for page, header, rows, line in doc_tables()
+               if any(re.search(r'\d', c) for r in rows for c in r[1:])
+               and (page, header) not in CHECKS and (page, header) not in UNCHECKED]
+    assert not missing, 'tables with numbers that no check covers (add one to tests/test_docs.py):\n' + '\n'.join(missing)
+
+
+@pytest.mark.parametrize('key', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
+def test_table_matches_stored_results(key):
+    page, header = key
+    tables = [(rows, line) for p, h, rows, line in doc_tables() if (p, h) == key]
+    assert len(tables) == 1, f'{page}: {len(tables)} tables with the header {" | ".join(header)}'
+    rows, line = tables[0]
+    want = CHECKS[key]()
+    labels = [r[0] for r in rows]
+    assert sorted(labels) == sorted(want), f'{page}:{line}: rows {labels}, checked {list(want)}'
+    for r in rows:
+        cells = want[r[0]]
+        assert len(r) == len(cells) + 1, f'{page}:{line} row {r[0]}: {len(r) - 1} cells, {len(cells)} checked'
+        for col, cell, w in zip(header[1:], r[1:], cells):
+            check_cell(cell, w, f'{page}:{line} {r[0]!r}, {col!r}')
+
+
+def test_a_changed_digit_fails():
+    """The rule catches a one-digit change: 12.84 shown for 12.838 passes, 12.85 does not."""
+    assert shown('12.84 ± 0.20')[0].matches(12.838) and not shown('12.85')[0].matches(12.838)
+    assert shown('1,172')[0].matches(1171.6) and not shown('1,173')[0].matches(1171.6)
+    assert shown('1.3e-17')[0].matches(1.27e-17) and not shown('1.4e-17')[0].matches(1.27e-17)
+    assert [s.value for s in shown('−0.32 / +7.72 / 3,911 / 2.6e+03')] == [-0.32, 7.72, 3911, 2600]
+
+
+@pytest.mark.parametrize('key', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
+def test_every_number_is_pinned(key):
+    """In every checked cell, changing any one number's last digit makes its check fail."""
+    rows = [rows for p, h, rows, _ in doc_tables() if (p, h) == key][0]
+    want, pinned = CHECKS[key](), 0
+    for r in rows:
+        for cell, w in zip(r[1:], want[r[0]]):
+            if w is None or isinstance(w, Text):
+                continue
+            for m in NUM.finditer(cell):
+                e = m.group(0).find('e')
+                for i in {m.end() - 1, m.start() + e - 1} if e > 0 else {m.end() - 1}:   # the last digits
+                    changed = cell[:i] + str((int(cell[i]) + 5) % 10) + cell[i + 1:]
+                    with pytest.raises(AssertionError):
+                        check_cell(changed, w, 'changed')
+                    pinned += 1
+    assert pinned
