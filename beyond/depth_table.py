@@ -10,10 +10,11 @@ mean and p99 ||H_K|| at the trained K (the mean K of a random-depth run) and mea
 radial fraction and 1 - cos at the trained K; the clamp's change of the loss at K=16; the fewest
 mean loops a calibrated exit reached within +1% of full depth (held-back tokens); what a learned
 control learned (AlphaReadout's alpha, the damping factor). The verdict, from the radial fraction
-r at the trained K and the growth g = ||H_16|| / ||H_K||:
-  visible   r >= 1e-3: the loss has a gradient along the state, it sees the scale;
-  hidden    r < 1e-3 and g >= 1.5: the loss cannot see the scale and the recurrence grows it;
-  removed   r < 1e-3 and g < 1.5: the loss cannot see it, and the recurrence does not grow it.
+r and the state's RMS s = ||H_K|| / sqrt(d) at the trained K (the embedding's at init: sqrt(2),
+token and position embeddings N(0, 1), the default init):
+  visible            r >= 1e-3: the loss has a gradient along the state, it sees the scale;
+  hidden, drifted    r < 1e-3 and s >= 10: the loss cannot see the scale, and it grew in training;
+  hidden, held       r < 1e-3 and s < 10: the loss cannot see it, and something else held it.
 """
 
 import argparse
@@ -24,14 +25,14 @@ import sys
 from configurator import UserError, one_line_errors
 from report import label
 
-VISIBLE = 1e-3  # radial fraction: a scale-invariant readout gives ~1e-9, a raw one ~1e-2
-GROWS = 1.5     # ||H_16|| / ||H_K||
+VISIBLE = 1e-3  # radial fraction: a scale-invariant readout gives ~1e-17 in float64, a raw one ~1e-2
+DRIFTED = 10.0  # the state's RMS, against the embedding's sqrt(2) at init
 
 
-def verdict(radial, growth):
+def verdict(radial, rms):
     if radial is not None and radial >= VISIBLE:
         return 'visible'
-    return 'hidden' if growth >= GROWS else 'removed'
+    return 'hidden, drifted' if rms >= DRIFTED else 'hidden, held'
 
 
 def fmt(v, spec):
@@ -47,7 +48,7 @@ def row(g):
     ppl = {k: per_k[k]['ppl'] for k in (1, 2, 4, 8, 16)}
     best = min(per_k[k]['ppl'] for k in range(1, min(4, max(per_k)) + 1))
     at_k = per_k[K]
-    growth = per_k[16]['norm_mean'] / at_k['norm_mean']
+    rms = at_k['norm_mean'] / math.sqrt(m['config']['n_embd'])
     clamp = per_k[16].get('clamp', {}).get('delta_loss')
     exits = [c['mean_loops'] for c in m.get('calibrated') or [] if abs(c['target'] - 0.01) < 1e-9]
     learned = m.get('depth') or {}
@@ -57,7 +58,7 @@ def row(g):
         [fmt(best, '.3f'), f"{100 * (ppl[8] / best - 1):+.1f}%", f"{100 * (ppl[16] / best - 1):+.1f}%",
          fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
          fmt(at_k['radial'], '.1e'), fmt(at_k['angular'], '.1e'), fmt(clamp, '+.4f'),
-         fmt(min(exits), '.2f') if exits else '-', knobs or '-', verdict(at_k['radial'], growth)]
+         fmt(min(exits), '.2f') if exits else '-', knobs or '-', verdict(at_k['radial'], rms)]
     return '| ' + ' | '.join(cells) + ' |'
 
 

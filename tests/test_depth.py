@@ -178,14 +178,14 @@ def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
     def group(name, radial, norms):  # norms: mean ||H_k|| at k = 1..16
         per_k = [dict(K=k, ppl=10.0 - k / 10 if k <= 4 else 9.6 + (k - 4) / 10, norm_mean=n, norm_p99=2 * n,
                       radial=radial, angular=1e-3) for k, n in enumerate(norms, 1)]
-        return dict(name=name, n=1, mean=dict(trained_K=4, per_K=per_k), std={})
+        return dict(name=name, n=1, mean=dict(trained_K=4, per_K=per_k, config=dict(n_embd=100)), std={})
 
-    flat, growing = [10.0] * 16, [10.0 * k for k in range(1, 17)]
-    out = depth_table.table({'groups': [group('raw', 2e-2, growing), group('norm', 1e-9, growing),
-                                        group('interloop', 1e-9, flat)]})
+    small, large = [50.0] * 16, [1500.0] * 16  # RMS 5 and 150 at d = 100
+    out = depth_table.table({'groups': [group('raw', 2e-2, large), group('norm', 1e-17, large),
+                                        group('sandwich', 1e-17, small)]})
     rows = {line.split(' | ')[0][2:]: line for line in out.splitlines()[2:]}
-    assert rows['raw'].endswith('| visible |') and rows['norm'].endswith('| hidden |')
-    assert rows['interloop'].endswith('| removed |')
+    assert rows['raw'].endswith('| visible |') and rows['norm'].endswith('| hidden, drifted |')
+    assert rows['sandwich'].endswith('| hidden, held |')
     assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
     with pytest.raises(UserError, match='max_loops 16'):
-        depth_table.table({'groups': [group('short', 1e-9, flat[:8])]})
+        depth_table.table({'groups': [group('short', 1e-9, small[:8])]})
