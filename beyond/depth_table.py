@@ -54,8 +54,8 @@ def row(g):
     learned = m.get('depth') or {}
     knobs = ', '.join(f"{k} {learned[k]:.3f}" for k in ('alpha', 'damping') if isinstance(learned.get(k), float))
     depth = 'random' if m.get('random_depth') else 'fixed'
-    cells = [label(g), depth] + [fmt(ppl[k], '.3f') for k in (1, 2, 4, 8, 16)] + \
-        [fmt(best, '.3f'), f"{100 * (ppl[8] / best - 1):+.1f}%", f"{100 * (ppl[16] / best - 1):+.1f}%",
+    cells = [label(g), depth] + [fmt(ppl[k], ',.3f') for k in (1, 2, 4, 8, 16)] + \
+        [fmt(best, ',.3f'), f"{100 * (ppl[8] / best - 1):+,.1f}%", f"{100 * (ppl[16] / best - 1):+,.1f}%",
          fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
          fmt(at_k['radial'], '.1e'), fmt(at_k['angular'], '.1e'), fmt(clamp, '+.4f'),
          fmt(min(exits), '.2f') if exits else '-', knobs or '-', verdict(at_k['radial'], rms)]
