@@ -146,8 +146,6 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
     import train
     real = torch.compile
     monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, backend='eager'))  # (dynamo's graphs, no codegen)
-    # (the whole model compiled: each new K a graph of its own, not a symbolic K that fails to trace)
-    monkeypatch.setattr(torch._dynamo.config, 'automatic_dynamic_shapes', False)
     x, y = batch()
     graphs = {}
     for random_depth in (True, False):
@@ -158,12 +156,15 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
         torch._dynamo.reset()
         counters.clear()
         seen = []
-        for depths in ((1, 3, 5), (7, 4)):
-            for K in depths:
-                train.train_step(step_model, opt, scaler, x[None], y[None], ctx=nullcontext(), grad_clip=1.0,
-                                 n_loops=K, bptt=2)
-            seen.append(counters['stats']['unique_graphs'])
+        # (the whole model compiled: each new K a graph of its own, not a symbolic K that fails to trace)
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            for depths in ((1, 3, 5), (7, 4)):
+                for K in depths:
+                    train.train_step(step_model, opt, scaler, x[None], y[None], ctx=nullcontext(), grad_clip=1.0,
+                                     n_loops=K, bptt=2)
+                seen.append(counters['stats']['unique_graphs'])
         graphs[random_depth] = seen
+    torch._dynamo.reset()
     # the loop alone: a graph for each way a loop can run (with or without a graph of its own, its input
     # with or without one), none for a new K
     first, then = graphs[True]
