@@ -85,7 +85,7 @@ STUDIES = {
     'depth': (dict(RUNS_LIST='raw_perloop:rd:1 alpha_perloop:fixed:1', TRAIN_ARGS=TRAIN + ' --max_loops=3'), False,
               ['results-raw_perloop-rd-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
                'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd-cpu-long-s1.jsonl',
-               'logs/alpha_perloop-cpu-long-s1.eval.log']),
+               'logs/alpha_perloop-cpu-long-s1.eval.log', 'logs/bench-random-depth.log']),
 }
 
 

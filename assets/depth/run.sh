@@ -59,3 +59,8 @@ for p in "${pids[@]}"; do wait "$p"; done
 parts=$(ls "$OUT"/results-*.json | paste -sd, -)
 python eval_depth.py --from_results "$parts" --out "$OUT" > "$OUT/tables.md"
 python -m beyond.depth_table "$OUT/results.json" > "$OUT/designs.md"
+
+# --- the random-depth training step beside the fixed-K one, one step of each in turn (docs/depth.md);
+# BENCH_ARGS: extra settings for beyond.bench (the CI's tiny sizes)
+OMP_NUM_THREADS=$THREADS python -m beyond.bench config/raw_perloop.py config/cpu.py config/random_depth.py \
+    --steps=60 --warmup=2 ${BENCH_ARGS:-} > "$OUT/logs/bench-random-depth.log"
