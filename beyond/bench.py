@@ -22,6 +22,10 @@ penalty as its training script adds it): ours in float32 and eager, ours as conf
 (dtype, compile) where that differs, and theirs. Reports each one's median step.
 Nothing of the clone is part of this project or its tests.
 
+--profile=True: after the timed steps, one more per-loop step under torch.profiler; prints its ops by
+self time (ms, share of the step, calls) and the fused loss's total, the table that says where a
+step's time goes beyond its matmuls (casts are aten::copy_, dropout's masks aten::bernoulli_).
+
 --random_depth=True: random-depth training's step (train.py's draw of K per iteration, its bptt)
 beside the fixed-K step of the same model, one step of each in turn, in one process: mean ms per
 step and tokens/s of each over the same iterations, and the mean K drawn (docs/depth.md).
@@ -51,8 +55,9 @@ warmup = 3                    # untimed steps first (compilation happens there)
 vocab_size = 0                # 0: the dataset's (meta.json) if prepared, else 256 for a '-bytes' dataset, GPT-2's 50,257 otherwise
 peak_size = 0                 # the square matmul timed for the measured peak (0: 2048 and 4096 on a CPU, 8192 on a GPU)
 anchor = ''                   # the path of a clone of the paper's released code: time its step beside ours ('' = off)
+profile = False               # one more per-loop step under torch.profiler: its ops by self time, with their calls
 # -----------------------------------------------------------------------------
-BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, peak_size=peak_size, anchor=anchor)
+BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, peak_size=peak_size, anchor=anchor, profile=profile)
 
 
 def setup_bench(argv):
@@ -142,12 +147,13 @@ def matmul_peak(dtype, device, seconds=1.0, size=0):
     return best
 
 
-def bench(loss, c, device, dtype, ctx):
-    """Times train_step for one loss kind; returns a dict of the measurements."""
+def bench(loss, c, device, dtype, ctx, profile=False):
+    """Times train_step for one loss kind; returns a dict of the measurements (with profile, one
+    more step under torch.profiler: its key averages, 'profile')."""
     reset_peak_memory(device)
     model, optimizer = new_model(c, device, loss=loss)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=(dtype == 'float16'))
-    step_model = torch.compile(model) if use_compile(c.compile, device) else model
+    step_model = train.wrap_for_training(model, False, use_compile(c.compile, device), device)
     xs, ys = random_batches(c, device)
     t_start = t0 = time.perf_counter()
     for it in range(c.warmup + c.steps):
@@ -159,8 +165,32 @@ def bench(loss, c, device, dtype, ctx):
     seconds = time.perf_counter() - t0
     tokens = c.steps * xs.numel()
     flops = model.flops_per_token() * tokens / seconds
-    return dict(loss=loss, tok_s=tokens / seconds, ms=1000 * seconds / c.steps, flops=flops,
-                warmup_s=t0 - t_start, mem=peak_memory_gib(device))
+    out = dict(loss=loss, tok_s=tokens / seconds, ms=1000 * seconds / c.steps, flops=flops,
+               warmup_s=t0 - t_start, mem=peak_memory_gib(device))
+    if profile:
+        activities = [torch.profiler.ProfilerActivity.CPU] + \
+            ([torch.profiler.ProfilerActivity.CUDA] if device.startswith('cuda') else [])
+        with torch.profiler.profile(activities=activities) as prof:
+            train.train_step(step_model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip)[0].item()
+        out['profile'] = prof.key_averages()
+    return out
+
+
+def print_profile(events, device, top=15):
+    """The profiled step's ops by self time (on a GPU, device time), with the fused loss's total."""
+    cuda = device.startswith('cuda')
+    self_us = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    ops = sorted((e for e in events if self_us(e) > 0), key=self_us, reverse=True)
+    total = sum(self_us(e) for e in ops)
+    print(f"\nprofile of one per-loop step: {total / 1e3:,.0f} ms of {'device' if cuda else 'CPU'} self time in all")
+    print('| op | self ms | share | calls |')
+    print('|---|---|---|---|')
+    for e in ops[:top]:
+        print(f"| {e.key} | {self_us(e) / 1e3:,.1f} | {100 * self_us(e) / total:.0f}% | {e.count:,} |")
+    for e in events:
+        if e.key == 'LinearCrossEntropy':  # the fused readout loss's forward, in total (it makes the gradients too)
+            t = e.device_time_total if cuda else e.cpu_time_total
+            print(f"| LinearCrossEntropy, in total | {t / 1e3:,.1f} | {100 * t / total:.0f}% | {e.count:,} |")
 
 
 def main(argv):
@@ -175,7 +205,7 @@ def main(argv):
         return side_by_side(c, device, dtype, ctx)
     if c.random_depth:
         return random_depth_side_by_side(c, device, ctx)
-    rows = [bench(loss, c, device, dtype, ctx) for loss in ('perloop', 'terminal')]
+    rows = [bench(loss, c, device, dtype, ctx, profile=c.profile and loss == 'perloop') for loss in ('perloop', 'terminal')]
     peak = peak_flops(device, dtype)
     measured = matmul_peak(dtype, device, size=c.peak_size)
     print(f"\nmatmul peak measured here ({dtype}): {measured / 1e12:.3f} TFLOP/s"
@@ -191,6 +221,8 @@ def main(argv):
     if rows[0]['mem'] and rows[1]['mem']:
         print(f"per-loop / terminal peak memory: {rows[0]['mem'] / rows[1]['mem']:.2f}x "
               f"({'CUDA allocator peak' if device.startswith('cuda') else 'resident set high-water mark'})")
+    if c.profile:
+        print_profile(rows[0]['profile'], device)
 
 
 def random_depth_side_by_side(c, device, ctx):
@@ -253,7 +285,7 @@ def side_by_side(c, device, dtype, ctx):
 
     def ours(step_ctx, compile_it, fp16):
         model, opt = new_model(c, device)
-        step_model = torch.compile(model) if compile_it else model
+        step_model = train.wrap_for_training(model, False, compile_it, device)
         scaler = torch.amp.GradScaler(torch.device(device).type, enabled=fp16)
 
         def step(it):
