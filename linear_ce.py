@@ -111,8 +111,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         N, V = x.size(0), weight.size(0)
         ce = torch.empty(N, dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
         grad_x = torch.empty_like(x) if need_x else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
-                             device=weight.device) if need_w else None
+        w_wide = torch.promote_types(weight.dtype, torch.float32)
+        grad_w = None  # (V, C) in w_wide: the first chunk's product, the others added to it
         with torch.autocast(x.device.type, enabled=False):  # the dtypes are chosen here, explicitly
             w_mm = weight.to(mm_dtype)  # cast once, not per chunk
             w_g = w_mm if grad_dtype == mm_dtype else weight.to(grad_dtype)
@@ -139,20 +139,29 @@ class LinearCrossEntropy(torch.autograd.Function):
                     grad_x[i:i + chunk] = (g @ w_g) * valid                   # (n, C)
                 if need_w:
                     xv = (xc * valid).to(grad_dtype)
-                    if grad_w.dtype == grad_dtype:
-                        grad_w.addmm_(g.t(), xv)                             # (V, C), in place
+                    if grad_w is None:
+                        grad_w = (g.t() @ xv).to(w_wide)                     # (V, C)
+                    elif grad_w.dtype == grad_dtype:
+                        grad_w.addmm_(g.t(), xv)                             # in place
                     else:
                         grad_w.add_(g.t() @ xv)                              # summed in float32
             ce = torch.where(targets >= 0, ce, 0.0)
         ctx.save_for_backward(grad_x, grad_w)
+        ctx.used = False
         ctx.mark_non_differentiable(ce)
         return ce.sum(), ce
 
     @staticmethod
     def backward(ctx, grad_loss, grad_ce):
+        # the saved gradients are scaled in place: no second (V, C) buffer, the largest tensor of the
+        # step besides the weight itself; so they serve one backward (retain_graph would reuse scaled ones)
+        if ctx.used:
+            raise RuntimeError("LinearCrossEntropy's backward ran twice (retain_graph): it scales its saved "
+                               "gradients in place, so it serves one backward")
+        ctx.used = True
         grad_x, grad_w = ctx.saved_tensors
-        return (grad_x * grad_loss.to(grad_x.dtype) if grad_x is not None else None,
-                (grad_w * grad_loss).to(ctx.w_dtype) if grad_w is not None else None, None, None)
+        return (grad_x.mul_(grad_loss.to(grad_x.dtype)) if grad_x is not None else None,
+                grad_w.mul_(grad_loss).to(ctx.w_dtype) if grad_w is not None else None, None, None)
 
 
 def linear_cross_entropy(x, weight, targets, chunk=None):

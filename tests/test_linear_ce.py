@@ -39,6 +39,18 @@ def test_matches_cross_entropy_on_materialised_logits(chunk):
     assert torch.allclose(gx, x.grad, atol=1e-6) and torch.allclose(gw, w.grad, atol=1e-5)
 
 
+def test_a_second_backward_is_refused_not_scaled_twice():
+    # backward scales the saved gradients in place (no second vocabulary-sized buffer): a second
+    # backward through retain_graph would read scaled ones, so it is an error, not a wrong gradient
+    x, w = torch.randn(10, D, requires_grad=True), torch.randn(V, D, requires_grad=True)
+    total, _ = linear_cross_entropy(x, w, torch.randint(0, V, (10,)), chunk=4)
+    (0.5 * total).backward(retain_graph=True)
+    first = w.grad.clone()
+    with pytest.raises(RuntimeError, match='backward ran twice'):
+        total.backward()
+    assert torch.equal(w.grad, first)  # nothing accumulated from the refused pass
+
+
 def test_float64_is_computed_in_float64_both_ways():
     # the diagnostics' radial fraction sits near 1e-9 and needs the gradient in float64: a float32
     # softmax buffer (or the compiled form's .float()) would leave it float32-accurate, ~1e-7 off
