@@ -72,9 +72,17 @@ def use_compile(setting, device):
     return setting == 'on' or (setting == 'auto' and device.startswith('cuda'))
 
 
+def compile_errors():
+    """What a torch.compile that cannot build raises at its first call: dynamo's wrapper of the
+    backend's error, or, for some graphs (a no-grad one), inductor's own."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InductorError
+    return BackendCompilerFailed, InductorError
+
+
 def compile_failed(e, what):
     """The one line for a torch.compile that cannot build `what` here (inductor needs a working C++
-    compiler and Python's headers on a CPU, Triton on a GPU), from its BackendCompilerFailed e."""
+    compiler and Python's headers on a CPU, Triton on a GPU), from its error e (compile_errors)."""
     cause = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
     return UserError(f"compile is on but torch.compile could not build {what} here ({cause[:200]}); it needs a "
                      "working C++ compiler and Python's headers (Triton on a GPU): run with --compile=off")

@@ -32,7 +32,7 @@ from data import get_tokenizer, load_meta, run_folder
 from beyond import exits
 from beyond.decoder import STAND_INS, Stepper, generate
 from model import LoopedGPT
-from runtime import autocast, compile_failed, resolve_dtype, setup_device, sync, use_compile
+from runtime import autocast, compile_errors, compile_failed, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'               # the run folder (holding ckpt.pt), or a checkpoint file
@@ -133,7 +133,7 @@ def warm_up(model, x, kw, ctx, dev):
         with ctx:
             generate(model, x, max_new_tokens=kw['draft_tokens'] + 2, **kw)  # (a prefill and one step or pass)
         sync(dev)
-    except torch._dynamo.exc.BackendCompilerFailed as e:
+    except compile_errors() as e:
         if kw['stepper'].static is None:  # (not compiled: not a compiler's failure)
             raise
         raise compile_failed(e, 'the decode step')

@@ -386,6 +386,34 @@ def step_once(model, dtype, scaler):
     return out, torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
 
 
+@pytest.mark.parametrize('clip_at', [1e-3, 1e3])  # the gradient's norm is far above the first, far below the second
+def test_clipping_folded_into_fused_adamw_is_clip_grad_norm(clip_at):
+    # train_step hands the clip's factor to fused AdamW (its grad_scale) instead of multiplying every
+    # gradient: the update must be clip_grad_norm_'s, clipped or not
+    xs, ys = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1)).unbind(0)
+
+    def update(folded, clipped=True):
+        torch.manual_seed(0)
+        model = tiny_model()
+        optimizer = train_module.make_optimizer(model, learning_rate=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
+        assert optimizer.defaults['fused']
+        before = [p.detach().clone() for p in model.parameters()]
+        model(xs, ys)[1].backward()
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+        if clipped:
+            train_module.clip(model, optimizer, clip_at, folded=folded)
+        optimizer.step()
+        return norm, torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
+
+    norm, folded = update(True)
+    _, plain = update(False)
+    assert (norm > clip_at) == (clip_at < 1)  # (each case is what its name says)
+    assert torch.allclose(folded, plain, rtol=1e-5, atol=1e-9)
+    # and clipping changes the update where the norm is above the clip (AdamW's eps sees a gradient's scale)
+    _, unclipped = update(True, clipped=False)
+    assert torch.allclose(unclipped, plain, rtol=1e-5, atol=1e-9) == (clip_at > 1)
+
+
 def test_float16_steps_through_the_grad_scaler():
     # the path for GPUs without bf16: float16 autocast, the loss scaled up before backward and the
     # gradients unscaled before clipping. Here on the CPU, where torch has float16 autocast too.
