@@ -146,6 +146,17 @@ def static_loop(layers, n_head, x, pos, kv, fused):
     return x
 
 
+def static_token(model, layers, n_head, x, pos, kv, fused, K):
+    """A whole fixed-K token for torch.compile: the model's loop input and static_loop K times, one
+    graph for this K where static_loop takes K calls of its one graph. Faster where each compiled call
+    costs: on the CPU inductor, 1.51x a token at the demo shape and 1.07x at 44M (assets/speed/
+    roofline.md); on a GPU one CUDA graph a token instead of K, with the launches between them."""
+    e = x
+    for k in range(K):
+        x = static_loop(layers, n_head, model.loop_input(x, k + 1, e), pos, kv[k], fused)
+    return x
+
+
 class Weights:
     """What a Stepper runs with in one precision, cast once to the matmuls' dtype: each layer's
     model.BlockWeights (a decoding step then makes no nn.Module calls, whose Python overhead was a
@@ -174,8 +185,10 @@ class Weights:
 
 class Stepper:
     """Runs loops on the cache: eagerly, or (compile=True) a single token's loops one compiled loop
-    at a time (static_loop), one graph for every position, loop and depth; several tokens at once
-    (a prefill, a verify pass) and tokens held back by exits run eagerly. On CUDA the compiled loop
+    at a time (static_loop), one graph for every position, loop and depth, or, for a token that runs
+    loops 1..K with nothing deciding between them (fixed K), all of them in one graph for that K
+    (static_token); several tokens at once (a prefill, a verify pass) and tokens held back by exits
+    run eagerly. On CUDA the compiled loop
     is a CUDA graph (mode='reduce-overhead'): the cache and the weights stay at fixed addresses and
     the position is a persistent tensor written in place. Sampling stays outside the graph, a
     choice not yet measured on a GPU: it runs once a token against K loops, exits read a number
@@ -184,14 +197,15 @@ class Stepper:
     weights are cast once per precision they are used in (Weights)."""
 
     def __init__(self, model, compile=False, graphs=True):
-        """compile: compile the one-token loop; graphs: as a CUDA graph where on CUDA (False: inductor's
-        default mode, for comparing the two)."""
+        """compile: compile the one-token loop and the fixed-K token; graphs: as CUDA graphs where on
+        CUDA (False: inductor's default mode, for comparing the two)."""
         self.model, self.nh = model, model.config.n_head
         self.device = model.lm_head.weight.device
         self.device_type = self.device.type
         graphs = compile and graphs and self.device.type == 'cuda'
-        self.static = torch.compile(static_loop, fullgraph=True, dynamic=False,
-                                    mode='reduce-overhead' if graphs else None) if compile else None
+        mode = 'reduce-overhead' if graphs else None
+        self.static = torch.compile(static_loop, fullgraph=True, dynamic=False, mode=mode) if compile else None
+        self.token = torch.compile(static_token, fullgraph=True, dynamic=False, mode=mode) if compile else None
         self.graphs = graphs
         self.pos = torch.zeros(1, dtype=torch.long, device=self.device)  # the compiled step's position, set in place
         if graphs:
@@ -229,6 +243,9 @@ class Stepper:
         static = self.static is not None and x.size(1) == 1 and running is None
         if static:
             self.pos.fill_(t0)
+        if static and first == 0 and last > 1:  # a whole token of `last` loops: one graph (static_token)
+            x = self.token(self.model, w.layers, self.nh, x, self.pos, cache.kv, w.fused, last)
+            return x.clone() if self.graphs else x
         for k in range(first, last):
             x = self.model.loop_input(x, k + 1, e)  # (the inter-loop norm, damping, injection, where the model has them)
             if static:

@@ -6,9 +6,9 @@ seconds and keeps its log; a summary at the end repeats every row in the fixed o
 markdown report (assets/gpu/<device>[-<part>].md) keeps them.
 
     python -m beyond.gpu_check --part=fused         # preflight, train-44m-fused, train-129m-fused, train-44m-padded: ~6.8 min
-    python -m beyond.gpu_check --part=decode        # preflight, decode-eager, decode-compiled, decode-graphs: ~2.3 min
+    python -m beyond.gpu_check --part=decode        # preflight, decode-eager, decode-compiled, decode-graphs: ~3.0 min
     python -m beyond.gpu_check --part=plain         # preflight, train-44m-plain, train-129m-plain: ~4.7 min
-    python -m beyond.gpu_check                      # every step in one command: ~12.9 min, more than a lent GPU's 10
+    python -m beyond.gpu_check                      # every step in one command: ~13.6 min, more than a lent GPU's 10
     python -m beyond.gpu_check --cpu                # the same steps at a tiny shape on a CPU (test_gpu_check.py runs it)
     python -m beyond.gpu_check --out=DIR            # the logs: DIR/<n>-<step>.log (default out-gpu-check)
     python -m beyond.gpu_check --report_dir=DIR     # the report there instead of assets/gpu (on a lent machine: its $OUT)
@@ -35,14 +35,14 @@ The steps, most needed first, so that a run cut short still has them:
   decode-eager      decoder.generate at the 44M shape, batch 1, random weights, fixed K, sampling:
                     tok_per_s and ms_per_token of a run after a warm-up run of the same tokens
                     (warmup_s: that first run, with the compile and graph recordings where any).
-  decode-compiled   the one-loop step compiled by inductor's default mode, no CUDA graphs.
+  decode-compiled   the fixed-K token compiled by inductor's default mode (one graph), no CUDA graphs.
   decode-graphs     compiled as sample.py --compile=on compiles it: mode='reduce-overhead', a CUDA
                     graph (on a CPU, the same code without graphs).
-  decode-speculative  draft_loops=1, in decode-graphs' process, on its compiled loop (no compile).
+  decode-speculative  draft_loops=1, in decode-graphs' process: its drafts compile the one-loop graph.
                     Random weights read out near-uniform distributions, so its accept_rate is near 1:
                     the row times the mechanics, not a trained model's speed-up.
   train-44m-plain, train-129m-plain  --loss_path=plain (F.cross_entropy on K logit tensors); last.
-One compile per process (each row's compiles= counts dynamo's graphs; the summary adds them up).
+One compile per row (each row's compiles= counts dynamo's graphs; the summary adds them up).
 
 The estimate (estimate() and START_S... below; --help prints it). A lent GPU gives about 10 minutes
 a command, so every part's estimate must be at most 9 (test_gpu_check.py checks it); the report
@@ -59,10 +59,11 @@ puts each step's measured seconds beside its estimate, and the first GPU lent co
     So ~126.5 s a training step, the compile nearly all of it.
   - a decode row: two runs of block_size - prompt_tokens = 240 tokens at 8 ms a token (the eager
     loop's 32 blocks of kernel launches a token; the compiled loop is faster): 3.8 s; decode-graphs
-    has two rows (its speculative one). The compiled steps + 40 s each for the compile of one loop
-    (8 blocks, forward only; 15-40 s guessed). So 8.8 s, 48.8 s and 52.7 s.
-So fused 5 + 25 + 3 x 126.5 s = ~6.8 min, decode 5 + 25 + 8.8 + 48.8 + 52.7 s = ~2.3 min and
-plain 5 + 25 + 2 x 126.5 s = ~4.7 min; every step in one command ~12.9 min.
+    has two rows (its speculative one). The compiled rows + 40 s each for a compile (a fixed-K token,
+    32 blocks forward only, or one loop for the drafts; 15-40 s guessed): decode-graphs two. So 8.8 s,
+    48.8 s and 92.7 s.
+So fused 5 + 25 + 3 x 126.5 s = ~6.8 min, decode 5 + 25 + 8.8 + 48.8 + 92.7 s = ~3.0 min and
+plain 5 + 25 + 2 x 126.5 s = ~4.7 min; every step in one command ~13.6 min.
 
 The report: after each step, assets/gpu/<device>.md (the device as torch.cuda.get_device_name says,
 lowercased, spaces -> '-'; <device>-<part>.md for a part, <device>-only.md for --only; with --cpu
@@ -286,7 +287,7 @@ def decode_rows(s, name):
     with ctx:  # (the Stepper casts the weights to the precision in force)
         stepper = Stepper(model, compile=name != 'decode-eager', graphs=name == 'decode-graphs')
     timed_generate(name, stepper=stepper, **run)
-    if name == 'decode-graphs':  # the same compiled loop drafts: no compile of its own
+    if name == 'decode-graphs':  # the same Stepper drafts, with its one-loop graph (a compile of its own)
         timed_generate('decode-speculative', stepper=stepper, draft_loops=1, draft_tokens=s['draft_tokens'], **run)
 
 
@@ -318,7 +319,8 @@ def estimate(s, name):
         tokens = c.gradient_accumulation_steps * c.batch_size * c.block_size
         return START_S + TRAIN_COMPILE_S + (s['warmup'] + s['steps']) * flops_per_token * tokens / FLOP_S
     tokens = len(rows_of(name)) * 2 * max(c.block_size - s['prompt_tokens'], 0)  # two runs a row
-    return START_S + (DECODE_COMPILE_S if name in COMPILED_DECODE else 0) + tokens * DECODE_TOKEN_S
+    compiles = (2 if name == 'decode-graphs' else 1) if name in COMPILED_DECODE else 0  # (its drafts: the loop graph)
+    return START_S + compiles * DECODE_COMPILE_S + tokens * DECODE_TOKEN_S
 
 
 def estimates(s):

@@ -488,11 +488,12 @@ def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
 
 
 def test_one_compiled_loop_serves_every_depth_exit_and_draft():
-    # one graph for every K (2, 3 and 6), every exit depth, every draft: a second graph would be a recompile,
-    # and past dynamo's recompile limit a silent eager fallback. With the limit at 1 and
-    # fail_on_recompile_limit_hit, any recompile raises here instead. (config.patch, not
-    # monkeypatch: undoing a monkeypatch deleted the setting from dynamo's config for later tests)
-    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
+    # one loop graph for every K (2, 3 and 6), every exit depth, every draft, and one token graph for each
+    # fixed K: a loop graph more would be a recompile of static_loop, and past dynamo's recompile limit a
+    # silent eager fallback. With the limit at 3 (static_token's three K) and fail_on_recompile_limit_hit,
+    # a fourth graph of either raises here instead. (config.patch, not monkeypatch: undoing a
+    # monkeypatch deleted the setting from dynamo's config for later tests)
+    with torch._dynamo.config.patch(recompile_limit=3, fail_on_recompile_limit_hit=True):
         one_compiled_loop_for_every_depth()
 
 
@@ -513,7 +514,7 @@ def one_compiled_loop_for_every_depth():
             exited |= bool((compiled[1] < n_loops).any())
             passes += compiled[2]['passes']
     assert exited and passes > 0  # exits and drafts really ran through the compiled loop
-    assert counters['stats']['unique_graphs'] == 1
+    assert counters['stats']['unique_graphs'] == 1 + 3  # the loop's, and a token's for each fixed K
     with torch.inference_mode():  # and the logits of one step (no_grad would be a graph of its own)
         a, b = new_cache(model, 1), new_cache(model, 1)
         decode(model, prompt, a)
