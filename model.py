@@ -87,7 +87,8 @@ class BlockWeights(NamedTuple):
 
 def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     """Scaled dot-product attention, (B, nh, T, hs) each. Under autocast on a CPU it runs in float32:
-    PyTorch's bf16 attention was the slower one there (assets/speed/attention.md)."""
+    PyTorch's bf16 attention was the slower one there (assets/speed/attention.md; with AMX and dropout,
+    as fast in a training step: assets/speed/roofline.md)."""
     if torch.is_autocast_enabled('cpu') and q.device.type == 'cpu':
         q, k, v = q.float(), k.float(), v.float()
         with torch.autocast('cpu', enabled=False):

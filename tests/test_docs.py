@@ -516,8 +516,22 @@ def early_exit_decoded():
 @check('docs/speed.md', 'shape', 'ours, fp32 eager', 'ours as shipped (bf16)', 'released code, fp32 eager',
        'ours fp32 / released', 'as shipped / released')
 def speed_anchor():
-    return {label: [Copied(c) for c in stored_cells('speed/speed.md', 'shape', key)[1:]]
-            for label, key in (('44M (2 x 256)', '44M (1 x 2 x 256)'), ('CPU demo (16 x 128)', 'demo (1 x 16 x 128)'))}
+    # beyond.bench --anchor's table in the logs of assets/speed/run.sh: median ms/step, then the speed-ups
+    def row(log):
+        cell = lambda step, i: Copied(stored_cells(f'speed/logs/{log}', 'step', step)[i])
+        ours, shipped = 'ours, float32, eager', 'ours as configured (bfloat16, eager)'
+        return [cell(ours, 1), cell(shipped, 1), cell('released code, float32, eager', 1), cell(ours, 3), cell(shipped, 3)]
+    return {'44M (2 x 256)': row('bench-44m.log'), 'CPU demo (16 x 128)': row('bench-demo.log')}
+
+
+@check('docs/speed.md', 'step', 'ms/step', 'achieved TFLOP/s', 'of the measured matmul peak')
+def speed_roofline():
+    # beyond.bench's per-loop row in each log of assets/speed/run.sh: ms/step, TFLOP/s, share of the peak
+    def row(log):
+        cells = stored_cells(f'speed/logs/{log}', 'loss', 'perloop')
+        return [Copied(cells[2]), Copied(cells[3]), Copied(cells[4])]
+    return {'44M, bf16, eager': row('profile-44m-bf16.log'), '44M, float32, eager': row('profile-44m-float32.log'),
+            '44M, bf16, compiled': row('bench-44m-compiled.log'), 'demo, bf16, eager': row('profile-demo.log')}
 
 
 @check('docs/speed.md', 'run', 'val loss K=1', 'K=2', 'K=3', 'K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')

@@ -13,23 +13,34 @@
 #   CONDITIONS   the conditions trained in both precisions; SEED their seed (1)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed>-<dtype> are written (the repo root)
 #   OUT          where logs/ goes (this folder)
-#   BENCH_ARGS   extra settings for beyond.bench; TRAIN_ARGS for train.py (the CI's tiny sizes)
+#   BENCH_ARGS   extra settings for beyond.bench; TRAIN_ARGS for train.py; PARTS_ARGS for parts.py (the CI's tiny sizes)
+#   COMPILED     1: also time the step compiled by the CPU inductor (minutes of compiling at 44M); 0: not
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ANCHOR=${ANCHOR:-} DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/speed}
-BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-} PARTS_ARGS=${PARTS_ARGS:-} COMPILED=${COMPILED:-1}
 mkdir -p "$OUT/logs"
 . assets/study.sh  # prepare_wt103, train
 
-# --- our step beside the released code's (speed.md, "Against the paper's released code"), and peak memory
+# --- our step beside the released code's (docs/speed.md, "Against the paper's released code")
+M44="config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --vocab_size=50257"
 anchor=${ANCHOR:+--anchor=$ANCHOR}
-python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --steps=3 --warmup=1 \
-    $anchor $BENCH_ARGS > "$OUT/logs/bench-44m.log"
+python -m beyond.bench $M44 --steps=3 --warmup=1 $anchor $BENCH_ARGS > "$OUT/logs/bench-44m.log"
 python -m beyond.bench config/norm_perloop.py config/cpu.py --steps=20 --warmup=3 $anchor $BENCH_ARGS \
     > "$OUT/logs/bench-demo.log"
-python -m beyond.bench config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --steps=3 --warmup=1 \
-    --dtype=float32 $BENCH_ARGS > "$OUT/logs/bench-44m-float32.log"
+
+# --- where a step's time goes beyond its matmuls (roofline.md): each step's share of the measured matmul
+# peak and its profile at 44M in bf16 and float32 (and their peak memory, per-loop against terminal CE) and at
+# the demo's shape, compiled at 44M, and the parts alone
+python -m beyond.bench $M44 --steps=5 --warmup=2 --profile=True $BENCH_ARGS > "$OUT/logs/profile-44m-bf16.log"
+python -m beyond.bench $M44 --steps=5 --warmup=2 --profile=True --dtype=float32 $BENCH_ARGS > "$OUT/logs/profile-44m-float32.log"
+python -m beyond.bench config/norm_perloop.py config/cpu.py --steps=20 --warmup=3 --profile=True $BENCH_ARGS \
+    > "$OUT/logs/profile-demo.log"
+if [ "$COMPILED" = 1 ]; then
+  python -m beyond.bench $M44 --steps=3 --warmup=1 --compile=on $BENCH_ARGS > "$OUT/logs/bench-44m-compiled.log"
+fi
+python assets/speed/parts.py $PARTS_ARGS > "$OUT/logs/parts.log"
 
 # --- bf16 and float32 train the same picture (old-speed.md): each run's last eval line in logs/<run>.log
 prepare_wt103 bytes
