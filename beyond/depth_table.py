@@ -13,6 +13,10 @@ control learned (AlphaReadout's alpha, the damping factor). The verdict, from th
 r and the state's RMS s = ||H_K|| / sqrt(d) at the trained K (the embedding's at init: sqrt(2),
 token and position embeddings N(0, 1), the default init):
   visible            r >= 1e-3: the loss has a gradient along the state, it sees the scale;
+  removed            r < 1e-3, and the loops past K leave the scale where it is: Lemma 2's mean s
+                     after the last loop of eval_depth.py's --lemma_loops sweep (30) within 5% of s
+                     at K (the inter-loop norm: 1.00; a drifted state keeps growing, 1.20 for
+                     norm_perloop with random depth; the released damping shrinks it, 0.74);
   hidden, drifted    r < 1e-3 and s >= 10: the loss cannot see the scale, and it grew in training;
   hidden, held       r < 1e-3 and s < 10: the loss cannot see it, and something else held it.
 """
@@ -27,12 +31,22 @@ from report import label
 
 VISIBLE = 1e-3  # radial fraction: a scale-invariant readout gives ~1e-17 in float64, a raw one ~1e-2
 DRIFTED = 10.0  # the state's RMS, against the embedding's sqrt(2) at init
+STILL = 0.05    # Lemma 2's s after the sweep's last loop against s at K: the recurrence leaves the scale alone
 
 
-def verdict(radial, rms):
+def verdict(radial, rms, still=False):
     if radial is not None and radial >= VISIBLE:
         return 'visible'
+    if still:
+        return 'removed'
     return 'hidden, drifted' if rms >= DRIFTED else 'hidden, held'
+
+
+def scale_still(lemma, K):
+    """Whether the loops past K leave the state's scale where it is: Lemma 2's mean s (sums over tokens)
+    after the sweep's last loop within STILL of s at loop K; False without a sweep past K."""
+    s = (lemma or {}).get('s') or []
+    return len(s) > K and abs(s[-1] / s[K - 1] - 1) < STILL
 
 
 def fmt(v, spec):
@@ -58,7 +72,8 @@ def row(g):
         [fmt(best, ',.3f'), f"{100 * (ppl[8] / best - 1):+,.1f}%", f"{100 * (ppl[16] / best - 1):+,.1f}%",
          fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
          fmt(at_k['radial'], '.1e'), fmt(at_k['angular'], '.1e'), fmt(clamp, '+.4f'),
-         fmt(min(exits), '.2f') if exits else '-', knobs or '-', verdict(at_k['radial'], rms)]
+         fmt(min(exits), '.2f') if exits else '-', knobs or '-',
+         verdict(at_k['radial'], rms, scale_still(m.get('lemma'), K))]
     return '| ' + ' | '.join(cells) + ' |'
 
 

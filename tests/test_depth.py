@@ -176,17 +176,21 @@ def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
     from beyond import depth_table
     from configurator import UserError
 
-    def group(name, radial, norms):  # norms: mean ||H_k|| at k = 1..16
+    def group(name, radial, norms, lemma_s=None):  # norms: mean ||H_k|| at k = 1..16; lemma_s: Lemma 2's s, loops 1..30
         per_k = [dict(K=k, ppl=10.0 - k / 10 if k <= 4 else 9.6 + (k - 4) / 10, norm_mean=n, norm_p99=2 * n,
                       radial=radial, angular=1e-3) for k, n in enumerate(norms, 1)]
-        return dict(name=name, n=1, mean=dict(trained_K=4, per_K=per_k, config=dict(n_embd=100)), std={})
+        mean = dict(trained_K=4, per_K=per_k, config=dict(n_embd=100), lemma=dict(s=lemma_s) if lemma_s else None)
+        return dict(name=name, n=1, mean=mean, std={})
 
     small, large = [50.0] * 16, [1500.0] * 16  # RMS 5 and 150 at d = 100
-    out = depth_table.table({'groups': [group('raw', 2e-2, large), group('norm', 1e-17, large),
-                                        group('sandwich', 1e-17, small)]})
+    growing = [100.0 + 2 * k for k in range(30)]  # s grows 1.49x from loop 4 to loop 30
+    still = [100.0] * 3 + [110.0] * 26 + [113.0]  # s from loop 4 to 30 within 5% (2.7%)
+    out = depth_table.table({'groups': [group('raw', 2e-2, large, still), group('norm', 1e-17, large, growing),
+                                        group('sandwich', 1e-17, small), group('interloop', 1e-17, large, still)]})
     rows = {line.split(' | ')[0][2:]: line for line in out.splitlines()[2:]}
     assert rows['raw'].endswith('| visible |') and rows['norm'].endswith('| hidden, drifted |')
-    assert rows['sandwich'].endswith('| hidden, held |')
+    assert rows['sandwich'].endswith('| hidden, held |')  # (no sweep: nothing says the scale stays put)
+    assert rows['interloop'].endswith('| removed |')  # hidden from the loss, and the loops leave it alone
     assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
     with pytest.raises(UserError, match='max_loops 16'):
         depth_table.table({'groups': [group('short', 1e-9, small[:8])]})
