@@ -196,7 +196,7 @@ def clip(model, optimizer, grad_clip, folded=True):
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         return
     norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-    optimizer.grad_scale = ((norm + 1e-6) / grad_clip).clamp(min=1.0)  # (a tensor: no sync)
+    optimizer.grad_scale = ((norm + 1e-6) / grad_clip).clamp(min=1.0)  # (a tensor: no sync; for the next step only)
 
 
 def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n_loops=None, bptt=0):
@@ -221,6 +221,7 @@ def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n
         scaler.unscale_(optimizer)
         clip(model, optimizer, grad_clip, folded=not scaler.is_enabled())
     scaler.step(optimizer)
+    optimizer.__dict__.pop('grad_scale', None)  # (clip's factor served this step; as the GradScaler removes its own)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return loss_sum, ce, h_norm

@@ -188,9 +188,9 @@ class Stepper:
     at a time (static_loop), one graph for every position, loop and depth, or, for a token that runs
     loops 1..K with nothing deciding between them (fixed K), all of them in one graph for that K
     (static_token); several tokens at once (a prefill, a verify pass) and tokens held back by exits
-    run eagerly. On CUDA the compiled loop
-    is a CUDA graph (mode='reduce-overhead'): the cache and the weights stay at fixed addresses and
-    the position is a persistent tensor written in place. Sampling stays outside the graph, a
+    run eagerly. On CUDA the compiled loop is a CUDA graph (mode='reduce-overhead'): the cache and
+    the weights stay at fixed addresses and the position is a persistent tensor written in place.
+    Sampling stays outside the graph, a
     choice not yet measured on a GPU: it runs once a token against K loops, exits read a number
     between loops anyway (a readout's or a state's confidence), temperature, top_k and the
     draft rule change per call, and graph-safe RNG would be one more thing to get right. The

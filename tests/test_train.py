@@ -414,6 +414,28 @@ def test_clipping_folded_into_fused_adamw_is_clip_grad_norm(clip_at):
     assert torch.allclose(unclipped, plain, rtol=1e-5, atol=1e-9) == (clip_at > 1)
 
 
+def test_the_folded_clip_serves_its_own_step_only():
+    # clip's factor lives on the optimizer (fused AdamW's grad_scale) for one step: left there, a later
+    # step without clipping (or with another norm) would be scaled by it
+    model = tiny_model()
+    optimizer = train_module.make_optimizer(model, learning_rate=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
+    xs, ys = torch.randint(0, 64, (2, 1, 2, 16), generator=torch.Generator().manual_seed(1))
+    scaler = torch.amp.GradScaler('cpu', enabled=False)
+    real = train_module.clip
+    seen = []
+
+    def spy(*args, **kw):
+        real(*args, **kw)
+        seen.append(float(optimizer.grad_scale))
+    train_module.clip = spy
+    try:
+        train_module.train_step(model, optimizer, scaler, xs, ys, ctx=autocast('cpu', 'float32'), grad_clip=1e-3)
+    finally:
+        train_module.clip = real
+    assert seen and seen[0] > 1  # the step was clipped through the optimizer
+    assert not hasattr(optimizer, 'grad_scale')
+
+
 def test_float16_steps_through_the_grad_scaler():
     # the path for GPUs without bf16: float16 autocast, the loss scaled up before backward and the
     # gradients unscaled before clipping. Here on the CPU, where torch has float16 autocast too.
