@@ -13,7 +13,8 @@
 # the repo root):
 #   WT103        the folder with WikiText-103's wiki.valid.tokens and wiki.test.tokens (only to prepare the data)
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
-#   RUNS_LIST    the runs, each CONDITION:DEPTH:SEED with DEPTH 'fixed' or 'rd' (random depth), in order
+#   RUNS_LIST    the runs, each CONDITION:DEPTH:SEED with DEPTH 'fixed', 'rd' (random depth) or 'rdSIGMA'
+#                (random depth with depth_sigma SIGMA: rd1.5 is a heavier tail than rd's 1.0), in order
 #   LANES        how many runs train at once (2), each with OMP_NUM_THREADS=THREADS (1)
 #   RUNS         where the run folders out-<condition>[-rd]-cpu-long-s<seed> go (the repo root)
 #   OUT          where results-<run>.json, tables.md, the figures and logs/ go (this folder)
@@ -35,7 +36,10 @@ prepare_wt103 bytes
 one() {  # one CONDITION:DEPTH:SEED: train it, evaluate it alone, keep its results
   IFS=: read -r c depth s <<< "$1"
   local name="$c-cpu-long-s$s" overlay=()
-  if [ "$depth" = rd ]; then name="$c-rd-cpu-long-s$s" overlay=(config/random_depth.py); fi
+  case $depth in
+    rd) name="$c-rd-cpu-long-s$s" overlay=(config/random_depth.py) ;;
+    rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py "--depth_sigma=${depth#rd}") ;;
+  esac
   [ -f "$OUT/results-$name.json" ] && return
   OMP_NUM_THREADS=$THREADS train "$name" "config/$c.py" config/cpu.py config/cpu_long.py "${overlay[@]}" --seed="$s"
   OMP_NUM_THREADS=$THREADS python eval_depth.py "$RUNS/out-$name" --max_loops 16 --max_tokens 131072 --clamp \
