@@ -67,7 +67,9 @@ def row(g):
     exits = [c['mean_loops'] for c in m.get('calibrated') or [] if abs(c['target'] - 0.01) < 1e-9]
     learned = m.get('depth') or {}
     knobs = ', '.join(f"{k} {learned[k]:.3f}" for k in ('alpha', 'damping') if isinstance(learned.get(k), float))
-    depth = 'random' if m.get('random_depth') else 'fixed'
+    draw = learned.get('draw') or {}
+    depth = 'fixed' if not m.get('random_depth') else \
+        f"random, σ {draw['depth_sigma']:g}" if 'depth_sigma' in draw else 'random'
     cells = [label(g), depth] + [fmt(ppl[k], ',.3f') for k in (1, 2, 4, 8, 16)] + \
         [fmt(best, ',.3f'), f"{100 * (ppl[8] / best - 1):+,.1f}%", f"{100 * (ppl[16] / best - 1):+,.1f}%",
          fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
