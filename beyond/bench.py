@@ -26,6 +26,10 @@ Nothing of the clone is part of this project or its tests.
 self time (ms, share of the step, calls) and the fused loss's total, the table that says where a
 step's time goes beyond its matmuls (casts are aten::copy_, dropout's masks aten::bernoulli_).
 
+--casts=True: one more per-loop step under a dispatch mode that records every cast below autocast:
+each tensor cast (a weight or an activation, its shape, in forward or backward), how often, and the
+bytes it moves.
+
 --random_depth=True: random-depth training's step (train.py's draw of K per iteration, its bptt)
 beside the fixed-K step of the same model, one step of each in turn, in one process: mean ms per
 step and tokens/s of each over the same iterations, and the mean K drawn (docs/depth.md).
@@ -41,6 +45,7 @@ from types import SimpleNamespace
 
 import torch
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import train
 from configurator import UserError, one_line_errors
@@ -56,8 +61,10 @@ vocab_size = 0                # 0: the dataset's (meta.json) if prepared, else 2
 peak_size = 0                 # the square matmul timed for the measured peak (0: 2048 and 4096 on a CPU, 8192 on a GPU)
 anchor = ''                   # the path of a clone of the paper's released code: time its step beside ours ('' = off)
 profile = False               # one more per-loop step under torch.profiler: its ops by self time, with their calls
+casts = False                 # one more per-loop step's casts: each tensor cast, forward or backward, how often, bytes
 # -----------------------------------------------------------------------------
-BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, peak_size=peak_size, anchor=anchor, profile=profile)
+BENCH = dict(steps=steps, warmup=warmup, vocab_size=vocab_size, peak_size=peak_size, anchor=anchor, profile=profile,
+             casts=casts)
 
 
 def setup_bench(argv):
@@ -147,9 +154,10 @@ def matmul_peak(dtype, device, seconds=1.0, size=0):
     return best
 
 
-def bench(loss, c, device, dtype, ctx, profile=False):
+def bench(loss, c, device, dtype, ctx, profile=False, casts=False):
     """Times train_step for one loss kind; returns a dict of the measurements (with profile, one
-    more step under torch.profiler: its key averages, 'profile')."""
+    more step under torch.profiler: its key averages, 'profile'; with casts, one more step's census
+    of casts, 'casts')."""
     reset_peak_memory(device)
     model, optimizer = new_model(c, device, loss=loss)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=(dtype == 'float16'))
@@ -173,7 +181,59 @@ def bench(loss, c, device, dtype, ctx, profile=False):
         with torch.profiler.profile(activities=activities) as prof:
             train.train_step(step_model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip)[0].item()
         out['profile'] = prof.key_averages()
+    if casts:
+        out['casts'] = cast_census(lambda: train.train_step(step_model, optimizer, scaler, xs, ys, ctx=ctx,
+                                                            grad_clip=c.grad_clip)[0].item(), model)
     return out
+
+
+class _Casts(TorchDispatchMode):
+    """Records every dtype-changing copy (aten._to_copy, or copy_ between dtypes) below autocast."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.weights, self.seen = weights, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        src = dst = None
+        if func is torch.ops.aten._to_copy.default and kwargs.get('dtype') not in (None, args[0].dtype):
+            src, dst = args[0], kwargs['dtype']
+        elif func is torch.ops.aten.copy_.default and args[0].dtype != args[1].dtype:
+            src, dst = args[1], args[0].dtype
+        if src is not None:
+            phase = 'backward' if torch._C._current_graph_task_id() != -1 else 'forward'
+            what = 'weight' if src.untyped_storage().data_ptr() in self.weights else 'activation'
+            key = (phase, what, tuple(src.shape), f"{str(src.dtype)[6:]} -> {str(dst)[6:]}")
+            n, b = self.seen.get(key, (0, 0))
+            self.seen[key] = (n + 1, b + src.numel() * (src.element_size() + torch.empty((), dtype=dst).element_size()))
+        return func(*args, **kwargs)
+
+
+def cast_census(step, model):
+    """Runs step() once, recording each cast autocast and the model make: {(phase, 'weight' or
+    'activation', shape, 'from -> to'): (count, bytes read and written)}."""
+    mode = _Casts({p.untyped_storage().data_ptr() for p in model.parameters()})
+    with mode:
+        step()
+    return mode.seen
+
+
+def print_casts(seen, top=12):
+    """The census as a table: the casts by bytes moved, and their totals per phase and kind."""
+    total = sum(b for _, b in seen.values())
+    print(f"\ncasts in one per-loop step: {sum(n for n, _ in seen.values()):,} casts, "
+          f"{total / 2**20:,.0f} MiB read and written")
+    print('| phase | tensor | shape | dtypes | casts | MiB | share |')
+    print('|---|---|---|---|---|---|---|')
+    for (phase, what, shape, dtypes), (n, b) in sorted(seen.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {phase} | {what} | {'x'.join(map(str, shape)) or 'scalar'} | {dtypes} | {n:,} | "
+              f"{b / 2**20:,.1f} | {100 * b / total:.0f}% |")
+    for phase in ('forward', 'backward'):
+        for what in ('weight', 'activation'):
+            n = sum(v[0] for k, v in seen.items() if k[:2] == (phase, what))
+            b = sum(v[1] for k, v in seen.items() if k[:2] == (phase, what))
+            print(f"| {phase} | {what}s, in total | | | {n:,} | {b / 2**20:,.1f} | {100 * b / max(total, 1):.0f}% |")
 
 
 def print_profile(events, device, top=15):
@@ -205,7 +265,8 @@ def main(argv):
         return side_by_side(c, device, dtype, ctx)
     if c.random_depth:
         return random_depth_side_by_side(c, device, ctx)
-    rows = [bench(loss, c, device, dtype, ctx, profile=c.profile and loss == 'perloop') for loss in ('perloop', 'terminal')]
+    rows = [bench(loss, c, device, dtype, ctx, profile=c.profile and first, casts=c.casts and first)
+            for first, loss in ((True, 'perloop'), (False, 'terminal'))]
     peak = peak_flops(device, dtype)
     measured = matmul_peak(dtype, device, size=c.peak_size)
     print(f"\nmatmul peak measured here ({dtype}): {measured / 1e12:.3f} TFLOP/s"
@@ -223,6 +284,8 @@ def main(argv):
               f"({'CUDA allocator peak' if device.startswith('cuda') else 'resident set high-water mark'})")
     if c.profile:
         print_profile(rows[0]['profile'], device)
+    if c.casts:
+        print_casts(rows[0]['casts'])
 
 
 def random_depth_side_by_side(c, device, ctx):

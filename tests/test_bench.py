@@ -93,3 +93,35 @@ def test_help_lists_its_own_settings_and_train_pys(capsys):
     out = capsys.readouterr().out
     assert out.startswith('usage: python -m beyond.bench') and '[bench.py]' in out and '[train.py]' in out
     assert '--steps=10' in out and 'timed optimizer steps' in out and '--n_loops=4' in out
+
+
+def test_the_cast_census_sees_each_weight_cast_once_a_step(capsys):
+    """--casts: under bf16 autocast each weight is cast once a step (autocast's cache serves every loop
+    and the backward), every activation cast is counted with its phase; with the cache off (a rule that
+    re-casts weights per loop) the census shows the repeated casts, so its count can fail."""
+    import train
+    from model import LoopedGPT, LoopedGPTConfig
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(n_layer=1, n_head=2, n_embd=32, n_loops=3, block_size=16, vocab_size=64,
+                                      dropout=0.0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler('cpu', enabled=False)
+    x, y = (torch.randint(0, 64, (1, 2, 16)) for _ in range(2))
+    matrices = [p for p in model.transformer.h.parameters() if p.dim() == 2]  # the shared block's (5)
+
+    def census(cache):
+        ctx = torch.autocast('cpu', dtype=torch.bfloat16, cache_enabled=cache)
+        return bench.cast_census(lambda: train.train_step(model, opt, scaler, x, y, ctx=ctx, grad_clip=1.0), model)
+
+    def weight_casts(seen, phase):
+        return sum(n for (p, what, _, _), (n, _) in seen.items() if (p, what) == (phase, 'weight'))
+
+    cached = census(True)
+    assert weight_casts(cached, 'forward') == len(matrices) + 1  # + the tied head, which the loss casts once
+    assert weight_casts(cached, 'backward') == 0
+    assert sum(n for (p, what, _, _), (n, _) in cached.items() if (p, what) == ('backward', 'activation')) > 0
+    uncached = census(False)
+    assert weight_casts(uncached, 'forward') == 3 * len(matrices) + 1  # K = 3 loops, each casting every matrix again
+    bench.print_casts(cached)
+    out = capsys.readouterr().out
+    assert 'casts in one per-loop step' in out and '| forward | weights, in total | | | ' in out

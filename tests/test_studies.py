@@ -49,7 +49,7 @@ SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
 STUDIES = {
     'speed': (dict(CONDITIONS='norm_perloop', COMPILED='0', PARTS_ARGS='--B 1 --T 16 --rows 8 --V 256 --reps 1'), False,
               ['logs/bench-44m.log', 'logs/bench-demo.log', 'logs/profile-44m-bf16.log',
-               'logs/profile-44m-float32.log', 'logs/profile-demo.log', 'logs/parts.log',
+               'logs/profile-44m-float32.log', 'logs/profile-demo.log', 'logs/casts-44m-bf16.log', 'logs/parts.log',
                'logs/norm_perloop-cpu-s1-float32.log', 'logs/norm_perloop-cpu-s1-bfloat16.jsonl']),
     'cpu-long-criteria': (dict(CONDITIONS='raw_perloop', THRESHOLDS='raw_perloop-cpu-long-s1',
                                AGREE='raw_perloop-cpu-long-s1'), True,

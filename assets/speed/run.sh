@@ -37,6 +37,8 @@ python -m beyond.bench $M44 --steps=5 --warmup=2 --profile=True $BENCH_ARGS > "$
 python -m beyond.bench $M44 --steps=5 --warmup=2 --profile=True --dtype=float32 $BENCH_ARGS > "$OUT/logs/profile-44m-float32.log"
 python -m beyond.bench config/norm_perloop.py config/cpu.py --steps=20 --warmup=3 --profile=True $BENCH_ARGS \
     > "$OUT/logs/profile-demo.log"
+# the casts of one bf16 step (counted, not timed)
+python -m beyond.bench $M44 --steps=1 --warmup=0 --casts=True $BENCH_ARGS > "$OUT/logs/casts-44m-bf16.log"
 if [ "$COMPILED" = 1 ]; then
   python -m beyond.bench $M44 --steps=3 --warmup=1 --compile=on $BENCH_ARGS > "$OUT/logs/bench-44m-compiled.log"
 fi
