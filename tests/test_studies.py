@@ -83,9 +83,9 @@ STUDIES = {
     'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
-    'depth': (dict(RUNS_LIST='raw_perloop:rd:1 alpha_perloop:fixed:1', TRAIN_ARGS=TRAIN + ' --max_loops=3'), False,
-              ['results-raw_perloop-rd-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
-               'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd-cpu-long-s1.jsonl',
+    'depth': (dict(RUNS_LIST='raw_perloop:rd1.5:1 alpha_perloop:fixed:1', TRAIN_ARGS=TRAIN + ' --max_loops=3'), False,
+              ['results-raw_perloop-rd1.5-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
+               'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5-cpu-long-s1.jsonl',
                'logs/alpha_perloop-cpu-long-s1.eval.log', 'logs/bench-random-depth.log']),
 }
 
@@ -294,6 +294,8 @@ def test_a_study_runs_at_a_tiny_size_and_writes_what_its_readme_says(study, stud
             assert path.read_text().startswith('| run | K | ppl'), path.read_text()[:200]
         if name == 'exit_tables.md':
             assert path.read_text().startswith('Teacher-forced mean loops'), path.read_text()[:200]
+        if study == 'depth' and name == 'designs.md':  # RUNS_LIST's rd1.5: random depth with depth_sigma 1.5
+            assert '| random, σ 1.5 |' in path.read_text(), path.read_text()[:400]
 
 
 def test_the_scripts_write_nothing_into_assets(studies):
