@@ -256,7 +256,7 @@ def all_plots(groups, runs, out, figures=FIGURES):
         made = figure(plt, groups, runs)
         if made is None:  # nothing of that kind was measured
             continue
-        for fig, name in (made if isinstance(made, list) else [made]):  # (a list: one figure a run)
+        for fig, name in ([made] if isinstance(made, tuple) else made):  # (else one figure a run, as made)
             fig.savefig(os.path.join(out, name), dpi=110, bbox_inches='tight')
             plt.close(fig)
             paths.append(os.path.join(out, name))

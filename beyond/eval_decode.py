@@ -613,8 +613,7 @@ def early_exit_figure(plt, groups, runs):
 def exit_frontier_figures(plt, groups, runs):
     """One figure a run: the oracle's frontier (each token at its best loop for a price mu of a
     nat in loops) and every criterion's teacher-forced frontier, mean loops vs ppl, with
-    full-depth ppl +1% and +5% marked. Returns a list of (figure, file name)."""
-    made = []
+    full-depth ppl +1% and +5% marked. Yields (figure, file name), each saved and closed before the next."""
     for run in (r for r in runs if r.get('exit_frontier')):
         f = run['exit_frontier']
         fig, ax = plt.subplots(figsize=(8, 6))
@@ -628,8 +627,7 @@ def exit_frontier_figures(plt, groups, runs):
                title=f"Exit deciders against the oracle, {run['name']}\n(gray: full depth +1% dotted, +5% dashed)")
         ax.set_ylim(0.98 * min(num(f['oracle']['ppl'])), 1.25 * f['full_ppl'])
         legend(ax, ncol=3)
-        made.append((fig, f"exit_frontier_{run['name']}.png"))
-    return made
+        yield fig, f"exit_frontier_{run['name']}.png"
 
 
 FIGURES = (early_exit_figure, exit_frontier_figures)
