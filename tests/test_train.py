@@ -289,7 +289,7 @@ def test_every_condition_config_loads_and_overlays_compose():
     config = os.path.join(HERE, 'config')
     overlays = ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py', 'random_depth.py')
     conditions = sorted(f for f in os.listdir(config) if f not in overlays)
-    assert len(conditions) == 14  # the paper's eight, two with exit-aware training, four of the field's scale controls
+    assert len(conditions) == 15  # the paper's eight, two with exit-aware training, five of the field's scale controls
     seen = set()
     for name in conditions:
         c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
@@ -301,7 +301,7 @@ def test_every_condition_config_loads_and_overlays_compose():
                               log_interval=50),
                          [os.path.join(config, name), os.path.join(config, 'cpu.py'), os.path.join(config, 'cpu_long.py')])
         assert long['out_dir'] == f"out-{name[:-3]}-cpu-long" and long['max_iters'] == 0 and long['epochs'] == 4.0
-    assert len(seen) == 14  # fourteen different conditions
+    assert len(seen) == 15  # fifteen different conditions
     for overlay in overlays:  # every overlay is train.py settings
         settings(os.path.join(config, 'raw_perloop.py'), os.path.join(config, overlay))
 
