@@ -28,7 +28,8 @@ raw_perloop:rd:3 interloop_perloop:rd:1 sandwich_perloop:fixed:1 alpha_perloop:f
 damped_perloop:fixed:1 alpha_perloop:rd:3 penalty_perloop:rd:3 penalty_perloop:rd:2 inject_perloop:fixed:1 \
 damped_perloop:rd:2 damped_perloop:rd:3 norm_perloop:fixed:1 interloop_perloop:fixed:1 penalty_perloop:fixed:1 \
 raw_terminal:fixed:1 norm_terminal:fixed:1 finalnorm_perloop:fixed:1 penalty_terminal:fixed:1 norm_perloop:rd:2 \
-norm_perloop:rd:3 alpha_perloop:rd1.5:1 raw_perloop:rd1.5:1 damped_perloop:rd1.5:1 penalty_perloop:rd1.5:1}
+norm_perloop:rd:3 alpha_perloop:rd1.5:1 raw_perloop:rd1.5:1 damped_perloop:rd1.5:1 penalty_perloop:rd1.5:1 \
+contractive_perloop:rd:1 contractive_perloop:fixed:1}
 LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
