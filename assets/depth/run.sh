@@ -13,8 +13,9 @@
 # the repo root):
 #   WT103        the folder with WikiText-103's wiki.valid.tokens and wiki.test.tokens (only to prepare the data)
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
-#   RUNS_LIST    the runs, each CONDITION:DEPTH:SEED with DEPTH 'fixed', 'rd' (random depth) or 'rdSIGMA'
-#                (random depth with depth_sigma SIGMA: rd1.5 is a heavier tail than rd's 1.0), in order
+#   RUNS_LIST    the runs, each CONDITION:DEPTH:SEED with DEPTH 'fixed', 'rd' (random depth) or rd[SIGMA][mMEAN]
+#                (random depth with depth_sigma SIGMA and mean K MEAN: rd1.5 is a heavier tail than rd's 1.0,
+#                rdm8 draws a mean of 8 loops instead of the condition's 4), in order
 #   LANES        how many runs train at once (2), each with OMP_NUM_THREADS=THREADS (1)
 #   RUNS         where the run folders out-<condition>[-rd]-cpu-long-s<seed> go (the repo root)
 #   OUT          where results-<run>.json, tables.md, the figures and logs/ go (this folder)
@@ -29,7 +30,8 @@ damped_perloop:fixed:1 alpha_perloop:rd:3 penalty_perloop:rd:3 penalty_perloop:r
 damped_perloop:rd:2 damped_perloop:rd:3 norm_perloop:fixed:1 interloop_perloop:fixed:1 penalty_perloop:fixed:1 \
 raw_terminal:fixed:1 norm_terminal:fixed:1 finalnorm_perloop:fixed:1 penalty_terminal:fixed:1 norm_perloop:rd:2 \
 norm_perloop:rd:3 alpha_perloop:rd1.5:1 raw_perloop:rd1.5:1 damped_perloop:rd1.5:1 penalty_perloop:rd1.5:1 \
-contractive_perloop:rd:1 contractive_perloop:fixed:1}
+contractive_perloop:rd:1 contractive_perloop:fixed:1 \
+alpha_perloop:rdm8:1 damped_perloop:rdm8:1}
 LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
@@ -42,7 +44,11 @@ one() {  # one CONDITION:DEPTH:SEED: train it, evaluate it alone, keep its resul
   local name="$c-cpu-long-s$s" overlay=()
   case $depth in
     rd) name="$c-rd-cpu-long-s$s" overlay=(config/random_depth.py) ;;
-    rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py "--depth_sigma=${depth#rd}") ;;
+    rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py)  # rd[SIGMA][mMEAN]
+         local spec=${depth#rd} sigma mean
+         sigma=${spec%%m*}; [[ $spec == *m* ]] && mean=${spec#*m}
+         [ -n "$sigma" ] && overlay+=("--depth_sigma=$sigma")
+         [ -n "$mean" ] && overlay+=("--n_loops=$mean") ;;
   esac
   [ -f "$OUT/results-$name.json" ] && return
   OMP_NUM_THREADS=$THREADS train "$name" "config/$c.py" config/cpu.py config/cpu_long.py "${overlay[@]}" --seed="$s"
