@@ -5,7 +5,8 @@ to it, and a verdict measured from two of its numbers.
 
     python -m beyond.depth_table assets/depth/results.json > assets/depth/designs.md
 
-Columns: perplexity at K = 1, 2, 4, 8, 16 and the best K <= 4; K=8 and K=16 against that best;
+Columns: perplexity at K = 1, 2, 4, 8, 16 and the best K up to the trained K (n_loops: 4, or the mean K
+of a random-depth run); K=8 and K=16 against that best, what depth past training costs;
 mean and p99 ||H_K|| at the trained K (the mean K of a random-depth run) and mean ||H_16||; the
 radial fraction and 1 - cos at the trained K; the clamp's change of the loss at K=16; the fewest
 mean loops a calibrated exit reached within +1% of full depth (held-back tokens); what a learned
@@ -60,7 +61,7 @@ def row(g):
         raise UserError(f"{g['name']} was evaluated to K={max(per_k)}: the table needs K=16 (eval_depth.py --max_loops 16)")
     K = m['trained_K']
     ppl = {k: per_k[k]['ppl'] for k in (1, 2, 4, 8, 16)}
-    best = min(per_k[k]['ppl'] for k in range(1, min(4, max(per_k)) + 1))
+    best = min(per_k[k]['ppl'] for k in range(1, min(K, max(per_k)) + 1))
     at_k = per_k[K]
     rms = at_k['norm_mean'] / math.sqrt(m['config']['n_embd'])
     clamp = per_k[16].get('clamp', {}).get('delta_loss')
@@ -69,7 +70,7 @@ def row(g):
     knobs = ', '.join(f"{k} {learned[k]:.3f}" for k in ('alpha', 'damping') if isinstance(learned.get(k), float))
     draw = learned.get('draw') or {}
     depth = 'fixed' if not m.get('random_depth') else \
-        f"random, σ {draw['depth_sigma']:g}" if 'depth_sigma' in draw else 'random'
+        f"random, mean {draw['n_loops']}, σ {draw['depth_sigma']:g}" if 'depth_sigma' in draw else 'random'
     cells = [label(g), depth] + [fmt(ppl[k], ',.3f') for k in (1, 2, 4, 8, 16)] + \
         [fmt(best, ',.3f'), f"{100 * (ppl[8] / best - 1):+,.1f}%", f"{100 * (ppl[16] / best - 1):+,.1f}%",
          fmt(at_k['norm_mean'], ',.1f'), fmt(at_k['norm_p99'], ',.1f'), fmt(per_k[16]['norm_mean'], ',.1f'),
@@ -80,7 +81,7 @@ def row(g):
 
 
 def table(results):
-    head = ['design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤4', 'K=8 vs best', 'K=16 vs best',
+    head = ['design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤trained', 'K=8 vs best', 'K=16 vs best',
             'mean ‖H_K‖', 'p99 ‖H_K‖', 'mean ‖H_16‖', 'radial frac', '1 − cos', 'clamp Δloss, K=16',
             'exit +1%: loops', 'learned', 'the scale is']
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]

@@ -193,7 +193,11 @@ def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
     assert rows['interloop'].endswith('| removed |')  # hidden from the loss, and the loops leave it alone
     assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
     drawn = group('raw', 2e-2, large, still)
-    drawn['mean'].update(random_depth=True, depth=dict(draw=dict(depth_sigma=1.5)))
-    assert '| raw | random, σ 1.5 | 9.900 |' in depth_table.table({'groups': [drawn]})  # the draw's tail, named
+    drawn['mean'].update(random_depth=True, depth=dict(draw=dict(n_loops=4, depth_sigma=1.5)))
+    assert '| raw | random, mean 4, σ 1.5 | 9.900 |' in depth_table.table({'groups': [drawn]})  # the draw, named
+    deep = group('raw', 2e-2, large, still)  # a mean of 8 loops: the best is over K <= 8, K=16 is past it
+    deep['mean'].update(trained_K=8, random_depth=True, depth=dict(draw=dict(n_loops=8, depth_sigma=1.0)))
+    deep['mean']['per_K'][7]['ppl'] = 9.0
+    assert '| 9.000 | +0.0% | +20.0% |' in depth_table.table({'groups': [deep]})  # K <= 4 would give 9.6
     with pytest.raises(UserError, match='max_loops 16'):
         depth_table.table({'groups': [group('short', 1e-9, small[:8])]})

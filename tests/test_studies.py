@@ -83,9 +83,10 @@ STUDIES = {
     'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
-    'depth': (dict(RUNS_LIST='raw_perloop:rd1.5:1 alpha_perloop:fixed:1', TRAIN_ARGS=TRAIN + ' --max_loops=3'), False,
-              ['results-raw_perloop-rd1.5-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
-               'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5-cpu-long-s1.jsonl',
+    'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1',  # n_loops: the condition's, or rd's m3
+                   TRAIN_ARGS=TRAIN.replace('--n_loops=2 ', '') + ' --max_loops=4'), False,
+              ['results-raw_perloop-rd1.5m3-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
+               'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5m3-cpu-long-s1.jsonl',
                'logs/alpha_perloop-cpu-long-s1.eval.log', 'logs/bench-random-depth.log']),
 }
 
@@ -294,8 +295,8 @@ def test_a_study_runs_at_a_tiny_size_and_writes_what_its_readme_says(study, stud
             assert path.read_text().startswith('| run | K | ppl'), path.read_text()[:200]
         if name == 'exit_tables.md':
             assert path.read_text().startswith('Teacher-forced mean loops'), path.read_text()[:200]
-        if study == 'depth' and name == 'designs.md':  # RUNS_LIST's rd1.5: random depth with depth_sigma 1.5
-            assert '| random, σ 1.5 |' in path.read_text(), path.read_text()[:400]
+        if study == 'depth' and name == 'designs.md':  # RUNS_LIST's rd1.5m3: depth_sigma 1.5, a mean of 3 loops
+            assert '| random, mean 3, σ 1.5 |' in path.read_text(), path.read_text()[:400]
 
 
 def test_the_scripts_write_nothing_into_assets(studies):
@@ -354,10 +355,12 @@ def test_exit_tables_makes_the_committed_tables_again(capsys):
 def test_depth_costs_parts_add_up_to_its_fixed_k_token_and_its_exits(shared_runs, capsys):
     import torch
     from beyond import depth_costs, exits
+    run = shared_runs.folder() / 'out-raw_perloop-cpu-long-s1'
+    capsys.readouterr()  # the shared runs' training, where this test is the first to need them
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        depth_costs.main([str(shared_runs.folder() / 'out-raw_perloop-cpu-long-s1'), '--prompt', '16', '--reps', '2',
+        depth_costs.main([str(run), '--prompt', '16', '--reps', '2',
                           '--new_tokens', '4', '--accept_tokens', '128'])
     finally:
         torch.set_num_threads(threads)
