@@ -534,6 +534,19 @@ def speed_roofline():
             '44M, bf16, compiled': row('bench-44m-compiled.log'), 'demo, bf16, eager': row('profile-demo.log')}
 
 
+@check('docs/speed.md', 'CPU emulated, dtype', 'matmul peak, TFLOP/s', 'per-loop step, ms', 'of the peak', 'log')
+def speed_without_bf16():
+    # run.sh's beyond.bench under oneDNN (and MKL, ATen) held below native bf16: the peak, then the per-loop row
+    def row(log):
+        text = (ASSETS / 'speed/logs' / log).read_text()
+        peak = re.search(r'matmul peak measured here \(\w+\): ([\d.]+) TFLOP/s', text).group(1)
+        cells = stored_cells(f'speed/logs/{log}', 'loss', 'perloop')
+        return [Copied(peak), Copied(cells[2]), Copied(cells[4]), Text(f'`logs/{log}`')]
+    return {'AVX-512 without BF16, float32': row('bench-44m-nobf16-float32.log'),
+            'AVX-512 without BF16, bfloat16': row('bench-44m-nobf16-bfloat16.log'),
+            'AVX2, float32': row('bench-44m-avx2-float32.log')}
+
+
 @check('docs/speed.md', 'run', 'val loss K=1', 'K=2', 'K=3', 'K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')
 def speed_dtypes():
     found = [rows for cap, h, rows, _ in stored_tables('speed/old-speed.md') if h[:2] == ('run', 'val loss K=1')]

@@ -50,6 +50,7 @@ STUDIES = {
     'speed': (dict(CONDITIONS='norm_perloop', COMPILED='0', PARTS_ARGS='--B 1 --T 16 --rows 8 --V 256 --reps 1'), False,
               ['logs/bench-44m.log', 'logs/bench-demo.log', 'logs/profile-44m-bf16.log',
                'logs/profile-44m-float32.log', 'logs/profile-demo.log', 'logs/casts-44m-bf16.log', 'logs/parts.log',
+               'logs/bench-44m-nobf16-float32.log', 'logs/bench-44m-nobf16-bfloat16.log', 'logs/bench-44m-avx2-float32.log',
                'logs/norm_perloop-cpu-s1-float32.log', 'logs/norm_perloop-cpu-s1-bfloat16.jsonl']),
     'cpu-long-criteria': (dict(CONDITIONS='raw_perloop', THRESHOLDS='raw_perloop-cpu-long-s1',
                                AGREE='raw_perloop-cpu-long-s1'), True,

@@ -39,6 +39,13 @@ python -m beyond.bench config/norm_perloop.py config/cpu.py --steps=20 --warmup=
     > "$OUT/logs/profile-demo.log"
 # the casts of one bf16 step (counted, not timed)
 python -m beyond.bench $M44 --steps=1 --warmup=0 --casts=True $BENCH_ARGS > "$OUT/logs/casts-44m-bf16.log"
+# a CPU without native bf16, emulated on this one (roofline.md): oneDNN held to AVX-512 without its BF16
+# instructions (where dtype 'auto' picks float32), each dtype; and held to AVX2 with MKL and ATen, float32
+NO_BF16=(env ONEDNN_MAX_CPU_ISA=AVX512_CORE) AVX2=(env ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2)
+for dtype in float32 bfloat16; do
+  "${NO_BF16[@]}" python -m beyond.bench $M44 --steps=3 --warmup=1 --dtype=$dtype $BENCH_ARGS > "$OUT/logs/bench-44m-nobf16-$dtype.log"
+done
+"${AVX2[@]}" python -m beyond.bench $M44 --steps=3 --warmup=1 --dtype=float32 $BENCH_ARGS > "$OUT/logs/bench-44m-avx2-float32.log"
 if [ "$COMPILED" = 1 ]; then
   python -m beyond.bench $M44 --steps=3 --warmup=1 --compile=on $BENCH_ARGS > "$OUT/logs/bench-44m-compiled.log"
 fi
