@@ -31,7 +31,8 @@ damped_perloop:rd:2 damped_perloop:rd:3 norm_perloop:fixed:1 interloop_perloop:f
 raw_terminal:fixed:1 norm_terminal:fixed:1 finalnorm_perloop:fixed:1 penalty_terminal:fixed:1 norm_perloop:rd:2 \
 norm_perloop:rd:3 alpha_perloop:rd1.5:1 raw_perloop:rd1.5:1 damped_perloop:rd1.5:1 penalty_perloop:rd1.5:1 \
 contractive_perloop:rd:1 contractive_perloop:fixed:1 \
-alpha_perloop:rdm8:1 damped_perloop:rdm8:1}
+alpha_perloop:rdm8:1 damped_perloop:rdm8:1 \
+penalty_terminal:rd:1 norm_terminal:rd:1 norm_terminal:rd:2 norm_terminal:rd:3}
 LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
