@@ -84,9 +84,10 @@ STUDIES = {
     'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
-    'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1',  # n_loops: the condition's, or rd's m3
+    'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=TRAIN.replace('--n_loops=2 ', '') + ' --max_loops=4'), False,
-              ['results-raw_perloop-rd1.5m3-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json', 'results.json',
+              ['results-raw_perloop-rd1.5m3-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json',
+               'results-norm_perloop-rd2-cpu-long-s1.json', 'results.json',
                'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5m3-cpu-long-s1.jsonl',
                'logs/alpha_perloop-cpu-long-s1.eval.log', 'logs/bench-random-depth.log']),
 }
@@ -298,6 +299,7 @@ def test_a_study_runs_at_a_tiny_size_and_writes_what_its_readme_says(study, stud
             assert path.read_text().startswith('Teacher-forced mean loops'), path.read_text()[:200]
         if study == 'depth' and name == 'designs.md':  # RUNS_LIST's rd1.5m3: depth_sigma 1.5, a mean of 3 loops
             assert '| random, mean 3, σ 1.5 |' in path.read_text(), path.read_text()[:400]
+            assert '| random, mean 4, σ 2 |' in path.read_text(), path.read_text()[:400]  # rd2: the condition's n_loops
 
 
 def test_the_scripts_write_nothing_into_assets(studies):

@@ -46,7 +46,7 @@ one() {  # one CONDITION:DEPTH:SEED: train it, evaluate it alone, keep its resul
   case $depth in
     rd) name="$c-rd-cpu-long-s$s" overlay=(config/random_depth.py) ;;
     rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py)  # rd[SIGMA][mMEAN]
-         local spec=${depth#rd} sigma mean
+         local spec=${depth#rd} sigma= mean=
          sigma=${spec%%m*}; [[ $spec == *m* ]] && mean=${spec#*m}
          [ -n "$sigma" ] && overlay+=("--depth_sigma=$sigma")
          [ -n "$mean" ] && overlay+=("--n_loops=$mean") ;;
