@@ -85,7 +85,8 @@ STUDIES = {
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
-                   TRAIN_ARGS=TRAIN.replace('--n_loops=2 ', '') + ' --max_loops=4'), False,
+                   TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
+              False,
               ['results-raw_perloop-rd1.5m3-cpu-long-s1.json', 'results-alpha_perloop-cpu-long-s1.json',
                'results-norm_perloop-rd2-cpu-long-s1.json', 'results.json',
                'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5m3-cpu-long-s1.jsonl',

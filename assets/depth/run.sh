@@ -44,8 +44,7 @@ one() {  # one CONDITION:DEPTH:SEED: train it, evaluate it alone, keep its resul
   IFS=: read -r c depth s <<< "$1"
   local name="$c-cpu-long-s$s" overlay=()
   case $depth in
-    rd) name="$c-rd-cpu-long-s$s" overlay=(config/random_depth.py) ;;
-    rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py)  # rd[SIGMA][mMEAN]
+    rd*) name="$c-$depth-cpu-long-s$s" overlay=(config/random_depth.py)  # rd[SIGMA][mMEAN]: rd, rd1.5, rdm8
          local spec=${depth#rd} sigma= mean=
          sigma=${spec%%m*}; [[ $spec == *m* ]] && mean=${spec#*m}
          [ -n "$sigma" ] && overlay+=("--depth_sigma=$sigma")
