@@ -6,6 +6,7 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py config/norm_perloop.py config/cpu.py      # the blind spot on a laptop CPU, in minutes
     torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py --batch_size=8 --gradient_accumulation_steps=8
     python train.py --help                                    # every setting, with its comment
+    python -m beyond.exit_train config/raw_perloop_exit.py    # beyond the paper: exit-aware training (its model class)
 
 Settings are the globals below. Config files and --key=value override them, in order
 (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
@@ -31,8 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from configurator import UserError, configure, error_line
 from data import gather_chunks, load_tokens
 from linear_ce import PATHS as LOSS_PATHS
-from beyond.exit_train import model_class
-from model import LOSSES, READOUTS, LoopedGPTConfig, diagnostics
+from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics
 from report import json_safe, perplexity
 from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, use_compile
 
@@ -373,12 +373,15 @@ def load_data(c):
     return train_data, val_data, meta
 
 
-def build_model(c, meta, device):
-    """A new model, or with init_from='resume' out_dir's checkpoint, which must match these
-    settings and this data. Returns (the model, the checkpoint or None)."""
+def build_model(c, meta, device, cls=LoopedGPT):
+    """A new model of class cls (LoopedGPT, or a subclass that main() was given), or with
+    init_from='resume' out_dir's checkpoint, which must match these settings and this data.
+    Returns (the model, the checkpoint or None)."""
     model_args = {k: meta['vocab_size'] if k == 'vocab_size' else getattr(c, k) for k in MODEL_ARGS}
     config = LoopedGPTConfig(**model_args)
-    cls = model_class(config)  # LoopedGPT, or with exit_train > 0 beyond/exit_train.py's subclass
+    if config.exit_train > 0 and not getattr(cls, 'trains_exits', False):
+        raise UserError(f"exit_train={config.exit_train} needs the exit-aware model, which is beyond the paper: "
+                        f"run python -m beyond.exit_train with the same arguments")
     if c.init_from == 'scratch':
         return cls(config).to(device), None
     path = os.path.join(c.out_dir, 'ckpt.pt')
@@ -478,7 +481,9 @@ def non_finite_message(iter_num, out_dir, learning_rate):
 
 # -----------------------------------------------------------------------------
 
-def main(argv):
+def main(argv, model_class=LoopedGPT):
+    """A training run from the command line argv. model_class: the model trained, LoopedGPT or a
+    subclass (beyond/exit_train.py passes its own): the one seam through which beyond/ trains."""
     config = setup(argv)
     c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
     ddp, rank, world_size, device, n_micro = start_process(c)
@@ -492,7 +497,7 @@ def main(argv):
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
     max_iters = c.max_iters or math.ceil(c.epochs * len(train_data) / tokens_per_iter)
 
-    raw_model, ckpt = build_model(c, meta, device)  # raw_model: kept for saving and for evaluating at other K
+    raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.readout_ce)
     optimizer = make_optimizer(raw_model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
                                weight_decay=c.weight_decay)
@@ -588,12 +593,13 @@ def main(argv):
         destroy_process_group()
 
 
-if __name__ == '__main__':
+def cli(model_class=LoopedGPT, script='train.py'):
+    """main() on sys.argv, a UserError as one line, and the process's exit (beyond/exit_train.py runs this too)."""
     status = 0
     try:
-        main(sys.argv[1:])
+        main(sys.argv[1:], model_class)
     except UserError as e:
-        print(error_line('train.py', e), file=sys.stderr)
+        print(error_line(script, e), file=sys.stderr)
         status = 1
     if under_torchrun():
         # Under torchrun a rank leaves without Python's teardown. PyTorch keeps a DDP model's process
@@ -605,3 +611,7 @@ if __name__ == '__main__':
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+if __name__ == '__main__':
+    cli()

@@ -7,9 +7,9 @@ prepare_wt103() {  # prepare_wt103 TOKENIZER: WikiText-103's validation text to 
       --val_file "$WT103/wiki.test.tokens" --tokenizer "$1" --out_dir "$DATA_DIR/$DATASET"
 }
 
-train() {  # train NAME SETTINGS...: train.py into $RUNS/out-NAME; its output in logs/NAME.log, its log.jsonl copied
-  local name=$1; shift
-  python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
+train() {  # train NAME SETTINGS...: $TRAIN (train.py; python -m beyond.exit_train for exit-aware runs) into
+  local name=$1; shift  # $RUNS/out-NAME; its output in logs/NAME.log, its log.jsonl copied
+  python ${TRAIN:-train.py} "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$name" $TRAIN_ARGS \
       > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
   cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
 }

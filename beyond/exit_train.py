@@ -1,23 +1,28 @@
 """
 Exit-aware training (beyond the paper): a model trained to be run with per-token early exits.
 
-    python train.py config/raw_perloop_exit.py config/cpu_long.py    # exit_train = 0.25
+    python -m beyond.exit_train config/raw_perloop_exit.py config/cpu.py config/cpu_long.py    # exit_train = 0.25
+
+It is train.py run with this model class (train.main's model_class): the same settings, --help,
+checkpoints and log. train.py itself refuses exit_train > 0 and names this command.
 
 With exit_train = f, in each training batch a fraction f of the tokens exits after a loop e
 drawn uniformly from 1..K-1: the token is frozen after loop e (its state stays H_e, its residual
 updates are dropped in every later block) while the other tokens still attend to it, and its
 loss reads loops 1..e only. That is what a decoder with projected stand-ins sees
 (beyond/decoder.py): the keys and values of an exited token at a later loop are those of its
-exit state. train.py builds this model where exit_train > 0; in evaluation (and with
-exit_train = 0) it is LoopedGPT exactly.
+exit state. In evaluation (and with exit_train = 0) it is LoopedGPT exactly, so its checkpoints
+load as LoopedGPT everywhere else.
 """
 
 import torch
 
+import train
 from model import LoopedGPT
 
 
 class ExitTrainedGPT(LoopedGPT):
+    trains_exits = True  # what train.build_model asks of a class before it trains with exit_train > 0
 
     def masked_states(self, idx, exit_at, n_loops=None):
         """H_0 .. H_K with token t frozen after loop exit_at[t] (B, T) int: H_k = H_exit for k > exit_at.
@@ -46,6 +51,5 @@ class ExitTrainedGPT(LoopedGPT):
         return (None, *self.loss(states, per_loop, stats))
 
 
-def model_class(config):
-    """The class train.py builds for a LoopedGPTConfig."""
-    return ExitTrainedGPT if config.exit_train > 0 else LoopedGPT
+if __name__ == '__main__':
+    train.cli(ExitTrainedGPT, script='python -m beyond.exit_train')

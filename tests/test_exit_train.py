@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from beyond.exit_train import ExitTrainedGPT, model_class
+from beyond.exit_train import ExitTrainedGPT
+from conftest import assert_one_line_error, run_script, train_args
 from model import LoopedGPT, LoopedGPTConfig
 from test_model import batch, manual_logits, tiny  # (the mechanism's tiny model and batch, with this file's class)
 
@@ -104,6 +105,25 @@ def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
         tiny(ExitTrainedGPT, exit_train=1.0)
 
 
-def test_train_builds_the_exit_model_only_where_exit_train_is_on():
-    assert model_class(LoopedGPTConfig(exit_train=0.25)) is ExitTrainedGPT
-    assert model_class(LoopedGPTConfig()) is LoopedGPT
+def test_exit_training_runs_through_its_own_entry_point_and_train_py_names_it(tiny_data, tmp_path):
+    # train.py (the paper) knows no exit-aware model: exit_train > 0 there is one line naming the command
+    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'a', '--exit_train=0.25', '--max_iters=1'))
+    assert_one_line_error(r, 'train.py', 'exit_train=0.25', 'python -m beyond.exit_train')
+    assert not (tmp_path / 'a' / 'ckpt.pt').exists()
+    # python -m beyond.exit_train is train.py with ExitTrainedGPT: it trains, and its checkpoint loads as LoopedGPT
+    r = run_script('beyond/exit_train.py', *train_args(tiny_data, tmp_path / 'b', '--exit_train=0.25', '--max_iters=2'))
+    assert r.returncode == 0, r.stderr
+    model, ckpt = LoopedGPT.from_checkpoint(str(tmp_path / 'b'))
+    assert ckpt['model_args']['exit_train'] == 0.25 and ckpt['iter_num'] == 2
+    # in-process, train.main trains the class it is given (the seam beyond/ uses), and that class's exit path runs
+    import train
+    seen = []
+    class Spy(ExitTrainedGPT):
+        def masked_states(self, *a, **k):
+            seen.append(1)
+            return super().masked_states(*a, **k)
+    try:
+        train.main(train_args(tiny_data, tmp_path / 'c', '--exit_train=0.25', '--max_iters=1'), model_class=Spy)
+    finally:
+        torch.set_flush_denormal(False)
+    assert seen, "train.main(model_class=...) did not train the class it was given"

@@ -24,6 +24,7 @@ RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exit-sweep}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
 mkdir -p "$OUT/logs"
 . assets/study.sh  # prepare_wt103, train
+TRAIN="-m beyond.exit_train"  # exit-aware training is beyond the paper: train.py with its model class
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
 prepare_wt103 bytes
