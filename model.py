@@ -348,9 +348,10 @@ class LoopedGPT(nn.Module):
         first: loops 1..first ran without a graph (truncated backprop): the loss reads none of them."""
         K = len(states)
         # per-loop CE: the mean over loops of each loop's CE; terminal: the last loop's alone
-        read = list(range(first, K)) if self.config.loss == 'perloop' else [K - 1]
-        y = targets.expand(K, *targets.shape[-2:])[read]  # (len(read), B, T)
-        loss, ce_tokens = self.readout_loss([states[k] for k in read], y, [k == K - 1 for k in read])
+        # (a slice, not a list of loops: indexing a device tensor with a list copies it there, a host sync a step)
+        read = slice(first, K) if self.config.loss == 'perloop' else slice(K - 1, K)
+        y = targets.expand(K, *targets.shape[-2:])[read]  # (loops read, B, T)
+        loss, ce_tokens = self.readout_loss(states[read], y, [k == K - 1 for k in range(K)[read]])
         if self.config.norm_penalty > 0:
             # norm penalty, as in the paper's released training script: lambda * the mean over the
             # K loops of mean(H_k^2), the mean square activation (||H_k||^2 / d averaged over
@@ -360,7 +361,7 @@ class LoopedGPT(nn.Module):
             loss = loss + self.config.norm_penalty * torch.stack([h.float().pow(2).mean() for h in states[first:]]).mean()
         if not stats:
             return (loss,)
-        valid = (y >= 0).flatten(1).float()  # (len(read), B*T)
+        valid = (y >= 0).flatten(1).float()  # (loops read, B*T)
         ce = torch.full((K,), float('nan'), device=states[0].device)
         ce[read] = (ce_tokens * valid).sum(1) / valid.sum(1)  # loop k's mean CE over the tokens it reads
         h_norm = torch.stack([h.detach().float().norm(dim=-1).mean() for h in states])
