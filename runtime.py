@@ -4,6 +4,7 @@ Device, precision and compile: decided once, here, for every script.
     python -c "from runtime import setup_device, resolve_dtype; d = setup_device('auto'); print(d, resolve_dtype('auto', d))"
 """
 
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -18,6 +19,9 @@ def setup_device(name='auto'):
     made the 44M step several times slower, with the same losses: assets/speed/denormals.md)."""
     if name == 'auto':
         name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+        if name == 'cpu' and torch.version.cuda:  # (a GPU job that silently trains the 44M model on its CPU)
+            print(f"note: this torch is a CUDA {torch.version.cuda} build but sees no GPU, so device 'auto' is the "
+                  f"CPU (device='cuda' makes that an error)", file=sys.stderr, flush=True)
     try:
         kind = torch.device(name).type
     except RuntimeError:

@@ -252,6 +252,21 @@ def test_settings_that_make_no_sense_are_refused(bad, needle):
     assert needle in str(e.value)
 
 
+def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
+    from runtime import setup_device
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: False)
+    try:
+        for build, said in (('12.8', True), (None, False)):  # a CUDA build without a GPU, then a CPU build
+            monkeypatch.setattr(torch.version, 'cuda', build)
+            assert setup_device('auto') == 'cpu'
+            err = capsys.readouterr().err
+            assert ('CUDA 12.8 build but sees no GPU' in err) is said, err
+            assert len(err.splitlines()) == int(said)
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def test_a_device_that_is_not_there_is_refused():
     c = SimpleNamespace(**settings('--device=gpu'))
     with pytest.raises(UserError, match="'gpu'"):
