@@ -1,4 +1,4 @@
-"""The docs' tables are the stored results, number for number.
+"""The docs' tables are the stored results, number for number, and their commands run as written.
 
 Every markdown table in README.md and docs/*.md that reports a measurement is checked here
 against the stored file it was made from: the tables.md / costs-*.md / exit_tables.md that the
@@ -8,10 +8,25 @@ shown: within half a unit of its last shown digit. Each doc table is found by it
 each of its rows by its first cell; a table, row or cell that changes must change here too,
 and a table with numbers that no check covers fails test_every_table_is_checked.
 
-Reads only README.md, docs/ and assets/: no torch, no network, no data, a fraction of a second.
+The table checks read only README.md, docs/ and assets/. The command checks take every command
+line of the pages (code blocks, and inline `python ...` spans of the prose) and check it with the
+script's own command line: configurator's settings or the argparse parser that the script's
+--help reaches, run in this process (the scripts are imported, torch with them; nothing is trained,
+read or downloaded): its script or module exists, its config files exist and load, and each --flag
+is a setting of the script, with a value of its type. A study's `bash assets/<study>/run.sh` sets
+every variable that the script's own usage line sets. No network, no data, about two seconds.
 """
+import argparse
+import contextlib
+import importlib.util
+import io
+import itertools
 import json
+import os
 import re
+import runpy
+import shlex
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -665,3 +680,244 @@ def test_every_number_is_pinned(key):
                         check_cell(changed, w, 'changed')
                     pinned += 1
     assert pinned
+
+
+# ---------------------------------------------------------------------------------------------
+# every command line a reader copies: its script, its config files and every --flag, checked by
+# the script's own command line (its configure() or argparse parser, found by running it with
+# --help in this process: no subprocess, no data, no work)
+
+COMMAND = re.compile(r'(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python|torchrun|bash)\s')
+
+
+def shell_lines(page):
+    """(line number, text) of every shell line on a page: a code block's lines (fenced, or indented
+    four spaces), each with its `\\` continuations, and each inline `code` span of the prose that
+    starts as a command does."""
+    lines = (ROOT / page).read_text().splitlines()
+    out, prose, fence, i = [], [], False, 0
+    while i < len(lines):
+        line, start = lines[i], i + 1
+        if line.strip().startswith('```'):
+            fence = not fence
+        elif fence or line.startswith('    '):
+            text = line.strip()
+            while text.endswith('\\') and i + 1 < len(lines):
+                i += 1
+                text = text[:-1] + ' ' + lines[i].strip()
+            out.append((start, text, True))
+        else:
+            prose.append((start, line))
+        i += 1
+    para = []
+    for n, line in prose + [(None, '')]:   # inline spans may wrap: a paragraph's lines joined
+        if line.strip():
+            para.append((n, line))
+            continue
+        text = ' '.join(l for _, l in para)
+        for m in re.finditer(r'`([^`]+)`', text):
+            if COMMAND.match(m.group(1)) and '<' not in m.group(1):   # (python -m beyond.<name>: a pattern)
+                out.append((para[0][0], m.group(1), False))
+        para = []
+    return sorted(out)
+
+
+def shell_words(text):
+    """A shell line's simple commands as word lists (comments dropped, split at ; && || |)."""
+    lex = shlex.shlex(text, posix=True, punctuation_chars=';&|')
+    lex.whitespace_split, lex.commenters = True, '#'
+    cmds, cur = [], []
+    for w in lex:
+        if set(w) <= set(';&|'):
+            cmds.append(cur)
+            cur = []
+        elif not cur and w in ('do', 'then', 'done', 'fi'):
+            continue
+        else:
+            cur.append(w)
+    return [c for c in cmds + [cur] if c]
+
+
+def page_commands(page):
+    """(line, words, env, shell variables) of every command a page gives: words without the
+    NAME=value prefix (env) and with `[...]` (optional) unbracketed; the variables are what the
+    block's `for VAR in ...` loops and assignments set before the command."""
+    out, shell_vars = [], {}
+    for n, text, block in shell_lines(page):
+        for words in shell_words(text):
+            if words[0] == 'for' and len(words) > 3 and words[2] == 'in':
+                shell_vars[words[1]] = words[3:]
+                continue
+            env = {}
+            while words and re.fullmatch(r'[A-Za-z_]\w*=.*', words[0]):
+                k, v = words.pop(0).split('=', 1)
+                env[k] = v
+            if not words:
+                shell_vars.update({k: [v] for k, v in env.items()})
+                continue
+            if words[0] in ('python', 'torchrun', 'bash'):
+                out.append((n, [w.strip('[]') if w.startswith('[') or w.endswith(']') else w for w in words],
+                            env, dict(shell_vars)))
+    return out
+
+
+def expansions(word, shell_vars):
+    """Every value of a word with the page's shell variables put in ($c, ${c}); a variable the page
+    does not set is left as it is."""
+    names = [n for n in dict.fromkeys(re.findall(r'\$\{?(\w+)\}?', word)) if n in shell_vars]
+    out = []
+    for values in itertools.product(*(shell_vars[n] for n in names)):
+        w = word
+        for name, value in zip(names, values):
+            w = re.sub(r'\$\{' + name + r'\}|\$' + name + r'\b', value, w)
+        out.append(w)
+    return out
+
+
+class Captured(BaseException):
+    """What a script's --help reached first: configurator's settings, or its argparse parser."""
+
+    def __init__(self, settings=None, parser=None):
+        self.settings, self.parser = settings, parser
+
+
+@lru_cache(maxsize=None)
+def command_line(script, module):
+    """The command line a script takes, as its own code declares it: ('settings', {name: default})
+    for configurator's scripts, ('argparse', parser) for the others; its --help run in this process
+    stops at the first of the two."""
+    import configurator   # (imported here: the table checks above need no script)
+    saved = (sys.argv, configurator.help_text, argparse.ArgumentParser.parse_args, os.getcwd(), list(sys.path))
+
+    def settings_seen(settings, scripts):
+        raise Captured(settings=dict(settings))
+
+    def parser_seen(parser, *args, **kwargs):
+        raise Captured(parser=parser)
+
+    configurator.help_text, argparse.ArgumentParser.parse_args = settings_seen, parser_seen
+    sys.argv, sys.path[:0] = [str(ROOT / script), '--help'], [str(ROOT)]
+    os.chdir(ROOT)
+    imported = sys.modules.pop(module, None) if module else None   # (runpy runs a fresh copy as __main__)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if module:
+                runpy.run_module(module, run_name='__main__', alter_sys=True)
+            else:
+                runpy.run_path(str(ROOT / script), run_name='__main__')
+    except Captured as c:
+        return ('settings', c.settings) if c.settings is not None else ('argparse', c.parser)
+    finally:
+        sys.argv, configurator.help_text, argparse.ArgumentParser.parse_args, cwd, sys.path[:] = saved
+        os.chdir(cwd)
+        if imported is not None:
+            sys.modules[module] = imported
+    raise AssertionError(f'{script} --help reached neither configurator nor argparse')
+
+
+def unset_var(word):
+    """A positional word with a variable the page does not set: a config file, the first file it can
+    be (config/$c.py: config/alpha_perloop.py); anything else as it is."""
+    if '$' in word and word.endswith('.py'):
+        found = sorted(ROOT.glob(re.sub(r'\$\{?\w+\}?', '*', word)))
+        return str(found[0].relative_to(ROOT)) if found else word
+    return word
+
+
+def bash_needs(script):
+    """The variables a study's run.sh must be given: those its own usage line (in its header) sets."""
+    for line in (ROOT / script).read_text().splitlines():
+        m = re.match(r'#\s+((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)bash ' + re.escape(script) + r'\s*$', line)
+        if m:
+            return {w.split('=', 1)[0] for w in m.group(1).split()}
+    return set()
+
+
+def check_command(words, env, shell_vars):
+    """The problems of one command line, as strings (none: it runs as written)."""
+    if words[0] == 'bash':
+        script = words[1]
+        if not (ROOT / script).is_file():
+            return [f'{script} does not exist']
+        source = (ROOT / script).read_text() + (ASSETS / 'study.sh').read_text()
+        problems = [f'{script} needs {v}=' for v in sorted(bash_needs(script) - set(env))]
+        return problems + [f'{script} reads no {v}' for v in env if not re.search(r'\$\{?' + v + r'\b', source)]
+    if words[0] == 'torchrun':
+        first = next(i for i, w in enumerate(words) if i and not w.startswith('--'))   # torchrun's own flags first
+        words = ['python'] + words[first:]
+    if words[1] == '-m':
+        module, args = words[2], words[3:]
+        script = module.replace('.', '/') + '.py'
+        if not (ROOT / script).is_file():
+            return [] if importlib.util.find_spec(module) else [f'no module {module}']   # (pytest)
+    else:
+        module, script, args = None, words[1], words[2:]
+        if not (ROOT / script).is_file():
+            return [f'{script} does not exist']
+    problems = []
+    for w in args:   # the repo's files a command names
+        for part in re.split(r'[,=]', w):
+            if re.match(r'(config|assets)/', part) and not re.search(r'[*{}]|\.\.\.', part):
+                if not any(list(ROOT.glob(re.sub(r'\$\{?\w+\}?', '*', p))) if '$' in p else (ROOT / p).exists()
+                           for p in expansions(part, shell_vars)):
+                    problems.append(f'{part} does not exist')
+    kind, spec = command_line(script, module)
+    variants = [list(v) for v in itertools.product(*(expansions(w, shell_vars) for w in args))]
+    for argv in variants[:64]:
+        argv = [re.sub(r'\$\{?\w+\}?', '1', w) if w.startswith('--') else unset_var(w) for w in argv]
+        err = io.StringIO()
+        try:
+            if kind == 'settings':
+                import configurator
+                cwd = os.getcwd()
+                os.chdir(ROOT)
+                try:
+                    configurator.configure(spec, argv, [str(ROOT / script)])
+                finally:
+                    os.chdir(cwd)
+            else:
+                with contextlib.redirect_stderr(err):
+                    spec.parse_args(argv)
+        except SystemExit:
+            problems.append(err.getvalue().strip().splitlines()[-1])
+            break
+        except Exception as e:   # configurator's UserError
+            problems.append(str(e))
+            break
+    return problems
+
+
+def doc_commands():
+    return [(f'{page}:{n}', words, env, shell_vars) for page in DOCS
+            for n, words, env, shell_vars in page_commands(page)]
+
+
+def test_commands_are_found():
+    """The extraction sees the pages' commands, inline, continued and inside loops alike."""
+    found = {(where.split(':')[0], ' '.join(words[:3])) for where, words, _, _ in doc_commands()}
+    assert ('README.md', 'python train.py config/norm_perloop.py') in found
+    assert ('README.md', 'python -m beyond.bench') in found                 # inline, in the prose
+    assert ('docs/depth.md', 'bash assets/depth/run.sh') in found           # with its WT103=
+    assert ('docs/early-exit.md', 'python -m beyond.exit_train') in found     # inside a for loop, continued
+    assert len(found) >= 40
+
+
+def test_command_check_catches_what_breaks():
+    """A flag the script lacks, a flag without its value, a missing config file, a bash study
+    without the variable its usage line sets: each is a problem."""
+    assert any('unknown setting' in p for p in check_command(['python', 'train.py', '--no_such=1'], {}, {}))
+    assert any('no value' in p for p in check_command(['python', '-m', 'beyond.bench', '--anchor'], {}, {}))
+    assert check_command(['python', 'train.py', 'config/no_such.py'], {}, {})
+    assert check_command(['python', 'eval_depth.py', 'RUN', '--no_such', '1'], {}, {})
+    assert check_command(['python', 'eval_depth.py', 'RUN', '--max_loops', 'many'], {}, {})
+    assert check_command(['bash', 'assets/depth/run.sh'], {}, {}) == ['assets/depth/run.sh needs WT103=']
+    assert not check_command(['python', 'train.py', 'config/$c.py', '--seed=$s'], {}, {'c': ['raw_perloop'], 's': ['1']})
+
+
+@pytest.mark.parametrize('page', DOCS)
+def test_every_command_runs_as_written(page):
+    """Every command line of the page names a script or module that exists, config files that exist,
+    and only settings (with their values) that the script takes."""
+    broken = [f'{where}: {" ".join(words)}\n    {p}' for where, words, env, shell_vars in doc_commands()
+              if where.startswith(page + ':') for p in check_command(words, env, shell_vars)]
+    assert not broken, 'commands that do not run as written:\n' + '\n'.join(broken)
