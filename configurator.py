@@ -172,7 +172,7 @@ def help_text(settings, scripts):
     for path in scripts:
         rows = [r for r in settings_block(path) if r[0] is None or r[0] in settings]
         if len(scripts) > 1:
-            out += ['', f"[{os.path.basename(path)}]"]
+            out += ['', f"[{os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(__file__)))}]"]
         width = max([len(f"--{n}={v}") for n, v, _ in rows if n] + [0]) + 2
         for name, value, comment in rows:
             if name is None:

@@ -1,23 +1,19 @@
 """
 Perplexity, hidden-state norms and throughput against inference depth K, the scale clamp,
-early exit (teacher-forced against the oracle bound, and as a decoder really runs it, with
-the readout's criteria, the states' and learned gates), calibrated halting, Lemma 2
-out to many loops and the drift over training, for trained runs; seeds of one condition
-are grouped into mean ± std.
+Lemma 2 out to many loops and the drift over training, for trained runs; seeds of one
+condition are grouped into mean ± std.
 
     python eval_depth.py out-norm_perloop out-raw_perloop                  # every K from 1 to 2x trained K
-    python eval_depth.py out-*-cpu-s* --clamp --exit 0.5,0.9 --lemma_loops 30 --curves --out eval-cpu
-    python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01      # halting within 1% of full depth
+    python eval_depth.py out-*-cpu-s* --clamp --lemma_loops 30 --curves --out eval-cpu
     python eval_depth.py out-raw_perloop/ckpt.pt --split test --max_tokens 100000
-    python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project --speculative
-    python eval_depth.py out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
-    python eval_depth.py --from_results a/results.json,b/results.json --retime --out merged   # seeds evaluated apart
+    python eval_depth.py --from_results a/results.json,b/results.json --out merged   # seeds evaluated apart
 
-The decoding studies (stand-ins, calibration, speculative decoding) live in beyond/eval_decode.py;
-loading a run and choosing the scored windows, in data.py. Writes a markdown table to stdout
-and, in --out, results.json (every run, and every group of seeds) and PNG plots. Perplexity
-is over the whole split in non-overlapping windows of the trained block size: every token
-but the first is scored exactly once.
+Writes a markdown table to stdout and, in --out, results.json (every run, and every group of
+seeds) and PNG plots. Perplexity is over the whole split in non-overlapping windows of the
+trained block size: every token but the first is scored exactly once. Loading a run and
+choosing the scored windows live in data.py. Studies beyond the paper plug in as a Study
+(below): python -m beyond.eval_decode is this script with the decoding studies (early exit,
+calibrated halting, speculative decoding) added, and redraws their tables from a results.json.
 """
 
 import argparse
@@ -30,10 +26,6 @@ import time
 import numpy as np
 import torch
 
-from beyond import exits
-from beyond.eval_decode import FIGURES as EXIT_FIGURES
-from beyond.eval_decode import (add_decoding_arguments, check_decoding_arguments, decoding_studies, decoding_tables,
-                                exit_rows, gates_of, retime)
 from configurator import UserError, error_line
 from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
 from report import FIGURES, all_plots, label, mean_std, perplexity, pm, settings_of, write_json
@@ -42,14 +34,32 @@ from data import Scoring, load_run, run_folder, score_windows
 
 
 # -----------------------------------------------------------------------------
+# studies beyond the paper plug in here
+
+class Study:
+    """A study of each run beside the paper's: main(argv, studies=[...]) calls these hooks, each a
+    no-op here (python -m beyond.eval_decode passes its decoding studies). What a study adds to a
+    run's record is grouped into mean ± std, written to results.json and read back by
+    --from_results as the paper's numbers are."""
+    figures = ()  # functions (plt, groups, runs) -> [(name, figure)], as report.FIGURES
+
+    def add_arguments(self, parser): pass
+    def check(self, args): pass  # raises UserError
+    def prepare(self, loaded, args): return [None] * len(loaded)  # per-run state (it may reorder loaded in place)
+    def rows(self, model, states, K, state): return {}  # a batch's per-token rows (loops 1..K), from its states
+    def evaluate(self, run, sc, rows, K, args, state): pass  # into run (K: the trained depth)
+    def tables(self, group, runs): return ''
+    def from_results(self, runs, args): return False  # redo part of stored runs; True: they changed
+
+
+# -----------------------------------------------------------------------------
 # passes over the split
 
 @torch.no_grad()
-def score_depths(sc, max_loops, clamp, exit_loops, diag_tokens, desc, criteria=None):
+def score_depths(sc, max_loops, clamp, diag_tokens, desc, extra=None):
     """Per-token numbers for every K (depth CE, norms, radial fraction on the first diag_tokens
-    tokens, angular change) and, for loops 1..exit_loops (0: none), the decoding studies' rows
-    (beyond/eval_decode.py's exit_rows: each criterion's confidence, speculative acceptance).
-    Returns (rows, N) tensors."""
+    tokens, angular change) and those that extra(model, states) makes of each batch's states (the
+    studies' rows). Returns (rows, N) tensors."""
     rows = {'ce': [], 'norm': [], 'radial': [], 'angular': []}
     model, seen = sc.model, 0
     with sc.progress(sc.windows, desc) as bar:
@@ -57,9 +67,8 @@ def score_depths(sc, max_loops, clamp, exit_loops, diag_tokens, desc, criteria=N
             with sc.ctx:
                 states = model.hidden_states(x, max_loops, clamp)
                 rows['ce'].append(model.depth_losses(states[1:], y))
-                if exit_loops:
-                    for name, t in exit_rows(model, states, exit_loops, criteria).items():
-                        rows.setdefault(name, []).append(t)
+                for name, t in (extra(model, states) if extra else {}).items():
+                    rows.setdefault(name, []).append(t)
                 radial = diag_tokens <= 0 or seen < diag_tokens
                 for name, t in token_diagnostics(model, states, y, every_loop_last=True, radial=radial).items():
                     rows[name].append(t)
@@ -120,7 +129,7 @@ def learned_depth_settings(model, config):
     return out or None
 
 
-def evaluate_run(path, model, config, data, args, device, dtype, reference=None, criteria=None):
+def evaluate_run(path, model, config, data, args, device, dtype, studies=(), states=()):
     cfg = model.config
     ctx = autocast(device, dtype)
     max_loops = args.max_loops or 2 * cfg.n_loops
@@ -133,13 +142,13 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
                sandwich_norm=cfg.sandwich_norm, inject=cfg.inject, damping=cfg.damping,
                random_depth=bool(config.get('random_depth')), depth=learned_depth_settings(model, config),
                seed=config.get('seed'), config=config, split=args.split,
-               tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype,
-               gates=gates_of(criteria))
+               tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
     sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
-    # (the exit rows of the trained depth, for the decoding studies, are cheap beside the rest)
-    free = score_depths(sc, max_loops, False, last, args.diag_tokens, f"{name}: K=1..{max_loops}", criteria)
-    clamped = score_depths(sc, max_loops, True, 0, args.diag_tokens, f"{name}: clamped") if args.clamp else None
+    def extra(model, hs):  # the studies' rows of a batch, at loops 1..the trained K
+        return {k: v for study, state in zip(studies, states) for k, v in study.rows(model, hs, last, state).items()}
+    free = score_depths(sc, max_loops, False, args.diag_tokens, f"{name}: K=1..{max_loops}", extra)
+    clamped = score_depths(sc, max_loops, True, args.diag_tokens, f"{name}: clamped") if args.clamp else None
 
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
@@ -171,7 +180,8 @@ def evaluate_run(path, model, config, data, args, device, dtype, reference=None,
     edges = np.logspace(-1, 7, 161)
     counts, _ = np.histogram(free['norm'][last - 1].double().numpy().clip(edges[0], edges[-1]), bins=edges)
     run['final_norm_hist'] = dict(loop=last, edges=edges.tolist(), counts=counts.tolist())
-    decoding_studies(run, sc, free, last, args, reference, criteria)  # (beyond the paper: exits, speculation)
+    for study, state in zip(studies, states):
+        study.evaluate(run, sc, free, last, args, state)
     if args.lemma_loops:
         run['lemma'] = lemma(sc, args.lemma_loops, args.lemma_tokens, name)
     if args.curves:
@@ -282,17 +292,18 @@ def lemma_table(groups):
 
 # -----------------------------------------------------------------------------
 
-def check_settings(args):
-    """Every check on the arguments, in one place."""
+def check_settings(args, studies=()):
+    """Every check on the arguments, in one place (and each study's on its own)."""
     if args.max_loops is not None and args.max_loops < 1:
         raise UserError(f"--max_loops must be at least 1, got {args.max_loops}")
     if args.lemma_loops and args.lemma_loops < 2:
         raise UserError(f"--lemma_loops needs at least 2 loops (a step is between two loops); got {args.lemma_loops}")
-    if args.lemma_loops < 0 or args.lemma_tokens < 1 or args.decode_tokens < 1:
-        raise UserError("--lemma_loops must be >= 0, and --lemma_tokens and --decode_tokens >= 1")
+    if args.lemma_loops < 0 or args.lemma_tokens < 1:
+        raise UserError("--lemma_loops must be >= 0, and --lemma_tokens >= 1")
     if args.batch_size < 0 or args.max_tokens < 0 or args.bench_iters < 1 or args.diag_tokens < 0:
         raise UserError("--batch_size, --max_tokens and --diag_tokens must be >= 0 (0: the default), --bench_iters >= 1")
-    check_decoding_arguments(args)
+    for study in studies:
+        study.check(args)
 
 
 def make_out(path):
@@ -306,9 +317,9 @@ def make_out(path):
         raise UserError(f"cannot write to --out {path}: {e.strerror}")
 
 
-def evaluate_runs(args):
+def evaluate_runs(args, studies=()):
     """Loads every run (failing early on bad input), evaluates each, and groups seeds."""
-    check_settings(args)
+    check_settings(args, studies)
     if not args.runs:
         raise UserError("no runs given: name run folders (or checkpoint files), or --from_results")
     try:
@@ -317,24 +328,16 @@ def evaluate_runs(args):
         raise UserError(str(e))
     dtype = resolve_dtype(args.dtype, device)
     loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
-    criteria = {path: exits.run_criteria(run_folder(path), model, args.criteria) for path, model, _, _ in loaded}
     if args.curves:
         for path, *_ in loaded:
             read_curve(run_folder(path))
+    states = list(zip(*[study.prepare(loaded, args) for study in studies])) or [()] * len(loaded)
     make_out(args.out)
     runs = []
-    # calibrated halting of an exit-trained run is measured against its normally trained twin (the same
-    # settings and seed with exit_train=0), when that run is evaluated too: so the normal runs go first
-    loaded.sort(key=lambda r: r[2].get('exit_train', 0.0) > 0)
-    twins = {}
-    for path, model, config, data in loaded:
-        twin = twins.get(condition({**config, 'exit_train': 0.0}) + (('seed', repr(config.get('seed'))),))
-        run = evaluate_run(path, model, config, data, args, device, dtype, twin, criteria[path])
+    for (path, model, config, data), state in zip(loaded, states):
+        run = evaluate_run(path, model, config, data, args, device, dtype, studies, state)
         print(f"{run['name']}: {settings_of(run)}; {run['tokens_scored']:,} {args.split} tokens scored", file=sys.stderr)
         runs.append(run)
-        if run.get('calibrated') and not config.get('exit_train'):
-            twins[condition(config) + (('seed', repr(config.get('seed'))),)] = dict(
-                name=run['name'], pick=run['calibrated'][0]['full_ppl_pick'], held=run['calibrated'][0]['full_ppl'])
     groups, notes = group_runs(runs, [config for _, _, config, _ in loaded])
     return runs, groups, notes
 
@@ -368,8 +371,10 @@ def from_results(path, names):
     return runs, groups, notes
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def main(argv=None, studies=(), script='eval_depth.py'):
+    """The script: argv its arguments (default: the command line's); studies, those run beside
+    the paper's (Study objects); script, the name its errors and results.json give."""
+    p = argparse.ArgumentParser(prog=script, description=__doc__.split('\n\n')[0])
     p.add_argument('runs', nargs='*', help='run folders (holding ckpt.pt) or checkpoint files; with --from_results, '
                                            'the groups or runs to show (default: all)')
     p.add_argument('--from_results', default=None,
@@ -380,7 +385,6 @@ def main(argv=None):
     p.add_argument('--max_tokens', type=int, default=0, help='score only the first N tokens (0: the whole split)')
     p.add_argument('--batch_size', type=int, default=0, help='windows per batch (default: the training batch size)')
     p.add_argument('--clamp', action='store_true', help='also evaluate with the recurrent scale clamp')
-    add_decoding_arguments(p)  # --exit, --calibrate, --stand_in, --criteria, --retime, --speculative, --decode_tokens
     p.add_argument('--lemma_loops', type=int, default=0, help='Lemma 2 out to this many loops (0: off; e.g. 30)')
     p.add_argument('--lemma_tokens', type=int, default=16384, help='tokens the Lemma-2 sweep runs on')
     p.add_argument('--curves', action='store_true', help="the drift over training, from each run's log.jsonl")
@@ -394,32 +398,33 @@ def main(argv=None):
     p.add_argument('--diag_tokens', type=int, default=0,
                    help='compute the radial fraction on the first N tokens only (0: all; it runs the readout '
                         'in float64 at every loop, slow for a 50k vocabulary on a CPU)')
+    for study in studies:
+        study.add_arguments(p)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = p.parse_args(argv)
+    changed = not args.from_results or ',' in args.from_results  # (several: merged, grouped anew)
     try:
         if args.from_results:
             runs, groups, notes = from_results(args.from_results, args.runs)
             make_out(args.out)
-            if args.retime:
-                try:
-                    retime(runs, setup_device(args.device), args.data_dir)
-                except ValueError as e:
-                    raise UserError(str(e))
+            if any([study.from_results(runs, args) for study in studies]):
+                changed = True
                 groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
-            runs, groups, notes = evaluate_runs(args)
+            runs, groups, notes = evaluate_runs(args, studies)
     except UserError as e:
-        sys.exit(error_line('eval_depth.py', e))
+        sys.exit(error_line(script, e))
     for note in notes:
-        print(f"eval_depth.py: note: {note}", file=sys.stderr)
+        print(f"{script}: note: {note}", file=sys.stderr)
     print(table(groups))
     for g in groups:
-        print(decoding_tables(g, runs), end='')
+        print(''.join(study.tables(g, runs) for study in studies), end='')
     if any(g['mean'].get('lemma') for g in groups):
         print(lemma_table(groups))
-    if not args.from_results or args.retime or ',' in args.from_results:  # (several: merged, grouped anew)
+    if changed:
         write_json(os.path.join(args.out, 'results.json'),
-                   dict(command=' '.join(sys.argv if argv is None else ['eval_depth.py', *map(str, argv)]), runs=runs, groups=groups, notes=notes))
-    for path in all_plots(groups, runs, args.out, FIGURES + EXIT_FIGURES):
+                   dict(command=' '.join([script, *argv]), runs=runs, groups=groups, notes=notes))
+    for path in all_plots(groups, runs, args.out, FIGURES + tuple(f for study in studies for f in study.figures)):
         print(f"wrote {path}", file=sys.stderr)
 
 

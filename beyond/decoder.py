@@ -7,7 +7,7 @@ loops as the draft.
 m = LoopedGPT(LoopedGPTConfig(n_layer=2, n_embd=64, n_head=2, vocab_size=256, block_size=64)).eval(); \
 print(generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1, draft_tokens=3)[2])"
 
-sample.py and eval_depth.py call this file; model.py knows nothing of it. The block is the
+beyond/sample.py and eval_depth.py call this file; model.py knows nothing of it. The block is the
 model's own (model.block): the decoder hands it its weights, cast once, and an attention over
 its KV cache, the way gpt-fast's Attention takes its cache. As in gpt-fast, the
 cache has a fixed shape (every step attends over all block_size positions with a mask), so one
@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 from beyond import exits
 from model import attention, block
+from sample import draw, next_token_probs  # the plain sampler's own draw and distribution
 
 STAND_INS = ('copy', 'project')
 
@@ -370,22 +371,6 @@ def decode(model, idx, cache, exit_threshold=0.0, criterion='max_prob', stand_in
 # -------------------------------------------------------------------------------------
 # sampling, fixed depth or speculative
 
-def sample(probs):
-    """One draw from each row of probs (..., vocab) -> (..., 1): the exponential race, argmax of
-    p_i / E_i with E_i ~ Exp(1), which picks i with probability p_i / sum(p) exactly, and costs a
-    few elementwise ops (torch.multinomial was a tenth of a decoding step on a CPU)."""
-    return (probs / torch.empty_like(probs).exponential_()).argmax(-1, keepdim=True)
-
-
-def next_token_probs(logits, temperature, top_k):
-    """(..., vocab) logits -> the distribution sampled from, after temperature and top_k."""
-    logits = logits.float() if temperature == 1.0 else logits.float() / max(temperature, 1e-8)
-    if top_k is not None:
-        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-        logits = logits.masked_fill(logits < v[..., -1:], -float('inf'))  # (a slice: a list index is a host copy a token)
-    return F.softmax(logits, dim=-1)
-
-
 def residual(p, q):
     """Where the token at a rejected draft comes from: norm(max(p - q, 0)), the part of the
     target p that the draft q under-covers (tests swap in a wrong rule to see the test fail)."""
@@ -403,16 +388,16 @@ def accept_drafts(p, q, drafts):
     number, where the first rejection is. Returns (emitted tokens (m,) long, drafts accepted)."""
     n = drafts.numel()
     if n == 0:
-        return sample(p[0]), 0
+        return draw(p[0]), 0
     rows = torch.arange(n, device=p.device)
     rejected = torch.rand(n, device=p.device) * q[rows, drafts] >= p[rows, drafts]  # keep where u < p/q (no division)
     r = residual(p[:n], q)  # (n, V)
-    fix = torch.where(r.sum(-1) > 0, sample(r)[:, 0], drafts)  # (n,) (a zero residual: p = q, nothing to fix)
+    fix = torch.where(r.sum(-1) > 0, draw(r)[:, 0], drafts)  # (n,) (a zero residual: p = q, nothing to fix)
     first = torch.where(rejected.any(), rejected.int().argmax(), n)  # (argmax: the first rejection)
     i = int(first)  # the one read
     if i < n:
         return torch.cat([drafts[:i], fix[i:i + 1]]), i
-    return torch.cat([drafts, sample(p[n])]), n
+    return torch.cat([drafts, draw(p[n])]), n
 
 
 @torch.no_grad()
@@ -445,7 +430,7 @@ def speculative_pass(model, last, cache, j, g, temperature, top_k, draft_stop, c
         logits = logits[0]
         q = next_token_probs(logits[0], temperature, top_k)
         qs.append(q)
-        tok = sample(q)[None]  # (1, 1)
+        tok = draw(q)[None]  # (1, 1)
         drafts.append(tok[0, 0])
     n = len(drafts)
     h = torch.cat(states, dim=1)  # (1, n+1, C): the newest token and the drafts after loop j
@@ -473,7 +458,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
     context as without speculation. kv_cache=False recomputes the whole window at every step
     through the same decode: the same windows and exits, so greedy text is the same.
     stepper: a Stepper to reuse (its cast weights, compiled loop and cache) across calls, as
-    sample.py does for its samples; default: a new one (with compile)."""
+    beyond/sample.py does for its samples; default: a new one (with compile)."""
     K = n_loops or model.config.n_loops
     bs = model.config.block_size
     keep = max(1, bs - bs // 4)
@@ -502,7 +487,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=No
             logits, loops = decode(model, idx[:, window:], cache, exit_threshold, criterion, stand_in, stepper)
         else:  # one token, attending to the cache
             logits, loops = decode(model, idx[:, -1:], cache, exit_threshold, criterion, stand_in, stepper)
-        idx_next = sample(next_token_probs(logits[:, -1, :], temperature, top_k))
+        idx_next = draw(next_token_probs(logits[:, -1, :], temperature, top_k))
         idx = torch.cat((idx, idx_next), dim=1)
         used.append(loops[:, -1])
     loops = torch.stack(used, dim=1) if used else torch.zeros(idx.size(0), 0, dtype=torch.long)

@@ -17,7 +17,7 @@ import time
 import torch
 
 from beyond import exits
-from beyond.decoder import Stepper, decode, generate, new_cache, next_token_probs, sample, stand_ins
+from beyond.decoder import Stepper, decode, generate, new_cache, draw, next_token_probs, stand_ins
 from beyond.eval_decode import acceptance, predicted_speedup, tokens_per_pass
 from data import Scoring, load_run, score_windows
 from runtime import autocast
@@ -67,7 +67,7 @@ def main(argv=None):
         readout = timed(lambda: stepper.logits(h1, last=True), args.reps)
         decide = {name + ('' if c.readout else ' (no readout)'): timed(lambda c=c: bool(c(h2, h1, logits2, logits1) > 0.5), args.reps)
                   for name, c in exits.CRITERIA.items()}  # (as decoder.decode decides)
-        draw = timed(lambda: sample(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
+        sampling = timed(lambda: draw(next_token_probs(logits2[:, -1], 1.0, None)), args.reps)
         project = timed(lambda: stand_ins(stepper, cache, h1, t, 0, 'project', h0), args.reps)  # (an exit's later keys/values)
         hg = model.embed(prompt[:, -1:].expand(1, args.g + 1), t)
         verify = {j: timed(lambda j=j: stepper.logits(stepper.loops(hg, t, cache, j, K, e=hg), last=True), args.reps)
@@ -100,7 +100,7 @@ def main(argv=None):
     print(f"| one readout ({C} x {model.config.vocab_size}) | {ms(readout)} |")
     for c, s in decide.items():
         print(f"| exit decision: {c} | {ms(s)} |")
-    print(f"| sampling from the readout | {ms(draw)} |")
+    print(f"| sampling from the readout | {ms(sampling)} |")
     print(f"| an exited token's projected stand-ins (every layer's keys and values from its exit state) | {ms(project)} |")
     for j, s in verify.items():
         print(f"| verify pass, loops {j + 1}..{K} over {args.g + 1} tokens, per token | {ms(s / (args.g + 1))} |")
@@ -108,15 +108,15 @@ def main(argv=None):
     for k, v in fixed.items():
         print(f"| {k} | {v:,.1f} |")
 
-    per_token_fixed = K * loop + readout + draw
-    print(f"\nA fixed-K token, from the parts: {K} x {ms(loop)} + {ms(readout)} + {ms(draw)} = {ms(per_token_fixed)} ms "
+    per_token_fixed = K * loop + readout + sampling
+    print(f"\nA fixed-K token, from the parts: {K} x {ms(loop)} + {ms(readout)} + {ms(sampling)} = {ms(per_token_fixed)} ms "
           f"({1 / per_token_fixed:,.1f} tok/s; measured {fixed[K]:,.1f}).")
     print('\n| exit after loop e | with a readout per loop (max_prob) | speed-up | decided without a readout (angular) | speed-up '
           '| the same, projected stand-ins | speed-up |')
     print('|---|---|---|---|---|---|---|')
     for e in range(1, K):
-        with_readout = e * (loop + readout + decide['max_prob']) + draw
-        without = e * (loop + decide['angular (no readout)']) + readout + draw
+        with_readout = e * (loop + readout + decide['max_prob']) + sampling
+        without = e * (loop + decide['angular (no readout)']) + readout + sampling
         projected = without + project
         print(f"| {e} | {ms(with_readout)} ms | {per_token_fixed / with_readout:.2f}x | {ms(without)} ms | "
               f"{per_token_fixed / without:.2f}x | {ms(projected)} ms | {per_token_fixed / projected:.2f}x |")
@@ -126,7 +126,7 @@ def main(argv=None):
     print('|---|---|---|---|---|---|')
     for j in range(1, K):
         a = accept[j - 1]
-        draft = j * loop + readout + draw
+        draft = j * loop + readout + sampling
         cost = ((args.g + 1) * draft + verify[j]) / per_token_fixed
         print(f"| {j} | {agree[j - 1]:.3f} | {a:.3f} | {tokens_per_pass(a, args.g):.2f} | "
               f"{predicted_speedup(a, j, args.g, K):.2f}x | {tokens_per_pass(a, args.g) / cost:.2f}x |")

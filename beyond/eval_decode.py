@@ -1,17 +1,19 @@
 """
-The decoding studies of eval_depth.py (beyond the paper): does depth pay as a compute knob in real decoding?
-Early exit scored teacher-forced and causally (with copied or recomputed stand-ins),
-calibrated halting with measured decode speed, and speculative decoding with the model's own
-first loops (acceptance from the states, and measured tok/s against what it predicts).
+eval_depth.py with the decoding studies (beyond the paper): does depth pay as a compute knob in
+real decoding? Early exit scored teacher-forced and causally (with copied or recomputed
+stand-ins), calibrated halting with measured decode speed, and speculative decoding with the
+model's own first loops (acceptance from the states, and measured tok/s against what it predicts).
 
-    python eval_depth.py out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project
-    python eval_depth.py out-raw_perloop-cpu-long-s* --calibrate 0.01,0.05
-    python eval_depth.py out-raw_perloop-cpu-long-s1 --speculative
+    python -m beyond.eval_decode out-raw_perloop-cpu-long-s1 --exit 0.5,0.9 --stand_in copy,project
+    python -m beyond.eval_decode out-raw_perloop-cpu-long-s* --calibrate 0.01,0.05
+    python -m beyond.eval_decode out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
+    python -m beyond.eval_decode out-raw_perloop-cpu-long-s1 --speculative
+    python -m beyond.eval_decode --from_results a/results.json,b/results.json --retime --out merged
 
-eval_depth.py takes these flags (add_decoding_arguments), runs these studies (decoding_studies)
-and prints their tables (decoding_tables); this file holds them so that each file answers one
-question. Each study takes a data.Scoring (the model, the split's windows, the
-batch size, the device and the precision context).
+It takes every flag of eval_depth.py and these (add_decoding_arguments); the studies plug into
+eval_depth.main as one eval_depth.Study (DecodingStudies), and --from_results redraws the paper's
+tables and theirs. Each study takes a data.Scoring (the model, the split's windows, the batch
+size, the device and the precision context).
 """
 
 import itertools
@@ -21,11 +23,12 @@ import numpy as np
 import torch
 
 from beyond import exits
-from beyond.decoder import STAND_INS, Stepper, decode, generate, new_cache, next_token_probs, sample, stand_ins
+from beyond.decoder import STAND_INS, Stepper, decode, generate, new_cache, draw, next_token_probs, stand_ins
+import eval_depth
 from configurator import UserError
 from data import Scoring, load_run, run_folder, score_windows
 from report import clip_ppl, label, legend, num, perplexity, pm
-from runtime import autocast, sync
+from runtime import autocast, setup_device, sync
 
 
 def exit_loops(conf, tau):
@@ -302,12 +305,12 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
 
         def fixed():
             cache.length = t
-            sample(next_token_probs(decode(model, tok, cache, stepper=stepper)[0][:, -1], 1.0, None))
+            draw(next_token_probs(decode(model, tok, cache, stepper=stepper)[0][:, -1], 1.0, None))
 
         def draft():
             h = model.embed(tok, t)
             h = stepper.loops(h, t, cache, 0, j)
-            sample(next_token_probs(stepper.logits(h, last=True)[0, -1], 1.0, None))
+            draw(next_token_probs(stepper.logits(h, last=True)[0, -1], 1.0, None))
 
         h0 = model.embed(prompt[:, -1:].expand(1, g + 1), t)
 
@@ -382,7 +385,9 @@ def parse_thresholds(text):
 
 
 def check_decoding_arguments(args):
-    """Every check on the decoding flags, in one place (eval_depth.check calls it)."""
+    """Every check on the decoding flags, in one place (after eval_depth.check_settings's own)."""
+    if args.decode_tokens < 1:
+        raise UserError(f"--decode_tokens must be at least 1; got {args.decode_tokens}")
     bad_targets = UserError(f"--calibrate takes allowed relative perplexity increases in (0, 1), like 0.01 or "
                             f"0.01,0.05; got {args.calibrate!r}")
     try:
@@ -631,3 +636,59 @@ def exit_frontier_figures(plt, groups, runs):
 
 
 FIGURES = (early_exit_figure, exit_frontier_figures)
+
+
+# -------------------------------------------------------------------------------------
+# the studies as one eval_depth.Study, and the script
+
+class DecodingStudies(eval_depth.Study):
+    """eval_depth's hooks for the studies above: the flags, each run's exit criteria (its gates
+    found by name), the exit rows of its pass, the studies, their tables and figures, --retime."""
+    figures = FIGURES
+
+    def __init__(self):
+        self.twins = {}  # condition and seed of a normally trained run -> its calibrated pick
+
+    def add_arguments(self, parser):
+        add_decoding_arguments(parser)
+
+    def check(self, args):
+        check_decoding_arguments(args)
+
+    def prepare(self, loaded, args):
+        # calibrated halting of an exit-trained run is measured against its normally trained twin (the
+        # same settings and seed with exit_train=0), when that run is evaluated too: so those go first
+        loaded.sort(key=lambda r: r[2].get('exit_train', 0.0) > 0)
+        return [exits.run_criteria(run_folder(path), model, args.criteria) for path, model, _, _ in loaded]
+
+    def rows(self, model, states, K, criteria):
+        return exit_rows(model, states, K, criteria)
+
+    def evaluate(self, run, sc, rows, K, args, criteria):
+        config = run['config']
+        key = lambda c: eval_depth.condition(c) + (('seed', repr(c.get('seed'))),)  # noqa: E731
+        run['gates'] = gates_of(criteria)
+        decoding_studies(run, sc, rows, K, args, self.twins.get(key({**config, 'exit_train': 0.0})), criteria)
+        if run.get('calibrated') and not config.get('exit_train'):
+            self.twins[key(config)] = dict(name=run['name'], pick=run['calibrated'][0]['full_ppl_pick'],
+                                           held=run['calibrated'][0]['full_ppl'])
+
+    def tables(self, group, runs):
+        return decoding_tables(group, runs)
+
+    def from_results(self, runs, args):
+        if not args.retime:
+            return False
+        try:
+            retime(runs, setup_device(args.device), args.data_dir)
+        except ValueError as e:
+            raise UserError(str(e))
+        return True
+
+
+def main(argv=None):
+    eval_depth.main(argv, studies=[DecodingStudies()], script='python -m beyond.eval_decode')
+
+
+if __name__ == '__main__':
+    main()

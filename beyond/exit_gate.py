@@ -1,14 +1,14 @@
 """
 A learned exit gate: Linear(d, 1) on the state after each loop, trained with the language model
 frozen on a finished run (CALM's early-exit classifier; Ouro's second stage, without its
-first), saved with the run as out_dir/<name>.pt and used as an exit criterion by sample.py and
+first), saved with the run as out_dir/<name>.pt and used as an exit criterion by python -m beyond.sample and
 eval_depth.py. Training takes a few minutes on a CPU: one frozen pass over `tokens` training
 tokens, then logistic regression on the states it kept.
 
     python -m beyond.exit_gate --out_dir=out-raw_perloop-cpu-long-s1                     # gate.pt: the normalized state
     python -m beyond.exit_gate --out_dir=out-raw_perloop-cpu-long-s1 --reads=raw --name=gate-raw
-    python sample.py --out_dir=out-raw_perloop-cpu-long-s1 --exit_criterion=gate --exit_threshold=0.5
-    python eval_depth.py out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
+    python -m beyond.sample --out_dir=out-raw_perloop-cpu-long-s1 --exit_criterion=gate --exit_threshold=0.5
+    python -m beyond.eval_decode out-raw_perloop-cpu-long-s1 --criteria=angular,gate,gate-raw --calibrate 0.01,0.05
 
 The gate (beyond/exits.py's ExitGate, and how a name finds its file) gives an exit probability,
 a confidence in [0, 1] like every criterion's: a token stops after the first loop where it exceeds the threshold. It decides from the state

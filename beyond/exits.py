@@ -2,7 +2,7 @@
 Exit criteria, in one registry: how sure a token is after a loop, a confidence in [0, 1]. A
 decoder stops a token after the first loop where it exceeds a threshold, so thresholds mean
 the same for every criterion. Everything that decides an exit (the decoder, speculative
-decoding's draft stop, sample.py, eval_depth.py, the cost script) reads this file.
+decoding's draft stop, beyond/sample.py, eval_depth.py, the cost script) reads this file.
 
     python -m beyond.exits                   # the criteria, what each reads, and how to add one
 
@@ -127,7 +127,7 @@ def is_gate(name):
 
 def check_name(name, setting='exit criterion'):
     """A name the registry can resolve (a gate's file need not exist yet); UserError otherwise, naming
-    the setting it came from (sample.py's exit_criterion, eval_depth.py's --criteria)."""
+    the setting it came from (beyond/sample.py's exit_criterion, python -m beyond.eval_decode's --criteria)."""
     if name not in CRITERIA and not (is_gate(name) and name.replace('-', '_').isidentifier()):
         raise UserError(f"{setting}: unknown exit criterion {name!r}; use {names()}")
     return name
@@ -236,4 +236,4 @@ if __name__ == '__main__':
         print(f"| {c.name} | {reads} | {c.about} |")
     print("| gate, gate-<name> | H_k | a learned gate: <run folder>/<name>.pt, from `python -m beyond.exit_gate` |")
     print("\nTo add one, write a function (h, before, logits, prev) -> confidence in [0, 1] in beyond/exits.py,\n"
-          "under @criterion('name', readout=..., about='...'): sample.py, eval_depth.py and the decoder take it by name.")
+          "under @criterion('name', readout=..., about='...'): python -m beyond.sample, eval_depth.py and the decoder take it by name.")

@@ -36,7 +36,7 @@ The steps, most needed first, so that a run cut short still has them:
                     tok_per_s and ms_per_token of a run after a warm-up run of the same tokens
                     (warmup_s: that first run, with the compile and graph recordings where any).
   decode-compiled   the fixed-K token compiled by inductor's default mode (one graph), no CUDA graphs.
-  decode-graphs     compiled as sample.py --compile=on compiles it: mode='reduce-overhead', a CUDA
+  decode-graphs     compiled as python -m beyond.sample --compile=on compiles it: mode='reduce-overhead', a CUDA
                     graph (on a CPU, the same code without graphs).
   decode-speculative  draft_loops=1, in decode-graphs' process: its drafts compile the one-loop graph.
                     Random weights read out near-uniform distributions, so its accept_rate is near 1:

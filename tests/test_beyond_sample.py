@@ -1,8 +1,8 @@
 """
-sample.py on a tiny run trained here: its main in-process, and from the outside where the
+python -m beyond.sample (the cached, early-exit and speculative sampler) on a tiny run trained here: its main in-process, and from the outside where the
 one-line error and the compiler's failure are what is tested.
 
-    python -m pytest -q tests/test_sample.py
+    python -m pytest -q tests/test_beyond_sample.py
 """
 
 import contextlib
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import sample as sample_py
+import beyond.sample as sample_py
 from conftest import assert_one_line_error, run_script, train_in_process
 from configurator import UserError
 
@@ -43,7 +43,7 @@ def sample(run, *args):
         try:
             sample_py.main([f'--out_dir={run}', '--device=cpu', *map(str, args)])
         except UserError as e:
-            print(f"sample.py: error: {e}", file=sys.stderr)
+            print(f"python -m beyond.sample: error: {e}", file=sys.stderr)
             code = 1
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
@@ -84,9 +84,9 @@ def test_speculative_greedy_text_is_the_k_loop_text_and_the_summary_says_how_it_
 def test_bad_input_is_one_clear_line(run, tmp_path):
     # from the outside, the one-line error path: a setting checked before the model loads, and
     # one checked after (draft_loops against the run's K = 3)
-    outside = run_script('sample.py', f'--out_dir={run}', '--device=cpu', '--exit_criterion=margin')
-    assert_one_line_error(outside, 'sample.py', 'exit_criterion', 'entropy')
-    assert_one_line_error(sample(run, '--draft_loops=2', '--n_loops=2'), 'sample.py', 'draft_loops', '[1, 1]')
+    outside = run_script('beyond/sample.py', f'--out_dir={run}', '--device=cpu', '--exit_criterion=margin')
+    assert_one_line_error(outside, 'python -m beyond.sample', 'exit_criterion', 'entropy')
+    assert_one_line_error(sample(run, '--draft_loops=2', '--n_loops=2'), 'python -m beyond.sample', 'draft_loops', '[1, 1]')
 
 
 def bad(**settings):
@@ -98,6 +98,7 @@ def bad(**settings):
 
 def test_each_bad_setting_is_named(run, tmp_path):
     # each check is a function: run here, without a process (and torch's import) per setting
+    # (sample.py's own checks, the prompt and the loading are tests/test_sample.py's)
     assert 'exit_criterion' in bad(exit_criterion='margin')
     for value in (1.5, -0.1):
         assert 'exit_threshold' in bad(exit_threshold=value) and '[0, 1]' in bad(exit_threshold=value)
@@ -113,18 +114,6 @@ def test_each_bad_setting_is_named(run, tmp_path):
     assert 'compile' in bad(compile='yes')
     with pytest.raises(UserError, match="'num_sample'"):
         sample_py.main(['--num_sample=2'])  # (an unknown setting, refused before any device is set up)
-    with pytest.raises(UserError, match='prompt is empty'):
-        sample_py.prompt_text('')
-    with pytest.raises(UserError, match='prompt file'):
-        sample_py.prompt_text(f'FILE:{tmp_path / "none.txt"}')
-    config = dict(sample_py.SETTINGS, out_dir=str(tmp_path / 'nowhere'))
-    with pytest.raises(UserError, match='no checkpoint'):
-        sample_py.load(config, 'cpu')
-    (tmp_path / 'ckpt.pt').write_bytes(b'garbage')
-    with pytest.raises(UserError, match='not a checkpoint written by train.py'):
-        sample_py.load(dict(config, out_dir=str(tmp_path)), 'cpu')
-    with pytest.raises(UserError, match='meta.json'):
-        sample_py.load(dict(config, out_dir=str(run), data_dir=str(tmp_path)), 'cpu')
 
 
 def test_the_warm_up_has_its_own_line_and_a_compiler_that_cannot_build_is_one_clear_line(run, tmp_path):
@@ -148,7 +137,7 @@ def test_the_warm_up_has_its_own_line_and_a_compiler_that_cannot_build_is_one_cl
         torch._dynamo.reset()
     assert r.returncode == 1 and r.stdout == ''
     errors = r.stderr.strip().splitlines()
-    assert errors[-1].startswith('sample.py: error: compile is on but torch.compile could not build'), r.stderr
+    assert errors[-1].startswith('python -m beyond.sample: error: compile is on but torch.compile could not build'), r.stderr
     assert 'C++ compiler' in errors[-1] and errors[-1].endswith('--compile=off')
 
 
@@ -165,5 +154,22 @@ def test_readout_free_criteria_and_a_missing_gate_in_process(run, capsys):
     with pytest.raises(UserError, match=r'python -m beyond.exit_gate --out_dir=.*run`$'):
         sample_py.main(common + ['--exit_criterion=gate', '--exit_threshold=0.5'])
     import configurator  # --help points to the registry and its gates (read from sample.py's source, as the command line does)
-    text = configurator.help_text(sample_py.SETTINGS, [sample_py.__file__])
+    text = configurator.help_text(sample_py.SETTINGS, [sample_py.__file__, sample_py.sample.__file__])
     assert all(c in text for c in ('beyond/exits.py', 'python -m beyond.exits', "'gate'"))
+
+
+def test_cached_sampling_at_a_fixed_k_is_the_plain_samplers_text(run):
+    # beyond/sample.py's claim: at a fixed K, inside block_size, the KV-cached decoder samples what
+    # sample.py samples (the same distribution and the same draws, from the same seed)
+    import sample as plain
+    from beyond.decoder import generate
+    model, _ = plain.load(dict(plain.SETTINGS, out_dir=str(run)), 'cpu')
+    x = torch.tensor([list(b'the loop')])
+    for K in (3, 5):
+        torch.manual_seed(7)
+        ref = plain.generate(model, x, 22, n_loops=K, temperature=0.8, top_k=None)
+        torch.manual_seed(7)
+        y, used, _ = generate(model, x, 22, temperature=0.8, n_loops=K)
+        assert torch.equal(y, ref) and bool((used == K).all()), K
+    torch.manual_seed(8)  # (another seed gives other text: the equality above is not of two constants)
+    assert not torch.equal(plain.generate(model, x, 22, n_loops=5, temperature=0.8), ref)

@@ -557,7 +557,7 @@ def test_sampling_with_top_k_makes_no_tensor_from_host_data():
     logits = torch.randn(1, V)
     with HostData() as probs:
         p = decoder.next_token_probs(logits, 0.8, 10)
-        decoder.sample(p)
+        decoder.draw(p)
     assert probs.made == [] and (p > 0).sum() == 10
     with HostData() as listed:  # the detector sees the list index sampling once used
         logits[..., [-1]]
@@ -573,7 +573,7 @@ def test_the_host_waits_for_no_fixed_k_step_and_once_a_speculative_pass():
         decode(model, x[:, :4], cache, stepper=stepper)
         with HostReads() as fixed:  # fixed-K steps and their sampling: nothing read (the caller reads the tokens)
             for t in range(4, 8):
-                decoder.sample(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
+                decoder.draw(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
                                                         1.0, 10))
         with HostReads() as speculative:  # drafting and verifying: where the first rejection is, once
             _, drafted, _ = decoder.speculative_pass(model, x[:, 8:9], cache, 1, 3, 1.0, None, 0.0, 'max_prob', stepper)
@@ -686,7 +686,7 @@ def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same
         torch.cuda.set_sync_debug_mode('error')  # a fixed-K step that waited for the GPU would raise
         try:
             for t in range(4, 8):
-                decoder.sample(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
+                decoder.draw(decoder.next_token_probs(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0][:, -1],
                                                         1.0, 10))
         finally:
             torch.cuda.set_sync_debug_mode('default')
@@ -702,7 +702,7 @@ def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same
 def test_the_exponential_race_samples_the_distribution():
     p = torch.tensor([0.5, 0.3, 0.2, 0.0])
     torch.manual_seed(0)
-    draws = decoder.sample(p.expand(20000, 4).contiguous()).flatten()
+    draws = decoder.draw(p.expand(20000, 4).contiguous()).flatten()
     freq = torch.bincount(draws, minlength=4).float() / draws.numel()
     assert torch.allclose(freq, p, atol=0.01) and freq[3] == 0  # a zero-probability token is never drawn
 

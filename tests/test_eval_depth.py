@@ -1,7 +1,8 @@
 """
 eval_depth.py's main, in-process as the script runs it, on two tiny runs trained here (a
-normalized per-loop run and a raw terminal one); its one-line error once from the outside; and
-its window bookkeeping.
+normalized per-loop run and a raw terminal one), with the decoding studies plugged in as
+python -m beyond.eval_decode runs it, and alone as the paper's; its one-line error once from the
+outside; and its window bookkeeping.
 
     python -m pytest -q tests/test_eval_depth.py
 """
@@ -37,11 +38,12 @@ def runs(tiny_data, tmp_path_factory):
 SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
 
 
-def evaluate(*argv):
-    """eval_depth.main(argv) in this process, as the script runs it: (stdout, stderr)."""
+def evaluate(*argv, main=eval_decode.main):
+    """python -m beyond.eval_decode's main (eval_depth.main with the decoding studies) in this
+    process, as the script runs it, or eval_depth.py's (main=eval_depth.main): (stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        eval_depth.main([str(a) for a in argv])
+        main([str(a) for a in argv])
     return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
 
 
@@ -70,12 +72,34 @@ def test_table_results_and_every_plot_are_written(evaluated):
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
 
 
+def test_the_papers_evaluation_alone_has_none_of_the_decoding_studies(runs, evaluated, tmp_path, capsys):
+    # eval_depth.py without studies: the same depth table from the same flags, no exit rows, no
+    # decoding keys in results.json, and the decoding flags are not its own
+    r, out, decoded = evaluated
+    paper = evaluate(*runs, '--clamp', '--out', tmp_path / 'paper', f'--max_tokens={SCORED}', '--bench_iters=2',
+                     '--batch_size=16', main=eval_depth.main)
+    written = json.loads((tmp_path / 'paper' / 'results.json').read_text())
+    results = written['runs']
+    assert written['command'].startswith('eval_depth.py ')
+    beyond_keys = {'early_exit', 'exit_frontier', 'speculative', 'gates', 'stand_in_error', 'calibrated'}
+    assert not beyond_keys & set(results[0]) and beyond_keys & set(decoded[0])
+    strip = lambda rows: [{k: v for k, v in row.items() if k not in ('tok_per_s', 'mfu')} for row in rows]  # noqa: E731
+    assert strip(results[0]['per_K']) == strip(decoded[0]['per_K'])  # (the same numbers: the studies only add)
+    with pytest.raises(SystemExit):
+        eval_depth.main([str(runs[0]), '--exit', '0.5', '--out', str(tmp_path / 'x')])
+    assert 'unrecognized arguments: --exit' in capsys.readouterr().err
+    # its --from_results of the decoded results draws the paper's tables and figures only
+    eval_depth.main(['--from_results', str(out / 'results.json'), '--out', str(tmp_path / 'redrawn')])
+    text = capsys.readouterr().out
+    assert text and r.stdout.startswith(text.split('\n\n')[0]) and 'early_exit.png' not in {p.name for p in (tmp_path / 'redrawn').iterdir()}
+
+
 def test_from_results_redraws_without_evaluating(evaluated, tmp_path, capsys):
     r, out, _ = evaluated
-    eval_depth.main(['--from_results', str(out / 'results.json'), '--out', str(tmp_path)])
+    eval_decode.main(['--from_results', str(out / 'results.json'), '--out', str(tmp_path)])
     assert capsys.readouterr().out == r.stdout  # the same tables, from the JSON
     assert (tmp_path / 'lemma.png').exists() and not (tmp_path / 'results.json').exists()
-    eval_depth.main(['--from_results', str(out / 'results.json'), 'raw-terminal', '--out', str(tmp_path)])
+    eval_decode.main(['--from_results', str(out / 'results.json'), 'raw-terminal', '--out', str(tmp_path)])
     one = capsys.readouterr().out
     assert '| raw-terminal |' in one and '| norm-perloop |' not in one
     assert 'nope' in fails('--from_results', out / 'results.json', 'nope')
@@ -270,11 +294,12 @@ def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
 
 
 def fails(*argv):
-    """eval_depth.main's one-line error for argv (checked in-process: no torch import per case)."""
+    """python -m beyond.eval_decode's one-line error for argv (eval_depth's checks and the decoding
+    studies'; in-process: no torch import per case)."""
     with pytest.raises(SystemExit) as e:
-        eval_depth.main([str(a) for a in argv])
+        eval_decode.main([str(a) for a in argv])
     message = str(e.value.code)
-    assert message.startswith('eval_depth.py: error: ') and '\n' not in message, message
+    assert message.startswith('python -m beyond.eval_decode: error: ') and '\n' not in message, message
     return message
 
 
@@ -411,7 +436,7 @@ def test_a_diverged_run_is_redrawn(evaluated, tmp_path):
     for key in ('val_loss_K', 'val_loss_1', 'norm_p99', 'norm_mean'):
         curve[key][-1] = None
     (tmp_path / 'results.json').write_text(json.dumps(results))
-    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'plots')])
+    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'plots')])  # (the paper's alone)
     assert (tmp_path / 'plots' / 'drift.png').read_bytes()[:4] == b'\x89PNG'
 
 

@@ -1,7 +1,7 @@
 """
 The learned exit gate (exit_gate.py): its labels by hand, its training learns from the state
 (and a control with shuffled labels does not), a gate saved with a run loads back and decodes
-the same exits, and sample.py and eval_depth.py take it as a criterion, or say in one line
+the same exits, and python -m beyond.sample and python -m beyond.eval_decode take it as a criterion, or say in one line
 how to train one.
 
     python -m pytest -q tests/test_exit_gate.py
@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import eval_depth
+from beyond import eval_decode
 from beyond import exit_gate, exits
-import sample as sample_py
+import beyond.sample as sample_py
 from beyond.decoder import decode, new_cache
 from model import LoopedGPT, LoopedGPTConfig
 from configurator import UserError
@@ -107,7 +107,7 @@ def test_a_gate_saved_with_the_run_loads_back_and_decodes_the_same_exits(run, ti
         a = decode(model, x, new_cache(model, 2), threshold, exits.gate_criterion('gate', gate))
         b = decode(model, x, new_cache(model, 2), threshold, exits.gate_criterion('gate', trained))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(set(a[1].flatten().tolist())) > 1
-    # sample.py and eval_depth.py find it by name
+    # python -m beyond.sample and python -m beyond.eval_decode find it by name
     assert torch.equal(exits.resolve('gate', str(folder), model).gate.linear.weight, gate.linear.weight)
     assert set(exits.run_criteria(str(folder), model)) == {'max_prob', 'entropy', 'converge', 'angular', 'latent', 'gate'}
 
@@ -117,7 +117,7 @@ def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
     if not (folder / 'gate.pt').exists():
         exit_gate.main([f'--out_dir={folder}', '--device=cpu', '--tokens=2048', '--iters=50'])
     out = tmp_path / 'eval'
-    eval_depth.main([str(folder), '--criteria=angular,gate', '--exit=0.5', '--stand_in=project', '--max_tokens=512',
+    eval_decode.main([str(folder), '--criteria=angular,gate', '--exit=0.5', '--stand_in=project', '--max_tokens=512',
                      '--bench_iters=1', '--max_loops=3', '--diag_tokens=32', '--out', str(out)])
     r = json.loads((out / 'results.json').read_text())['runs'][0]
     assert {e['criterion'] for e in r['early_exit']} == {'angular', 'gate'} and r['gates'] == {'gate': {'reads': 'norm'}}
@@ -134,11 +134,11 @@ def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
         with pytest.raises(UserError) as e:
             call()
         assert 'python -m beyond.exit_gate --out_dir=' in str(e.value) and '--name=gate-raw' in str(e.value)
-    with pytest.raises(SystemExit) as e:  # eval_depth.py: one line, naming the command
-        eval_depth.main([str(folder), '--criteria=max_prob,gate-raw', '--out', str(tmp_path / 'x')])
-    assert str(e.value.code).startswith('eval_depth.py: error: ') and 'python -m beyond.exit_gate' in str(e.value.code)
+    with pytest.raises(SystemExit) as e:  # python -m beyond.eval_decode: one line, naming the command
+        eval_decode.main([str(folder), '--criteria=max_prob,gate-raw', '--out', str(tmp_path / 'x')])
+    assert str(e.value.code).startswith('python -m beyond.eval_decode: error: ') and 'python -m beyond.exit_gate' in str(e.value.code)
     with pytest.raises(SystemExit) as e:
-        eval_depth.main([str(folder), '--criteria=margin', '--out', str(tmp_path / 'x')])
+        eval_decode.main([str(folder), '--criteria=margin', '--out', str(tmp_path / 'x')])
     assert '--criteria' in str(e.value.code) and '\n' not in str(e.value.code)
     assert 'exit_criterion' in pytest.raises(UserError, sample_py.check_settings,
                                              dict(sample_py.SETTINGS, exit_criterion='margin')).value.args[0]

@@ -1,6 +1,6 @@
 """
 The exit-criteria registry (beyond/exits.py): adding a criterion is one entry, and every reader
-(the decoder, speculation's draft stop, eval_depth.py's rows, sample.py's settings) takes it by name.
+(the decoder, speculation's draft stop, eval_depth.py's rows, python -m beyond.sample's settings) takes it by name.
 
     python -m pytest -q tests/test_exits.py
 """
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import sample as sample_py
+import beyond.sample as sample_py
 from beyond import exits
 from beyond.decoder import decode, generate, new_cache
 from beyond.eval_decode import exit_loops, exit_rows
@@ -49,7 +49,7 @@ def test_a_registered_criterion_is_taken_by_name_everywhere(margin):
         by_hand = torch.stack([margin(None, None, model.logits(masked[k], last=True), None) for k in range(1, K + 1)])
     assert 1 < len(set(loops.flatten().tolist()))
     assert torch.equal(loops.flatten(), exit_loops(by_hand.flatten(1), threshold) + 1)
-    # speculative decoding's draft stop and sample.py's settings read it too
+    # speculative decoding's draft stop and python -m beyond.sample's settings read it too
     with torch.inference_mode():
         out, _, stats = generate(model, x[:1, :4], 6, top_k=1, draft_loops=1, draft_tokens=2, draft_stop=0.3,
                                  criterion='margin')

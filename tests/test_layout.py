@@ -10,14 +10,6 @@ import os
 
 from conftest import HERE
 
-# Top-level scripts that still import beyond/ and the seam each is waiting for (issue 38): the list
-# may only shrink. A file added to it, or left on it once its import is gone, fails the test below.
-NOT_YET_SEPARATE = {
-    'eval_depth.py': 'the exit and speculative studies plug in from beyond/ (a study interface)',
-    'sample.py': 'the cached/exit/speculative decoder runs as python -m beyond.<name>',
-}
-
-
 def imports_beyond(path):
     """Whether a Python file imports beyond or anything in it, at any depth of its code."""
     with open(path) as f:
@@ -41,7 +33,5 @@ def test_imports_beyond_sees_every_form_of_import(tmp_path):
 def test_no_top_level_module_imports_beyond():
     top = sorted(os.path.basename(p) for p in glob.glob(os.path.join(HERE, '*.py')))
     assert 'train.py' in top and 'model.py' in top
-    importing = {name for name in top if imports_beyond(os.path.join(HERE, name))}
-    assert importing == set(NOT_YET_SEPARATE), (
-        f"top-level files importing beyond/: {sorted(importing)}; allowed while issue 38 is open: "
-        f"{sorted(NOT_YET_SEPARATE)} (a file that no longer imports it comes off the list)")
+    importing = sorted(name for name in top if imports_beyond(os.path.join(HERE, name)))
+    assert not importing, f"top-level files importing beyond/: {importing} (beyond/ builds on the top, never the other way)"

@@ -12,14 +12,14 @@
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (1 2 3)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed> are written (the repo root)
 #   OUT          where the evaluation goes: results.json, tables.md, the figures, logs/ (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
+#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-"norm_perloop raw_perloop finalnorm_perloop penalty_perloop interloop_perloop
     norm_terminal raw_terminal penalty_terminal"}
 SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-demo}
-TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
 . assets/study.sh  # prepare_wt103, train
 
@@ -43,5 +43,5 @@ runs=()
 for s in $SEEDS; do
   for c in $(printf '%s\n' $CONDITIONS | sort); do runs+=("$RUNS/out-$c-cpu-s$s"); done
 done
-python eval_depth.py "${runs[@]}" --max_tokens 131072 --clamp --exit 0.5,0.7,0.9 --criteria max_prob,entropy \
-    --stand_in copy --lemma_loops 30 --curves --out "$OUT" $EVAL_ARGS > "$OUT/tables.md"
+python -m beyond.eval_decode "${runs[@]}" --max_tokens 131072 --clamp --exit 0.5,0.7,0.9 --criteria max_prob,entropy \
+    --stand_in copy --lemma_loops 30 --curves --out "$OUT" $EVAL_ARGS $DECODE_ARGS > "$OUT/tables.md"

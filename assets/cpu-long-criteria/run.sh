@@ -18,7 +18,7 @@
 #   COSTS        the run whose decoding step is timed part by part (raw_perloop-cpu-long-s1); THREADS its threads (2)
 #   RUNS         where the run folders are, and where each run's evaluation goes (the repo root)
 #   OUT          where results.json, tables.md, exit_tables.md, the costs, the figures and logs/ go (this folder)
-#   EVAL_ARGS, GATE_ARGS, COST_ARGS   extra settings for eval_depth.py, beyond.exit_gate, beyond.depth_costs
+#   EVAL_ARGS, DECODE_ARGS, GATE_ARGS, COST_ARGS   extra settings for python -m beyond.eval_decode (DECODE_ARGS: its decoding flags), beyond.exit_gate, beyond.depth_costs
 #                (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +27,7 @@ DRIFTED=${DRIFTED-norm_perloop-cpu-long-s1} THRESHOLDS=${THRESHOLDS-penalty_perl
 AGREE=${AGREE-raw_perloop-cpu-long-s1 penalty_perloop-cpu-long-s1}
 COSTS=${COSTS:-raw_perloop-cpu-long-s1} THREADS=${THREADS:-2}
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-criteria}
-EVAL_ARGS=${EVAL_ARGS:-} GATE_ARGS=${GATE_ARGS:-} COST_ARGS=${COST_ARGS:-}
+EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-} COST_ARGS=${COST_ARGS:-}
 CRITERIA=max_prob,entropy,converge,angular,latent,gate,gate-raw
 mkdir -p "$OUT/logs"
 
@@ -38,8 +38,8 @@ gate() {  # gate RUN NAME SETTINGS...: the gate RUN/NAME.pt (beyond.exit_gate); 
 }
 evaluate() {  # evaluate RUN WHAT SETTINGS...: the run on the first 65,536 validation bytes; its tables in logs/RUN.WHAT.log
   local run=$1 what=$2; shift 2
-  python eval_depth.py "$RUNS/out-$run" --max_tokens 65536 --max_loops 4 "$@" --out "$RUNS/$what-out-$run" \
-      $EVAL_ARGS > "$OUT/logs/$run.$what.log"
+  python -m beyond.eval_decode "$RUNS/out-$run" --max_tokens 65536 --max_loops 4 "$@" --out "$RUNS/$what-out-$run" \
+      $EVAL_ARGS $DECODE_ARGS > "$OUT/logs/$run.$what.log"
 }
 study() {  # study RUN [FLAGS...]: the run's two gates (normalized and raw state), then its evaluation
   local run=$1; shift
@@ -79,7 +79,7 @@ for run in $AGREE; do
 done
 
 # --- merged, every calibrated pick retimed; the early-exit page's two tables; the costs of a decoding step
-python eval_depth.py --from_results "$(IFS=,; echo "${results[*]}")" --retime --out "$OUT" > "$OUT/tables.md"
+python -m beyond.eval_decode --from_results "$(IFS=,; echo "${results[*]}")" --retime --out "$OUT" > "$OUT/tables.md"
 python -m beyond.exit_tables "$OUT/results.json" > "$OUT/exit_tables.md"
 OMP_NUM_THREADS=$THREADS python -m beyond.depth_costs "$RUNS/out-$COSTS" --prompt 64 $COST_ARGS \
     > "$OUT/costs-${COSTS%-cpu-long-s*}-float32.md"

@@ -15,13 +15,13 @@
 #   SEEDS        the seeds (1 2 3)
 #   RUNS         where the run folders are read and written, and each seed's evaluation goes (the repo root)
 #   OUT          where results.json, tables.md, the figures and logs/ go (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
+#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3}
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exits}
-TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
 . assets/study.sh  # prepare_wt103, train
 TRAIN="-m beyond.exit_train"  # exit-aware training is beyond the paper: train.py with its model class
@@ -42,10 +42,10 @@ results=()
 for s in $SEEDS; do
   runs=()
   for c in $CONDITIONS; do runs+=("$RUNS/out-$c-cpu-long-s$s" "$RUNS/out-${c}_exit-cpu-long-s$s"); done
-  python eval_depth.py "${runs[@]}" --max_tokens 65536 --max_loops 4 --exit 0.5,0.9 --calibrate 0.01,0.05 \
-      --criteria max_prob,entropy,converge --out "$RUNS/eval-exit-s$s" $EVAL_ARGS > /dev/null
+  python -m beyond.eval_decode "${runs[@]}" --max_tokens 65536 --max_loops 4 --exit 0.5,0.9 --calibrate 0.01,0.05 \
+      --criteria max_prob,entropy,converge --out "$RUNS/eval-exit-s$s" $EVAL_ARGS $DECODE_ARGS > /dev/null
   results+=("$RUNS/eval-exit-s$s/results.json")
 done
 
 # --- merged, every calibrated pick's decode speed-up timed again
-python eval_depth.py --from_results "$(IFS=,; echo "${results[*]}")" --retime --out "$OUT" > "$OUT/tables.md"
+python -m beyond.eval_decode --from_results "$(IFS=,; echo "${results[*]}")" --retime --out "$OUT" > "$OUT/tables.md"

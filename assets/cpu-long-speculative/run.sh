@@ -10,16 +10,16 @@
 #   CONDITIONS   the conditions evaluated; SEED the seed (1)
 #   RUNS         where the run folders out-<condition>-cpu-long-s<seed> are (the repo root)
 #   OUT          where results.json, tables.md and the figures go (this folder)
-#   EVAL_ARGS    extra settings for eval_depth.py (the CI's tiny sizes)
+#   EVAL_ARGS, DECODE_ARGS   extra settings for python -m beyond.eval_decode (its decoding flags in DECODE_ARGS) (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop finalnorm_perloop} SEED=${SEED:-1}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-speculative} EVAL_ARGS=${EVAL_ARGS:-}
+RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-speculative} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT"
 
 # --- the first 16,384 validation bytes at K = 1..4; speculative decoding timed at every draft depth j,
 # draft length g and draft_stop, against fixed K in the same run
 runs=()
 for c in $CONDITIONS; do runs+=("$RUNS/out-$c-cpu-long-s$SEED"); done
-python eval_depth.py "${runs[@]}" --max_tokens 16384 --max_loops 4 --speculative --out "$OUT" $EVAL_ARGS \
+python -m beyond.eval_decode "${runs[@]}" --max_tokens 16384 --max_loops 4 --speculative --out "$OUT" $EVAL_ARGS $DECODE_ARGS \
     > "$OUT/tables.md"

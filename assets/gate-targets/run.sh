@@ -11,11 +11,11 @@
 #   CONDITIONS   the CPU demo's conditions evaluated; SEED their seed (1: a guess, the measurement did not record it)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed> are (the repo root)
 #   OUT          where results.json, tables.md, the figures and logs/ go (this folder)
-#   EVAL_ARGS, GATE_ARGS   extra settings for eval_depth.py and beyond.exit_gate (the CI's tiny sizes)
+#   EVAL_ARGS, DECODE_ARGS, GATE_ARGS   extra settings for python -m beyond.eval_decode (DECODE_ARGS: its decoding flags) and beyond.exit_gate (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-raw_perloop norm_perloop} SEED=${SEED:-1}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/gate-targets} EVAL_ARGS=${EVAL_ARGS:-} GATE_ARGS=${GATE_ARGS:-}
+RUNS=${RUNS:-.} OUT=${OUT:-assets/gate-targets} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-}
 mkdir -p "$OUT/logs"
 
 gate() {  # gate RUN NAME SETTINGS...: the gate RUN/NAME.pt (beyond.exit_gate); its one line in logs/RUN.NAME.log
@@ -37,5 +37,5 @@ for c in $CONDITIONS; do
 done
 
 # --- teacher-forced mean loops within +1% / +5% of full depth on the first 65,536 validation bytes
-python eval_depth.py "${runs[@]}" --max_tokens 65536 --max_loops 4 \
-    --criteria=gate-eps02,gate-eps05,gate-eps10,gate-agree,gate-raw --out "$OUT" $EVAL_ARGS > "$OUT/tables.md"
+python -m beyond.eval_decode "${runs[@]}" --max_tokens 65536 --max_loops 4 \
+    --criteria=gate-eps02,gate-eps05,gate-eps10,gate-agree,gate-raw --out "$OUT" $EVAL_ARGS $DECODE_ARGS > "$OUT/tables.md"

@@ -1,0 +1,120 @@
+"""
+sample.py, the plain sampler (model.forward at any K, no cache), on a tiny run trained here:
+its main in-process, its checks, and its one-line error from the outside. It needs nothing
+from beyond/ (the cached sampler, python -m beyond.sample, is tests/test_beyond_sample.py's).
+
+    python -m pytest -q tests/test_sample.py
+"""
+
+import contextlib
+import io
+import re
+
+import pytest
+import torch
+
+import sample
+from conftest import assert_one_line_error, run_script, train_in_process
+from configurator import UserError
+from data import ByteTokenizer
+from model import LoopedGPT, LoopedGPTConfig
+
+SUMMARY = re.compile(r'^tokens=(\d+) seconds=([\d.]+) tok_per_s=([\d.]+) n_loops=(\d+)$', re.M)
+
+
+@pytest.fixture(scope='module')
+def run(tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp('plain-sample') / 'run'
+    train_in_process(tiny_data, out, '--max_iters=20', '--eval_interval=20', '--n_loops=3')
+    return out
+
+
+def main(run, *args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            sample.main([f'--out_dir={run}', '--device=cpu', *map(str, args)])
+        finally:
+            torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
+    return out.getvalue(), err.getvalue()
+
+
+def test_samples_at_the_trained_and_a_deeper_k_with_the_summary_line(run):
+    out, err = main(run, '--start=the loop', '--num_samples=2', '--max_new_tokens=12')
+    assert out.count('---------------') == 2 and out.startswith('the loop')
+    tokens, seconds, tok_s, K = SUMMARY.search(err).groups()
+    assert int(tokens) == 24 and float(seconds) > 0 and float(tok_s) > 0 and int(K) == 3  # the trained K
+    deeper, err = main(run, '--start=the loop', '--num_samples=1', '--max_new_tokens=12', '--n_loops=6')
+    assert SUMMARY.search(err).group(4) == '6' and deeper.startswith('the loop')
+
+
+def test_generate_is_the_k_loop_forward_token_by_token(run):
+    # generate draws each token from forward's last-position logits at K, the context cropped to
+    # block_size as in nanoGPT (36 new tokens pass block_size 32); the same seed, the same draws
+    model, _ = sample.load(dict(sample.SETTINGS, out_dir=str(run)), 'cpu')
+    x = torch.tensor([list(b'the norm')])
+    texts = {}
+    for K in (1, 3, 5):
+        torch.manual_seed(3)
+        texts[K] = y = sample.generate(model, x, 36, n_loops=K, temperature=1.0)
+        torch.manual_seed(3)
+        ref = x
+        with torch.no_grad():
+            for _ in range(36):
+                logits = model(ref[:, -model.config.block_size:], n_loops=K)[0][:, -1]
+                ref = torch.cat((ref, sample.draw(torch.softmax(logits, -1))), 1)
+        assert torch.equal(y, ref), K
+    # the loops matter: from one seed, K = 1, 3 and 5 sample different text (a sampler that ignored
+    # n_loops would not), here on an untrained model of PyTorch's init, whose logits are sharp
+    # (the tiny run's are near uniform after 20 steps, so its draws barely depend on them)
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=2, n_embd=32, dropout=0.0))
+    for K in (1, 3, 5):
+        torch.manual_seed(3)
+        texts[K] = sample.generate(model.eval(), x, 36, n_loops=K)
+    assert not torch.equal(texts[1], texts[5]) and not torch.equal(texts[3], texts[5])
+
+
+def test_top_k_and_temperature_shape_the_distribution():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    p = sample.next_token_probs(logits, 1.0, 2)
+    e = torch.exp(torch.tensor([2.0, 1.0]))
+    assert torch.allclose(p, torch.tensor([[e[0] / e.sum(), e[1] / e.sum(), 0, 0]]))  # softmax of the top 2, by hand
+    p = sample.next_token_probs(logits, 0.5, None)
+    e = torch.exp(torch.tensor([4.0, 2.0, 0.0, -2.0]))
+    assert torch.allclose(p, (e / e.sum())[None])
+    # draw picks i with probability p_i: 20,000 draws within 4 standard errors of each p_i
+    torch.manual_seed(0)
+    q = torch.tensor([0.1, 0.6, 0.0, 0.3])
+    freq = torch.bincount(sample.draw(q.expand(20000, 4).contiguous()).flatten(), minlength=4) / 20000
+    assert freq[2] == 0 and torch.all((freq - q).abs() <= 4 * (q * (1 - q) / 20000).sqrt() + 1e-9), freq
+
+
+def bad(**settings):
+    with pytest.raises(UserError) as e:
+        sample.check_settings(dict(sample.SETTINGS, **settings))
+    return str(e.value)
+
+
+def test_each_bad_setting_is_one_clear_line(run, tmp_path):
+    for value in (0, 2.5):
+        assert 'n_loops' in bad(n_loops=value)
+    assert 'num_samples' in bad(num_samples=0) and 'max_new_tokens' in bad(max_new_tokens=0)
+    assert 'top_k' in bad(top_k=-1) and 'temperature' in bad(temperature=0.0)
+    with pytest.raises(UserError, match='prompt is empty'):
+        sample.prompt_ids('', ByteTokenizer())
+    with pytest.raises(UserError, match='prompt file'):
+        sample.prompt_ids(f'FILE:{tmp_path / "none.txt"}', ByteTokenizer())
+    (tmp_path / 'prompt.txt').write_text('the loop')
+    assert sample.prompt_ids(f'FILE:{tmp_path / "prompt.txt"}', ByteTokenizer()) == list(b'the loop')
+    config = dict(sample.SETTINGS, out_dir=str(tmp_path / 'nowhere'))
+    with pytest.raises(UserError, match='no checkpoint'):
+        sample.load(config, 'cpu')
+    (tmp_path / 'ckpt.pt').write_bytes(b'garbage')
+    with pytest.raises(UserError, match='not a checkpoint written by train.py'):
+        sample.load(dict(config, out_dir=str(tmp_path)), 'cpu')
+    with pytest.raises(UserError, match='meta.json'):
+        sample.load(dict(config, out_dir=str(run), data_dir=str(tmp_path)), 'cpu')
+    # from the outside: one line, no traceback
+    assert_one_line_error(run_script('sample.py', f'--out_dir={run}', '--device=cpu', '--n_loops=0'),
+                          'sample.py', 'n_loops')
