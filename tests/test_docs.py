@@ -921,3 +921,157 @@ def test_every_command_runs_as_written(page):
     broken = [f'{where}: {" ".join(words)}\n    {p}' for where, words, env, shell_vars in doc_commands()
               if where.startswith(page + ':') for p in check_command(words, env, shell_vars)]
     assert not broken, 'commands that do not run as written:\n' + '\n'.join(broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers in the prose: each sentence below, with `#` where a stored number stands, is found once
+# on its page (its lines joined) and its numbers are checked as a table's cells are
+
+PROSE = {}
+
+
+def prose(page, sentence):
+    def register(fn):
+        PROSE[(page, sentence)] = fn
+        return fn
+    return register
+
+
+DEPTH = 'depth/results.json'
+
+
+def depth_ppl(name):
+    """{K: ppl} of a run or a group (the mean over its seeds) of the depth study."""
+    return {r['K']: r['ppl'] for r in json_group(DEPTH, name)[0]['per_K']}
+
+
+def past_best(name, trained=4):
+    """The best K up to the trained K and its ppl, then K=8 and K=16 over it, in %."""
+    p = depth_ppl(name)
+    k = min((k for k in p if k <= trained), key=p.get)
+    return [k, p[k], 100 * (p[8] / p[k] - 1), 100 * (p[16] / p[k] - 1)]
+
+
+def draws(name):
+    """A random-depth run's draws of K (train.draw_depth over its iterations): their number, mean K, then the
+    share of K <= 2, K = 1, K >= 4, 8, 16, in %."""
+    import numpy as np
+    import train
+    run = json_run(DEPTH, name)
+    d, iters = run['depth']['draw'], jsonl(f'depth/logs/{name[4:]}.jsonl')[-1]['iter']
+    k = np.array([train.draw_depth(run['seed'], it, mean=d['n_loops'], cap=d['max_loops'], sigma=d['depth_sigma'])
+                  for it in range(iters)])
+    return [iters, k.mean()] + [100 * x for x in ((k <= 2).mean(), (k == 1).mean(), (k >= 4).mean(), (k >= 8).mean(),
+                                           (k >= 16).mean())]
+
+
+@prose('docs/depth.md', 'finalnorm_perloop (per-loop CE through the final norm) is best at K=# (#; # at K=4), # at K=8 '
+                        'and # at K=16.')
+def finalnorm_best():
+    p = depth_ppl('out-finalnorm_perloop-cpu-long-s1')
+    k = min((k for k in p if k <= 4), key=p.get)
+    return [k, p[k], p[4], p[8], p[16]]
+
+
+@prose('docs/depth.md', "A run's # draws (seed #) have a mean K of #; #% of them are K ≤ # (#% K=#), #% reach loop #, "
+                        "#% loop # and #% loop #")
+def draws_sigma_1():
+    iters, mean, le2, k1, k4, k8, k16 = draws('out-raw_perloop-rd-cpu-long-s1')
+    return [iters, 1, mean, le2, 2, k1, 1, k4, 4, k8, 8, k16, 16]
+
+
+@prose('docs/depth.md', "the run's # draws have a mean K of # against #, #% of them reach loop # against #%, "
+                        "and #% are K=# against #%")
+def draws_sigma_15():
+    heavy, base = draws('out-raw_perloop-rd1.5-cpu-long-s1'), draws('out-raw_perloop-rd-cpu-long-s1')
+    return [heavy[0], heavy[1], base[1], heavy[6], 16, base[6], heavy[3], 1, base[3]]
+
+
+@prose('docs/depth.md', '+#% at K=# and +#% at K=#, the flattest per-loop design over # seeds (terminal CE is flatter: '
+                        'norm_terminal with random depth, +#% and +#%;')
+def damped_flattest():
+    damped, terminal = past_best('out-damped_perloop-rd-cpu-long'), past_best('out-norm_terminal-rd-cpu-long')
+    per_loop_groups = [g['name'] for g in results(DEPTH)['groups'] if 'perloop' in g['name'] and len(g['runs']) == 3]
+    assert all(past_best(g)[2] >= damped[2] for g in per_loop_groups) and terminal[2] < damped[2]
+    return [damped[2], 8, damped[3], 16, 3, terminal[2], terminal[3]]
+
+
+@prose('docs/depth.md', "At fixed depth it is the best of the field's controls after alpha_perloop (best # at K=#; "
+                        "penalty_terminal's # and penalty_perloop's # are better)")
+def sandwich_place():
+    fixed = {c: past_best(f'out-{c}-cpu-long-s1') for c in ('sandwich_perloop', 'alpha_perloop', 'inject_perloop',
+                                                             'damped_perloop', 'contractive_perloop',
+                                                             'penalty_terminal', 'penalty_perloop')}
+    order = sorted(fixed, key=lambda c: fixed[c][1])
+    assert order[:4] == ['alpha_perloop', 'penalty_terminal', 'penalty_perloop', 'sandwich_perloop']
+    return [fixed['sandwich_perloop'][1], fixed['sandwich_perloop'][0], fixed['penalty_terminal'][1],
+            fixed['penalty_perloop'][1]]
+
+
+MORE = 'cpu-long-more/tables.md'
+
+
+def more(c, K, col='ppl'):
+    return nums(depth(MORE, f'out-{c}-cpu-long (3 seeds)', K, col))[0]
+
+
+@prose('docs/four-epochs.md', 'useless at K=# (# and more) but not at K=# for the normalized readout (norm_terminal #, '
+                              '#% above its # at K=4; raw #, penalty #)')
+def terminal_before_k():
+    k1 = min(more(c, 1) for c in ('norm_terminal', 'raw_terminal', 'penalty_terminal'))
+    nt3, nt4 = more('norm_terminal', 3), more('norm_terminal', 4)
+    return [1, k1, 3, nt3, 100 * (nt3 / nt4 - 1), nt4, more('raw_terminal', 3), more('penalty_terminal', 3)]
+
+
+@prose('docs/four-epochs.md', "The inter-loop norm is not frozen (1 − cos # at loop #, #x norm_perloop's)")
+def interloop_turns():
+    inter = more('interloop_perloop', 4, '1-cos')
+    norm = nums(depth('cpu-long/tables.md', 'out-norm_perloop-cpu-long (3 seeds)', 4, '1-cos'))[0]
+    return [inter, 4, inter / norm]
+
+
+CRITERIA_RAW = ('cpu-long-criteria/tables.md', 'out-raw_perloop-cpu-long (3 seeds)')
+
+
+def projected_exit(crit):
+    """Decoded with projected stand-ins at 0.9: mean loops and the ppl over full depth's, in %."""
+    row = exit_row(*CRITERIA_RAW, crit, '0.9')
+    return mean(row[6])[0], 100 * (mean(row[7])[0] / full_depth_ppl(*CRITERIA_RAW)[0] - 1)
+
+
+@prose('docs/early-exit.md', "The readout's criteria lose most: at #, decoded with projections on raw_perloop, "
+                             "`max_prob` and `entropy` run # and # loops and lose #% and #%. The gates run # and # "
+                             "loops and still lose #% and #%, more than `angular` (# loops, #%)")
+def gates_lose_less():
+    (mp, mp_loss), (en, en_loss), (g, g_loss), (gr, gr_loss), (an, an_loss) = (
+        projected_exit(c) for c in ('max_prob', 'entropy', 'gate', 'gate-raw', 'angular'))
+    return [0.9, mp, en, mp_loss, en_loss, g, gr, g_loss, gr_loss, an, an_loss]
+
+
+def prose_text(page):
+    return ' '.join((ROOT / page).read_text().split())
+
+
+def prose_numbers(page, sentence):
+    """The numbers the page shows where the sentence has `#`, joined as one cell."""
+    pattern = r'\s*'.join(r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'.join(re.escape(p) for p in word.split('#'))
+                          for word in sentence.split())
+    found = re.findall(pattern, prose_text(page))
+    assert len(found) == 1, f'{page}: {len(found)} sentences like {sentence!r}'
+    return ' | '.join(found[0] if isinstance(found[0], tuple) else [found[0]])
+
+
+@pytest.mark.parametrize('key', sorted(PROSE), ids=lambda k: f'{k[0]}:{k[1][:40]}')
+def test_prose_number_is_the_stored_result(key):
+    check_cell(prose_numbers(*key), PROSE[key](), f'{key[0]}: {key[1]!r}')
+
+
+def test_prose_numbers_are_pinned():
+    """Changing the last digit of any number in a checked sentence fails its check."""
+    for key, fn in PROSE.items():
+        cell, want = prose_numbers(*key), fn()
+        for m in NUM.finditer(cell):
+            e = m.group(0).find('e')
+            i = m.start() + e - 1 if e > 0 else m.end() - 1
+            with pytest.raises(AssertionError):
+                check_cell(cell[:i] + str((int(cell[i]) + 5) % 10) + cell[i + 1:], want, 'changed')
