@@ -14,7 +14,9 @@ script's own command line: configurator's settings or the argparse parser that t
 --help reaches, run in this process (the scripts are imported, torch with them; nothing is trained,
 read or downloaded): its script or module exists, its config files exist and load, and each --flag
 is a setting of the script, with a value of its type. A study's `bash assets/<study>/run.sh` sets
-every variable that the script's own usage line sets. No network, no data, about two seconds.
+every variable that the script's own usage line sets. Numbers in the prose are checked where PROSE
+names their sentence (a `#` where each stands), as a table's cells are. No network, no data, about
+two seconds.
 """
 import argparse
 import contextlib
