@@ -31,12 +31,16 @@ class UserError(Exception):
     raises this one class and prints it as one line, never as a traceback (one_line_errors)."""
 
 
+ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository root, where the scripts run from
+
+
 def command(path):
-    """How a script is run: `python train.py` at the top, `python -m beyond.bench` for beyond/'s."""
-    name = os.path.basename(path)
-    if os.path.basename(os.path.dirname(os.path.abspath(path))) == 'beyond':
-        return f"python -m beyond.{name[:-3]}"
-    return f"python {name}"
+    """How a script is run: `python train.py` at the top, `python -m pkg.name` for a script in a
+    folder below it (run from the root, so that it imports the top level)."""
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    if rel.startswith(os.pardir) or os.sep not in rel:  # (a script outside the repo: by its name)
+        return f"python {os.path.basename(path)}"
+    return f"python -m {rel[:-3].replace(os.sep, '.')}"
 
 
 def error_line(script, e):
@@ -172,7 +176,7 @@ def help_text(settings, scripts):
     for path in scripts:
         rows = [r for r in settings_block(path) if r[0] is None or r[0] in settings]
         if len(scripts) > 1:
-            out += ['', f"[{os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(__file__)))}]"]
+            out += ['', f"[{os.path.relpath(os.path.abspath(path), ROOT)}]"]
         width = max([len(f"--{n}={v}") for n, v, _ in rows if n] + [0]) + 2
         for name, value, comment in rows:
             if name is None:

@@ -1,7 +1,7 @@
 """
 The blind spot's mechanism as executable checks, on a tiny model, on the CPU.
 
-    python -m pytest -q tests/test_model.py
+    python -m pytest -q test_model.py
 """
 
 import math
