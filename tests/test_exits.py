@@ -16,6 +16,7 @@ from beyond.eval_decode import exit_loops, exit_rows
 from beyond.exit_train import ExitTrainedGPT
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
+from test_decode import between
 
 V, T, K = 64, 12, 3
 
@@ -42,7 +43,7 @@ def test_a_registered_criterion_is_taken_by_name_everywhere(margin):
         states = model.hidden_states(x)
         conf = exit_rows(model, states, K)['conf_margin']  # eval_depth.py's rows hold it by name
         assert conf.shape == (K, 2 * T)
-        threshold = conf[0].median().item()  # about half stop after loop 1
+        threshold = between(conf[0])  # about half stop after loop 1 (between two confidences, on none)
         logits, loops = decode(model, x, new_cache(model, 2), threshold, 'margin', 'project')
         # the pattern it implies on the forward with that exit pattern (frozen tokens, projected stand-ins)
         masked = list(ExitTrainedGPT.masked_states(model, x, loops))
