@@ -42,13 +42,17 @@ def assert_one_line_error(r, script, *needles):
 
 @pytest.fixture(scope='session')
 def tiny_data(tmp_path_factory):
-    """data_dir holding 'tiny-bytes': a few hundred KB of text as byte tokens."""
+    """data_dir holding 'tiny-bytes': a few hundred KB of text as byte tokens. The validation lines
+    are sentences of the same words in another order (a word stride of 5, not 3), none of them a
+    training line, so a loss on the wrong split is another number."""
     root = tmp_path_factory.mktemp('tinydata')
     words = ('the loop reads out every state and carries it to the next loop while the norm '
              'grows where the readout cannot see it and the raw head keeps it in check').split()
     lines = []
     for i in range(3000):
-        lines.append(' '.join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ' .\n')
+        stride = 5 if 2600 <= i < 2800 else 3
+        lines.append(' '.join(words[(i * 7 + j * stride) % len(words)] for j in range(8 + i % 5)) + ' .\n')
+    assert not set(lines[2600:2800]) & set(lines[:2600])
     (root / 'text').mkdir()
     (root / 'text' / 'train.txt').write_text(''.join(lines[:2600]))
     (root / 'text' / 'valid.txt').write_text(''.join(lines[2600:2800]))
