@@ -18,6 +18,7 @@ reads them, and their comments, from the script's source, so each comment exists
 
 import ast
 import difflib
+import inspect
 import io
 import os
 import sys
@@ -77,6 +78,23 @@ def check(settings, key, value, where, script):
     return value
 
 
+def check_ranges(config, ranges):
+    """Each setting named in ranges against its rule: '>= x', '> x', '[a, b)' (a <= value < b), or a
+    tuple of the values it may take. One line naming the setting and the rule, the first that fails."""
+    for key, rule in ranges.items():
+        value = config[key]
+        if isinstance(rule, tuple):
+            ok, said = value in rule, f"one of {', '.join(map(str, rule))}"
+        elif rule.startswith('['):
+            low, high = (float(v) for v in rule.strip('[)').split(','))
+            ok, said = low <= value < high, f"in {rule}"
+        else:
+            op, bound = rule.split()
+            ok, said = (value >= float(bound)) if op == '>=' else (value > float(bound)), rule
+        if not ok:
+            raise UserError(f"setting '{key}' must be {said}; got {value!r}")
+
+
 def configure(settings, argv, scripts=None):
     """settings: name -> default. argv: config files and --key=value (or --key value), in order.
     scripts: the source files whose settings these are, the script being run first (for
@@ -131,7 +149,11 @@ def configure(settings, argv, scripts=None):
 
 def settings_block(path):
     """The lines between the first two `# ---` lines of a Python file, as (name or None, value
-    text, comment): a setting `name = value  # comment`, or a comment line on its own (a heading)."""
+    text, comment): a setting `name = value  # comment`, or a comment line on its own (a heading).
+    path may also be a dataclass (a model's config): its fields `name: type = value  # comment`,
+    a comment line under a field continuing its comment."""
+    if isinstance(path, type):
+        return fields_block(path)
     try:
         with open(path) as f:
             source = f.read()
@@ -162,6 +184,35 @@ def settings_block(path):
     return rows
 
 
+def fields_block(cls):
+    """settings_block's rows of a dataclass's fields, in its source's order, with their comments."""
+    source = inspect.getsource(cls)
+    comments = {tok.start[0]: (tok.start[1], tok.string.lstrip('#').strip())
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    rows, lines = [], source.splitlines()
+    for i, line in enumerate(lines, 1):
+        try:  # (a field is one line of the class's body)
+            node = ast.parse(line.strip()).body[0] if line.startswith('    ') and line[4:5].isalpha() else None
+        except SyntaxError:
+            node = None
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            rows.append((node.target.id, ast.get_source_segment(line.strip(), node.value), comments.get(i, (0, ''))[1]))
+        elif line.strip().startswith('#') and i in comments:
+            column, text = comments[i]
+            if rows and rows[-1][0] and column > 4 and lines[i - 2].strip():  # (indented under a field: its comment goes on)
+                rows[-1] = (*rows[-1][:2], f"{rows[-1][2]} {text}")
+            else:
+                rows.append((None, '', text))
+    return rows
+
+
+def source_name(path):
+    """How --help heads a script's settings (its path from the root), or a config class's (file: class)."""
+    if isinstance(path, type):
+        return f"{os.path.basename(inspect.getsourcefile(path))}: {path.__name__}"
+    return os.path.relpath(os.path.abspath(path), ROOT)
+
+
 def help_text(settings, scripts):
     """usage, the script's one-line summary, and every setting with its default and comment."""
     out = [f"usage: {command(scripts[0])} [config.py ...] [--key=value ...]"]
@@ -176,7 +227,7 @@ def help_text(settings, scripts):
     for path in scripts:
         rows = [r for r in settings_block(path) if r[0] is None or r[0] in settings]
         if len(scripts) > 1:
-            out += ['', f"[{os.path.relpath(os.path.abspath(path), ROOT)}]"]
+            out += ['', f"[{source_name(path)}]"]
         width = max([len(f"--{n}={v}") for n, v, _ in rows if n] + [0]) + 2
         for name, value, comment in rows:
             if name is None:

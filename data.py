@@ -127,6 +127,36 @@ def gather_windows(data, starts, length):
 
 
 # -----------------------------------------------------------------------------
+# train.py's batches: random windows a step (a function of the seed, rank and iteration), fixed ones to validate
+
+def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, device):
+    """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
+    seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
+    run sees exactly the batches the uninterrupted run would have. One vectorised gather
+    from the memmap: (n_micro, B, T+1)."""
+    rng = np.random.default_rng([seed, rank, it])
+    starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
+    return windows(data, starts, block_size, device)
+
+
+def eval_batches(data, *, eval_iters, batch_size, block_size, device):
+    """eval_iters fixed batches of windows spread evenly over the split, and no more batches than
+    the split holds windows for (WikiText-103's validation split is 2.7x short of 40 x 64 x 256)."""
+    n_batches = max(1, min(eval_iters, (len(data) - 1) // block_size // batch_size))
+    starts = np.linspace(0, len(data) - block_size - 1, n_batches * batch_size).astype(np.int64)
+    return windows(data, starts.reshape(n_batches, batch_size), block_size, device)
+
+
+def windows(data, starts, block_size, device):
+    chunk = gather_chunks(data, starts, block_size)  # (..., T+1), contiguous
+    if device.startswith('cuda'):  # pinned, so the copy is asynchronous (a view would be copied pageable)
+        chunk = chunk.pin_memory().to(device, non_blocking=True)
+    else:
+        chunk = chunk.to(device)
+    return chunk[..., :-1], chunk[..., 1:]  # inputs and targets, sliced on the device
+
+
+# -----------------------------------------------------------------------------
 # a trained run and the tokens it is scored on
 
 
@@ -135,11 +165,11 @@ def run_folder(path):
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def load_run(path, device, split, data_dir=None):
+def load_run(path, device, split, data_dir=None, model_class=LoopedGPT):
     """(model in eval mode, its training config, the split's tokens) of a run folder or checkpoint,
-    on the data it was trained on."""
+    on the data it was trained on. model_class: the class it was trained as (its config's fields)."""
     try:
-        model, ckpt = LoopedGPT.from_checkpoint(path, device)
+        model, ckpt = model_class.from_checkpoint(path, device)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e))
     config = ckpt.get('config', {})

@@ -22,12 +22,13 @@ import os
 import re
 import sys
 import time
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from configurator import UserError, error_line
-from model import LoopedGPT, lemma_sums, summarize, token_diagnostics
+from model import LoopedGPT, LoopedGPTConfig, lemma_sums, summarize, token_diagnostics
 from report import FIGURES, all_plots, label, mean_std, perplexity, pm, settings_of, write_json
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 from data import Scoring, load_run, run_folder, score_windows
@@ -116,14 +117,9 @@ def throughput(model, x, n_loops, iters, device):
 # one run
 
 def learned_depth_settings(model, config):
-    """What a run learned or drew of its depth controls: alpha of an AlphaReadout, the damping
-    factor, and the random-depth draw it trained with (None where it has none)."""
-    out = {}
-    if model.config.readout == 'alpha':
-        out['alpha'] = torch.sigmoid(model.alpha_logit).item()
-        out['s_ref'] = model.log_s_ref.exp().item()
-    if model.config.damping:
-        out['damping'] = torch.sigmoid(model.damping_logit).item()
+    """What a run learned or drew of its depth controls: the model's learned scalars (alpha of an
+    AlphaReadout, a learned contraction) and the random-depth draw it trained with (None where none)."""
+    out = model.learned_scalars()
     if config.get('random_depth'):
         out['draw'] = {k: config.get(k) for k in ('n_loops', 'depth_sigma', 'max_loops', 'bptt')}
     return out or None
@@ -137,10 +133,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
     windows = score_windows(len(data), cfg.block_size, args.max_tokens)
     last = min(cfg.n_loops, max_loops)  # the trained K, or the deepest loop evaluated if fewer
     name = os.path.basename(os.path.normpath(run_folder(path)))
-    run = dict(name=name, path=path, readout=cfg.readout, loss=cfg.loss, norm_penalty=cfg.norm_penalty,
-               interloop_norm=cfg.interloop_norm, exit_train=cfg.exit_train, trained_K=cfg.n_loops,
-               sandwich_norm=cfg.sandwich_norm, inject=cfg.inject, damping=cfg.damping,
-               random_depth=bool(config.get('random_depth')), depth=learned_depth_settings(model, config),
+    run = dict(name=name, path=path, model=asdict(cfg), trained_K=cfg.n_loops, random_depth=bool(config.get('random_depth')), depth=learned_depth_settings(model, config),
                seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
@@ -157,7 +150,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
     setting = config.get('compile', 'off') if args.compile == 'as_trained' else args.compile
     fwd = model
     if use_compile(setting, device):
-        fwd = LoopedGPT(cfg).to(device).eval()
+        fwd = type(model)(cfg).to(device).eval()
         fwd.load_state_dict(model.state_dict())
         fwd.loop = torch.compile(fwd.loop)
     run['compiled'] = fwd is not model
@@ -198,7 +191,7 @@ SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
 
 
 def condition(config):
-    config = {'exit_train': 0.0, **config}  # (runs from before exit-aware training existed had it off)
+    config = {**asdict(LoopedGPTConfig()), **config}  # (a model field newer than the run: its default)
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in IDENTITY))
 
 
@@ -317,7 +310,7 @@ def make_out(path):
         raise UserError(f"cannot write to --out {path}: {e.strerror}")
 
 
-def evaluate_runs(args, studies=()):
+def evaluate_runs(args, studies=(), model_class=LoopedGPT):
     """Loads every run (failing early on bad input), evaluates each, and groups seeds."""
     check_settings(args, studies)
     if not args.runs:
@@ -327,7 +320,7 @@ def evaluate_runs(args, studies=()):
     except ValueError as e:
         raise UserError(str(e))
     dtype = resolve_dtype(args.dtype, device)
-    loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
+    loaded = [(path, *load_run(path, device, args.split, args.data_dir, model_class)) for path in args.runs]  # fail early
     if args.curves:
         for path, *_ in loaded:
             read_curve(run_folder(path))
@@ -371,9 +364,10 @@ def from_results(path, names):
     return runs, groups, notes
 
 
-def main(argv=None, studies=(), script='eval_depth.py'):
+def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
     """The script: argv its arguments (default: the command line's); studies, those run beside
-    the paper's (Study objects); script, the name its errors and results.json give."""
+    the paper's (Study objects); script, the name its errors and results.json give; model_class,
+    the class the runs were trained as (a subclass of LoopedGPT with a config of more fields)."""
     p = argparse.ArgumentParser(prog=script, description=__doc__.split('\n\n')[0])
     p.add_argument('runs', nargs='*', help='run folders (holding ckpt.pt) or checkpoint files; with --from_results, '
                                            'the groups or runs to show (default: all)')
@@ -411,7 +405,7 @@ def main(argv=None, studies=(), script='eval_depth.py'):
                 changed = True
                 groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
-            runs, groups, notes = evaluate_runs(args, studies)
+            runs, groups, notes = evaluate_runs(args, studies, model_class)
     except UserError as e:
         sys.exit(error_line(script, e))
     for note in notes:

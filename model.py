@@ -29,6 +29,7 @@ from linear_ce import readout_ce
 
 READOUTS = ('norm', 'raw', 'final_norm', 'alpha')
 LOSSES = ('perloop', 'terminal')
+SIZE = ('block_size', 'vocab_size', 'n_layer', 'n_head', 'n_embd', 'dropout', 'n_loops')  # the fields that size a model, not its mechanism
 
 
 @dataclass
@@ -36,13 +37,13 @@ class LoopedGPTConfig:
     block_size: int = 256         # context length (tokens)
     vocab_size: int = 50257       # GPT-2 BPE; 256 for the byte-level tokenizer
     n_layer: int = 8              # blocks in the shared stack (applied n_loops times)
-    n_head: int = 8
+    n_head: int = 8               # attention heads (n_embd a multiple of it)
     n_embd: int = 512             # d, the width of the residual stream
-    dropout: float = 0.1
+    dropout: float = 0.1          # in [0, 1): on the attention probabilities, the MLP output and the embeddings
     n_loops: int = 4              # K, loops used in training (any K can be asked for at call time)
     readout: str = 'norm'         # 'norm' | 'raw' | 'final_norm' | 'alpha', see LoopedGPT.readout
     loss: str = 'perloop'         # 'perloop': mean CE over loops | 'terminal': last loop's CE
-    norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off), see LoopedGPT.forward
+    norm_penalty: float = 0.0     # lambda of the norm penalty (0 = off; 0.01 in the paper's runs), see LoopedGPT.loss
     interloop_norm: bool = False  # RMSNorm on the state carried between loops
     # beyond the paper: the field's scale controls (docs/depth.md), each at its place below
     sandwich_norm: bool = False   # RMSNorm on each sublayer's output before it is added (Huginn, Ouro)
@@ -53,16 +54,19 @@ class LoopedGPTConfig:
                                   # random loop (0 = off); beyond/exit_train.py's ExitTrainedGPT trains with it
 
     def __post_init__(self):
+        for name, low, high in (('block_size', 1, None), ('vocab_size', 1, None), ('n_layer', 1, None),
+                                ('n_head', 1, None), ('n_embd', 1, None), ('n_loops', 1, None), ('dropout', 0, 1),
+                                ('norm_penalty', 0, None), ('init_std', 0, None), ('exit_train', 0, 1)):
+            value = getattr(self, name)  # (high: excluded)
+            if not (value >= low and (high is None or value < high)):
+                why = ' (a negative lambda would reward large norms)' if name == 'norm_penalty' else ''
+                raise ValueError(f"{name!r} must be {f'in [{low}, {high})' if high else f'>= {low}'}{why}; got {value!r}")
         if self.readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}, got {self.readout!r}")
+            raise ValueError(f"'readout' must be one of {', '.join(READOUTS)}; got {self.readout!r}")
         if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+            raise ValueError(f"'loss' must be one of {', '.join(LOSSES)}; got {self.loss!r}")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
-        if self.n_loops < 1:
-            raise ValueError(f"n_loops must be >= 1, got {self.n_loops}")
-        if not 0 <= self.exit_train < 1:
-            raise ValueError(f"exit_train must lie in [0, 1) (0 = off), got {self.exit_train}")
         if self.exit_train > 0 and self.loss != 'perloop':
             raise ValueError("exit_train needs loss='perloop': a token that exits early is read out only at "
                              "its own loops, and terminal CE reads none of them")
@@ -177,6 +181,7 @@ class Block(nn.Module):
 
 
 class LoopedGPT(nn.Module):
+    config_class = LoopedGPTConfig  # its fields: train.py's model settings, the checkpoint's model_args
     # how readout_loss computes the CE (linear_ce.readout_ce): 'fused' or 'plain'. Another way to
     # compute the same loss, not another model, so it is in neither the config nor the checkpoint;
     # train.py sets it on the model from its loss_path setting (a constant to torch.compile)
@@ -375,6 +380,37 @@ class LoopedGPT(nn.Module):
         return self.readout_loss(states, targets, [True] * len(states))[1]
 
     # ---------------------------------------------------------------------------------
+    # what training needs to know of the model
+
+    @classmethod
+    def cannot_train(cls, config, bptt=0):
+        """Why this class cannot train config (with truncated backprop through the last bptt
+        loops), as one line; None if it can. Exit-aware training is beyond the paper: the class
+        that trains it is beyond/exit_train.py's."""
+        if config.exit_train > 0:
+            return (f"exit_train={config.exit_train} needs the exit-aware model, which is beyond the paper: "
+                    "run python -m beyond.exit_train with the same arguments")
+        return None
+
+    def may_skip_parameters(self, varying_depth=False):
+        """Whether a training step can leave a parameter without a gradient (DDP must be told): the
+        between-loop ones at K=1 (one loop has no 'between'), and when K varies (random depth), the
+        position embedding when truncated backprop leaves loop 1 without a graph."""
+        between = self.interloop_norm is not None or hasattr(self, 'damping_logit')
+        return varying_depth or (between and self.config.n_loops == 1)
+
+    def learned_scalars(self):
+        """The scalars the model learned of its scale, by name: alpha and s_ref of the alpha readout,
+        the damping factor (an empty dict where it has none)."""
+        out = {}
+        if self.config.readout == 'alpha':
+            out['alpha'] = torch.sigmoid(self.alpha_logit).item()
+            out['s_ref'] = self.log_s_ref.exp().item()
+        if self.config.damping:
+            out['damping'] = torch.sigmoid(self.damping_logit).item()
+        return out
+
+    # ---------------------------------------------------------------------------------
     # size and cost
 
     def get_num_params(self, non_embedding=True):
@@ -419,7 +455,7 @@ class LoopedGPT(nn.Module):
         if not isinstance(ckpt, dict) or not {'model_args', 'model'} <= ckpt.keys():
             raise ValueError(f"{path} is not a checkpoint written by train.py (it has no model_args and model)")
         try:
-            model = cls(LoopedGPTConfig(**ckpt['model_args']))
+            model = cls(cls.config_class(**ckpt['model_args']))
             model.load_state_dict(ckpt['model'])
         except Exception as e:
             raise ValueError(f"cannot load the checkpoint {path} ({type(e).__name__}: {str(e)[:200]})")

@@ -1,6 +1,7 @@
 """
 Numbers and figures as the scripts report them: perplexity, JSON without NaN, atomic JSON
-files, mean ± std, the one label a run or a group of seeds goes by, and eval_depth.py's figures
+files, mean ± std, the one label a run or a group of seeds goes by, train.py's log lines and
+log.jsonl, and eval_depth.py's figures
 (from its groups of runs: seeds of one condition as the mean, the standard deviation as error bars).
 
     python -c "from report import mean_std; print(mean_std([2.51, 2.53, 2.49]))"
@@ -10,8 +11,12 @@ files, mean ± std, the one label a run or a group of seeds goes by, and eval_de
 import json
 import math
 import os
+from dataclasses import asdict
 
 import numpy as np
+import torch
+
+from model import SIZE, LoopedGPTConfig
 
 
 def perplexity(loss):
@@ -73,14 +78,15 @@ def pm(mean, std, spec='.3f'):
 
 
 def settings_of(run):
-    """What a run (or a group's mean) was trained as: 'norm readout, perloop CE, K=4', with the penalty
-    and the inter-loop norm where on."""
-    extra = (f", penalty {run['norm_penalty']}" if run['norm_penalty'] else '') + \
-        (', inter-loop norm' if run['interloop_norm'] else '') + \
-        ''.join(f", {name}" for key, name in (('sandwich_norm', 'sandwich norm'), ('inject', 'injection'),
-                                             ('damping', 'damping')) if run.get(key))
+    """What a run (or a group's mean) was trained as: its readout, its loss and its depth, with every
+    other field of its model config that differs from LoopedGPTConfig's default, by the field's name
+    (the size fields, model.SIZE, aside), as 'raw readout, perloop CE, <field> <value>, K=4'."""
+    defaults = asdict(LoopedGPTConfig())
+    model = run.get('model') or {k: run[k] for k in defaults if k in run}  # (a results.json before 'model': flat keys)
+    extra = ''.join(f", {k}" if v is True else f", {k} {v}" for k, v in model.items()
+                    if k not in SIZE + ('readout', 'loss') and v != defaults.get(k, type(v)()))  # (a subclass's field: set or not)
     depth = f"random K, mean {run['trained_K']}" if run.get('random_depth') else f"K={run['trained_K']}"
-    return f"{run['readout']} readout, {run['loss']} CE{extra}, {depth}"
+    return f"{model['readout']} readout, {model['loss']} CE{extra}, {depth}"
 
 
 def label(group, settings=False):
@@ -91,9 +97,84 @@ def label(group, settings=False):
 
 
 # -----------------------------------------------------------------------------
+# a training run's log: each line printed and, as one JSON object, appended to out_dir/log.jsonl
+
+def log(out_dir, record, line):
+    print(line, flush=True)
+    with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
+        f.write(json.dumps(json_safe(record)) + '\n')
+
+
+def trim_log(out_dir, iter_num):
+    """On resume: keep the log up to the checkpoint (train lines through iter_num, evals before
+    it), so that no iteration appears twice once the run continues."""
+    path = os.path.join(out_dir, 'log.jsonl')
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        keep = [line for line in f if (r := json.loads(line))['iter'] < iter_num
+                or (r['iter'] == iter_num and r['kind'] == 'train')]
+    with open(path + '.tmp', 'w') as f:
+        f.writelines(keep)
+    os.replace(path + '.tmp', path)
+
+
+def start_log(c, iter_num):
+    """out_dir made; its log.jsonl trimmed to the checkpoint on resume, removed for a new run,
+    and left as it is for eval_only (which appends its one line)."""
+    os.makedirs(c.out_dir, exist_ok=True)
+    path = os.path.join(c.out_dir, 'log.jsonl')
+    if c.eval_only:
+        return
+    if c.init_from == 'resume':
+        trim_log(c.out_dir, iter_num)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def fmt(values, spec='.3f'):
+    return ' '.join('-' if not math.isfinite(v) else format(v, spec) for v in values)
+
+
+def eval_line(iter_num, ev):
+    """train.py's eval line of ev (train.evaluate's): every K's val loss and ppl, then the diagnostics."""
+    return (f"eval {iter_num}: val loss K=1..{len(ev['val_loss'])} {fmt(ev['val_loss'], '.4f')} | "
+            f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
+            f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | angular {fmt(ev['angular'], '.2e')}")
+
+
+def accumulate(acc, step):
+    """Adds one train_step's (loss, per-loop CE, per-loop |H_k|) to acc, device tensors (no sync):
+    the loss summed, and per loop (up to len(acc[1])) the sum of the CE read there and how many
+    iterations read it, the sum of |H_k| and how many ran loop k (with random depth K varies)."""
+    loss, ce, h_norm = step
+    K = len(ce)
+    acc[0].add_(loss)
+    acc[1][:K] += ce.nan_to_num()
+    acc[2][:K] += ~ce.isnan()
+    acc[3][:K] += h_norm
+    acc[4][:K] += 1
+
+
+def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops, peak, device):
+    """The train line of the last n_iters iterations from acc (accumulate's), read here (the one
+    sync per log line); a loop no iteration read has CE NaN ('-'). flops: the iterations' matmul
+    FLOPs; peak: the device's FLOP/s for MFU, summed over the ranks (None: no MFU)."""
+    loss, ce, h_norm = acc[0] / n_iters, acc[1] / acc[2], acc[3] / acc[4]
+    ce, h_norm, loss = ce.tolist(), h_norm.tolist(), loss.item()
+    tok_s = tokens_per_iter * n_iters / seconds
+    mfu = flops / seconds / peak if peak else None
+    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.startswith('cuda') else None
+    ms = 1000 * seconds / n_iters
+    log(out_dir, dict(kind='train', iter=iter_num, loss=loss, ce=ce, h_norm=h_norm, lr=lr,
+                      ms_per_iter=ms, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
+        f"iter {iter_num}: loss {loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
+        f"lr {lr:.1e} | {ms:.1f} ms/iter | {tok_s:,.0f} tok/s"
+        + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + (f" | {mem:.1f} GiB" if mem else ""))
+
+
+# -----------------------------------------------------------------------------
 # figures: one function a figure, each drawing on a new figure and returning it with its file name
-
-
 
 def num(values):
     """NaN for None (how results.json writes NaN and inf)."""

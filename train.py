@@ -8,7 +8,8 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py --help                                    # every setting, with its comment
     python -m beyond.exit_train config/raw_perloop_exit.py    # beyond the paper: exit-aware training (its model class)
 
-Settings are the globals below. Config files and --key=value override them, in order
+Settings are the globals below and every field of the model's config (LoopedGPTConfig in
+model.py, where each is documented). Config files and --key=value override them, in order
 (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
 log lines, one JSON object per line, for plots.
 
@@ -16,12 +17,11 @@ The helpers take what they read as arguments (bench.py and the tests call them),
 main() runs them top to bottom; nothing here reads a setting from a module global.
 """
 
-import json
 import math
 import os
 import sys
 import time
-from dataclasses import fields
+from dataclasses import asdict, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,12 +29,13 @@ import torch
 from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from configurator import UserError, configure, error_line
-from data import gather_chunks, load_tokens
+from configurator import UserError, check_ranges, configure, error_line
+from data import eval_batches, load_tokens, train_batches
 from linear_ce import PATHS as LOSS_PATHS
-from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics
-from report import json_safe, perplexity
-from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, use_compile
+from model import LoopedGPT, diagnostics
+from report import accumulate, eval_line, log, log_train, perplexity, start_log
+from runtime import (autocast, compile_errors, compile_failed, exit_process, peak_flops, resolve_dtype, setup_device,
+                     under_torchrun, use_compile)
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
@@ -51,24 +52,9 @@ init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
 # data
 data_dir = 'data'             # where prepare.py writes its datasets
 dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
-batch_size = 64               # sequences per micro-step (per GPU with DDP)
-block_size = 256              # tokens per sequence
+batch_size = 64               # sequences per micro-step (per GPU with DDP); block_size, the tokens per sequence, is the model's
 gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
-# model (see LoopedGPTConfig in model.py)
-n_layer = 8                   # blocks in the shared stack
-n_head = 8                    # attention heads (n_embd a multiple of it)
-n_embd = 512                  # d, the width of the residual stream
-dropout = 0.1                 # in [0, 1): on the attention probabilities, the MLP output and the embeddings
-n_loops = 4                   # K, the loops in training
-readout = 'norm'              # 'norm' | 'raw' | 'final_norm'
-loss = 'perloop'              # 'perloop' | 'terminal'
-norm_penalty = 0.0            # lambda; 0.01 in the paper's penalty runs
-interloop_norm = False        # RMSNorm between loops
-init_std = 0.0                # 0: PyTorch's default init, as the paper's released code
-exit_train = 0.0              # exit-aware training: fraction of tokens frozen after a random loop 1..K-1 (0 = off)
-sandwich_norm = False         # the field's scale controls (docs/depth.md): RMSNorm on each sublayer's output,
-inject = False                # the embedding added to every loop's input,
-damping = False               # a learned contraction sigmoid(a) of the state between loops
+# the model: every field of LoopedGPTConfig (model.py), listed under it below, but vocab_size (the data's)
 # random depth (docs/depth.md; config/random_depth.py): K drawn per iteration, the same on every rank and after a resume
 random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with mean n_loops - 1 (Huginn's draw): mean K = n_loops
 depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
@@ -93,11 +79,22 @@ dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with nativ
 compile = 'auto'              # torch.compile: 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
 seed = 1337                   # seeds the init, the batches and the dropout masks (with rank and iteration)
 # -----------------------------------------------------------------------------
-SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))}
-CHOICES = {'readout': READOUTS, 'loss': LOSSES, 'init_from': ('scratch', 'resume'), 'lr_decay': ('constant', 'cosine'),
-           'dtype': ('auto', 'float32', 'bfloat16', 'float16'), 'compile': ('auto', 'on', 'off'),
-           'loss_path': LOSS_PATHS}
-MODEL_ARGS = [f.name for f in fields(LoopedGPTConfig)]  # vocab_size comes from the data's meta.json
+OWN = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))}
+# what each setting may be (the model's fields: what LoopedGPTConfig itself accepts); configurator.check_ranges reads it
+RANGES = dict(eval_interval='>= 1', log_interval='>= 1', eval_iters='>= 1', diag_tokens='>= 1', batch_size='>= 1',
+              gradient_accumulation_steps='>= 1', max_loops='>= 1', depth_sigma='>= 0', bptt='>= 0',
+              learning_rate='> 0', epochs='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)',
+              beta2='[0, 1)', grad_clip='>= 0', warmup_iters='>= 0', min_lr='>= 0', seed='>= 0',
+              init_from=('scratch', 'resume'), lr_decay=('constant', 'cosine'),
+              dtype=('auto', 'float32', 'bfloat16', 'float16'), compile=('auto', 'on', 'off'), loss_path=LOSS_PATHS)
+
+
+def model_fields(model_class=LoopedGPT):
+    """The fields of model_class's config and their defaults, but vocab_size (the data's meta.json)."""
+    return {f.name: f.default for f in fields(model_class.config_class) if f.name != 'vocab_size'}
+
+
+SETTINGS = {**OWN, **model_fields()}  # every setting of train.py with LoopedGPT, and its default
 
 
 # -----------------------------------------------------------------------------
@@ -129,33 +126,6 @@ def seed_step(seed, it, rank):
     run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
     state to save or gather."""
     torch.manual_seed(int(np.random.SeedSequence([seed, rank, it, 1]).generate_state(1)[0]))
-
-
-def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, device):
-    """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
-    seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
-    run sees exactly the batches the uninterrupted run would have. One vectorised gather
-    from the memmap: (n_micro, B, T+1)."""
-    rng = np.random.default_rng([seed, rank, it])
-    starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
-    return windows(data, starts, block_size, device)
-
-
-def eval_batches(data, *, eval_iters, batch_size, block_size, device):
-    """eval_iters fixed batches of windows spread evenly over the split, and no more batches than
-    the split holds windows for (WikiText-103's validation split is 2.7x short of 40 x 64 x 256)."""
-    n_batches = max(1, min(eval_iters, (len(data) - 1) // block_size // batch_size))
-    starts = np.linspace(0, len(data) - block_size - 1, n_batches * batch_size).astype(np.int64)
-    return windows(data, starts.reshape(n_batches, batch_size), block_size, device)
-
-
-def windows(data, starts, block_size, device):
-    chunk = gather_chunks(data, starts, block_size)  # (..., T+1), contiguous
-    if device.startswith('cuda'):  # pinned, so the copy is asynchronous (a view would be copied pageable)
-        chunk = chunk.pin_memory().to(device, non_blocking=True)
-    else:
-        chunk = chunk.to(device)
-    return chunk[..., :-1], chunk[..., 1:]  # inputs and targets, sliced on the device
 
 
 @torch.no_grad()
@@ -231,7 +201,7 @@ def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, conf
     """out_dir/ckpt.pt, written whole or not at all. The batches and the dropout masks are a
     function of (seed, rank, iteration), so iter_num is all the position there is to save."""
     ckpt = {
-        'model_args': {k: getattr(raw_model.config, k) for k in MODEL_ARGS},
+        'model_args': asdict(raw_model.config),
         'model': raw_model.state_dict(),      # the uncompiled model: no _orig_mod. prefixes
         'optimizer': optimizer.state_dict(),
         'iter_num': iter_num,
@@ -243,99 +213,36 @@ def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, conf
     os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
 
 
-def log(out_dir, record, line):
-    print(line, flush=True)
-    with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
-        f.write(json.dumps(json_safe(record)) + '\n')
-
-
-def trim_log(out_dir, iter_num):
-    """On resume: keep the log up to the checkpoint (train lines through iter_num, evals before
-    it), so that no iteration appears twice once the run continues."""
-    path = os.path.join(out_dir, 'log.jsonl')
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        keep = [line for line in f if (r := json.loads(line))['iter'] < iter_num
-                or (r['iter'] == iter_num and r['kind'] == 'train')]
-    with open(path + '.tmp', 'w') as f:
-        f.writelines(keep)
-    os.replace(path + '.tmp', path)
-
-
-def start_log(c, iter_num):
-    """out_dir made; its log.jsonl trimmed to the checkpoint on resume, removed for a new run,
-    and left as it is for eval_only (which appends its one line)."""
-    os.makedirs(c.out_dir, exist_ok=True)
-    path = os.path.join(c.out_dir, 'log.jsonl')
-    if c.eval_only:
-        return
-    if c.init_from == 'resume':
-        trim_log(c.out_dir, iter_num)
-    elif os.path.exists(path):
-        os.remove(path)
-
-
-def fmt(values, spec='.3f'):
-    return ' '.join('-' if not math.isfinite(v) else format(v, spec) for v in values)
-
-
 # -----------------------------------------------------------------------------
 # the settings, checked
 
-# the range of every numeric setting: (lowest, highest, whether the lowest is allowed)
-AT_LEAST_1 = ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'eval_iters', 'n_layer', 'n_head', 'n_embd', 'n_loops', 'max_loops', 'diag_tokens')
-AT_LEAST_0 = ('max_iters', 'warmup_iters', 'weight_decay', 'grad_clip', 'norm_penalty', 'init_std', 'min_lr', 'seed',
-              'depth_sigma', 'bptt')
-ABOVE_0 = ('learning_rate', 'epochs')
-BELOW_1 = ('dropout', 'beta1', 'beta2', 'exit_train')  # in [0, 1)
-
-
-def check_settings(config):
+def check_settings(config, model_class=LoopedGPT):
     """Every check on the settings, in one place: a value that makes no sense is one error line."""
-    for key, options in CHOICES.items():
-        if config[key] not in options:
-            raise UserError(f"setting '{key}' must be one of {', '.join(options)}; got {config[key]!r}")
-    for key in AT_LEAST_1:
-        if config[key] < 1:
-            raise UserError(f"setting '{key}' must be at least 1; got {config[key]!r}")
-    for key in AT_LEAST_0:
-        if config[key] < 0:
-            why = ' (a negative lambda would reward large norms)' if key == 'norm_penalty' else ''
-            raise UserError(f"setting '{key}' must be >= 0{why}; got {config[key]!r}")
-    for key in ABOVE_0:
-        if not config[key] > 0:
-            raise UserError(f"setting '{key}' must be > 0; got {config[key]!r}")
-    for key in BELOW_1:
-        if not 0 <= config[key] < 1:
-            raise UserError(f"setting '{key}' must lie in [0, 1); got {config[key]!r}")
+    check_ranges(config, RANGES)
     if config['random_depth'] and config['max_loops'] < config['n_loops']:
         raise UserError(f"random_depth draws K with mean n_loops ({config['n_loops']}): max_loops, its cap, must be "
                         f"at least that; got {config['max_loops']}")
-    if config['bptt'] and config['exit_train'] > 0:
-        raise UserError("exit_train runs every loop with a graph: set bptt=0 with it")
     try:  # what the model itself refuses (e.g. n_embd not a multiple of n_head)
-        LoopedGPTConfig(**{k: config[k] for k in MODEL_ARGS if k != 'vocab_size'})
+        model_config = model_class.config_class(**{k: config[k] for k in model_fields(model_class)})
     except ValueError as e:
         raise UserError(str(e))
+    refusal = model_class.cannot_train(model_config, config['bptt'])  # (what this class cannot train)
+    if refusal:
+        raise UserError(refusal)
 
 
-def setup(argv, settings=SETTINGS, scripts=(__file__,)):
-    """The settings: the defaults above, then config files and --key=value, checked. Returns
-    a dict, as given (saved in the checkpoint: device and dtype stay 'auto' there).
+def setup(argv, settings=None, scripts=(__file__,), model_class=LoopedGPT):
+    """The settings: the defaults above and model_class's fields, then config files and --key=value,
+    checked. Returns a dict, as given (saved in the checkpoint: device and dtype stay 'auto' there).
     bench.py passes its own settings added to these, and its own file first."""
-    config = configure(settings, argv, scripts)
-    check_settings(config)
+    settings = settings or {**OWN, **model_fields(model_class)}
+    config = configure(settings, argv, [*scripts, model_class.config_class])
+    check_settings(config, model_class)
     return config
 
 
 # -----------------------------------------------------------------------------
 # the parts of a run, in the order main() takes them
-
-def under_torchrun():
-    return int(os.environ.get('RANK', -1)) != -1
-
 
 def start_process(c):
     """This process's part in the run: (ddp, rank, world_size, device, n_micro), n_micro its
@@ -377,11 +284,8 @@ def build_model(c, meta, device, cls=LoopedGPT):
     """A new model of class cls (LoopedGPT, or a subclass that main() was given), or with
     init_from='resume' out_dir's checkpoint, which must match these settings and this data.
     Returns (the model, the checkpoint or None)."""
-    model_args = {k: meta['vocab_size'] if k == 'vocab_size' else getattr(c, k) for k in MODEL_ARGS}
-    config = LoopedGPTConfig(**model_args)
-    if config.exit_train > 0 and not getattr(cls, 'trains_exits', False):
-        raise UserError(f"exit_train={config.exit_train} needs the exit-aware model, which is beyond the paper: "
-                        f"run python -m beyond.exit_train with the same arguments")
+    model_args = {**{k: getattr(c, k) for k in model_fields(cls)}, 'vocab_size': meta['vocab_size']}
+    config = cls.config_class(**model_args)
     if c.init_from == 'scratch':
         return cls(config).to(device), None
     path = os.path.join(c.out_dir, 'ckpt.pt')
@@ -392,8 +296,8 @@ def build_model(c, meta, device, cls=LoopedGPT):
     if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
         raise UserError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{c.dataset} has "
                          f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
-    differ = [f"{k}={ckpt['model_args'][k]!r} (asked: {v!r})" for k, v in model_args.items()
-              if ckpt['model_args'][k] != v]
+    differ = [f"{k}={ckpt['model_args'].get(k)!r} (asked: {v!r})" for k, v in model_args.items()
+              if ckpt['model_args'].get(k) != v]
     if differ:
         raise UserError(f"{path} does not match this config: {', '.join(differ)}")
     return model, ckpt
@@ -410,13 +314,10 @@ def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
     for each way a loop runs, with or without a graph, as truncated backprop runs them). At a fixed K
     the whole model: at the 44M shape on a CPU its loop alone compiled in 0.35x the time and stepped
     9% slower, as a nested compile region 0.61x and 5% (assets/speed/roofline.md)."""
-    model, cfg = raw_model, raw_model.config
+    model = raw_model
     if ddp:
-        # parameters a step may not use: between-loop ones at K=1 (one loop has no 'between'), and with
-        # random depth the position embedding when truncated backprop leaves loop 1 without a graph
-        unused = random_depth or ((cfg.interloop_norm or cfg.damping) and cfg.n_loops == 1)
         model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device.startswith('cuda') else None,
-                    find_unused_parameters=unused)
+                    find_unused_parameters=raw_model.may_skip_parameters(random_depth))
     if compile_it and random_depth:
         raw_model.loop = torch.compile(raw_model.loop)  # (an attribute of this object: nothing in the checkpoint)
     elif compile_it:
@@ -430,11 +331,7 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     The val loss that decides is the trained K's (with random depth: the mean K's)."""
     K = c.max_loops if c.random_depth else raw_model.config.n_loops
     ev = evaluate(raw_model, val_batches, ctx, K, c.diag_tokens)
-    log(c.out_dir, dict(kind='eval', iter=iter_num, **ev),
-        f"eval {iter_num}: val loss K=1..{K} {fmt(ev['val_loss'], '.4f')} | "
-        f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
-        f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | "
-        f"angular {fmt(ev['angular'], '.2e')}")
+    log(c.out_dir, dict(kind='eval', iter=iter_num, **ev), eval_line(iter_num, ev))
     finite = all(math.isfinite(v) for v in ev['val_loss'])
     val_loss = ev['val_loss'][raw_model.config.n_loops - 1]
     if finite and can_save and (val_loss < best_val_loss or c.always_save_checkpoint):
@@ -442,36 +339,6 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
         save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, config)
         print(f"saved {c.out_dir}/ckpt.pt")
     return finite, best_val_loss
-
-
-def accumulate(acc, step):
-    """Adds one train_step's (loss, per-loop CE, per-loop |H_k|) to acc, device tensors (no sync):
-    the loss summed, and per loop (up to len(acc[1])) the sum of the CE read there and how many
-    iterations read it, the sum of |H_k| and how many ran loop k (with random depth K varies)."""
-    loss, ce, h_norm = step
-    K = len(ce)
-    acc[0].add_(loss)
-    acc[1][:K] += ce.nan_to_num()
-    acc[2][:K] += ~ce.isnan()
-    acc[3][:K] += h_norm
-    acc[4][:K] += 1
-
-
-def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops, peak, device):
-    """The train line of the last n_iters iterations from acc (accumulate's), read here (the one
-    sync per log line); a loop no iteration read has CE NaN ('-'). flops: the iterations' matmul
-    FLOPs; peak: the device's FLOP/s for MFU, summed over the ranks (None: no MFU)."""
-    loss, ce, h_norm = acc[0] / n_iters, acc[1] / acc[2], acc[3] / acc[4]
-    ce, h_norm, loss = ce.tolist(), h_norm.tolist(), loss.item()
-    tok_s = tokens_per_iter * n_iters / seconds
-    mfu = flops / seconds / peak if peak else None
-    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.startswith('cuda') else None
-    ms = 1000 * seconds / n_iters
-    log(out_dir, dict(kind='train', iter=iter_num, loss=loss, ce=ce, h_norm=h_norm, lr=lr,
-                      ms_per_iter=ms, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
-        f"iter {iter_num}: loss {loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "
-        f"lr {lr:.1e} | {ms:.1f} ms/iter | {tok_s:,.0f} tok/s"
-        + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + (f" | {mem:.1f} GiB" if mem else ""))
 
 
 def non_finite_message(iter_num, out_dir, learning_rate):
@@ -483,8 +350,8 @@ def non_finite_message(iter_num, out_dir, learning_rate):
 
 def main(argv, model_class=LoopedGPT):
     """A training run from the command line argv. model_class: the model trained, LoopedGPT or a
-    subclass (beyond/exit_train.py passes its own): the one seam through which beyond/ trains."""
-    config = setup(argv)
+    subclass (beyond/ passes its own, with its own entry point): the one seam through which beyond/ trains."""
+    config = setup(argv, model_class=model_class)
     c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
     ddp, rank, world_size, device, n_micro = start_process(c)
     master = rank == 0
@@ -508,12 +375,11 @@ def main(argv, model_class=LoopedGPT):
     ckpt = None  # free memory
     start_iter = iter_num  # nothing new to save until the first step from here
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=(dtype == 'float16'))
+    compiled = use_compile(c.compile, device)
     if master:
         print(f"number of parameters: {raw_model.get_num_params() / 1e6:.2f}M (counted once; the stack runs {c.n_loops}x)")
         print(f"device {device}, {dtype}, {tokens_per_iter:,} tokens per iteration, {max_iters:,} iterations")
-        if use_compile(c.compile, device):
-            print("compiling the model... (takes a minute)")
-    model = wrap_for_training(raw_model, ddp, use_compile(c.compile, device), device, c.random_depth)
+    model = wrap_for_training(raw_model, ddp, compiled, device, c.random_depth)
 
     peak = peak_flops(device, dtype)
     peak = peak * world_size if peak else None
@@ -573,8 +439,15 @@ def main(argv, model_class=LoopedGPT):
         iter_num += 1
         acc_iters += 1
         acc_flops += raw_model.flops_per_token(K, bptt=c.bptt) * tokens_per_iter
+        if compiled and iter_num == start_iter + 1:  # the first step compiles: a line of its own, not the log's speed
+            step[0].item()
+            if master:
+                print(f"compiled the training step: the first step took {time.time() - t0:.1f} s", flush=True)
+            for a in acc:
+                a.zero_()
+            acc_iters, acc_flops, t0 = 0, 0, time.time()
 
-        if iter_num % c.log_interval == 0:
+        if iter_num % c.log_interval == 0 and acc_iters:
             if ddp:  # a NaN on any rank stops every rank at the same line
                 flag = finite.float()
                 all_reduce(flag, op=ReduceOp.MIN)
@@ -594,23 +467,14 @@ def main(argv, model_class=LoopedGPT):
 
 
 def cli(model_class=LoopedGPT, script='train.py'):
-    """main() on sys.argv, a UserError as one line, and the process's exit (beyond/exit_train.py runs this too)."""
+    """main() on sys.argv, a UserError as one line, and the process's exit (beyond/ runs it with its own class)."""
     status = 0
     try:
         main(sys.argv[1:], model_class)
     except UserError as e:
         print(error_line(script, e), file=sys.stderr)
         status = 1
-    if under_torchrun():
-        # Under torchrun a rank leaves without Python's teardown. PyTorch keeps a DDP model's process
-        # group alive past destroy_process_group, and when one of gloo's worker threads frees its last
-        # tensor after the interpreter has begun to shut down, the rank aborts ("terminate called
-        # without an active exception", pytorch/pytorch#179291; 9 of 260 two-rank runs here).
-        # Every file is written and closed by now.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    sys.exit(status)
+    exit_process(status)
 
 
 if __name__ == '__main__':

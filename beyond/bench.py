@@ -88,7 +88,7 @@ def setup_bench(argv):
 
 
 def model_config(c, **changes):
-    return LoopedGPTConfig(**{**{k: getattr(c, k) for k in train.MODEL_ARGS}, **changes})
+    return LoopedGPTConfig(**{**{k: getattr(c, k) for k in [*train.model_fields(), 'vocab_size']}, **changes})
 
 
 def new_model(c, device, **changes):

@@ -22,7 +22,11 @@ from model import LoopedGPT
 
 
 class ExitTrainedGPT(LoopedGPT):
-    trains_exits = True  # what train.build_model asks of a class before it trains with exit_train > 0
+    @classmethod
+    def cannot_train(cls, config, bptt=0):  # (train.build_model asks: LoopedGPT refuses exit_train > 0)
+        if config.exit_train > 0 and bptt:
+            return "exit_train runs every loop with a graph: set bptt=0 with it"
+        return None
 
     def masked_states(self, idx, exit_at, n_loops=None):
         """H_0 .. H_K with token t frozen after loop exit_at[t] (B, T) int: H_k = H_exit for k > exit_at.

@@ -91,7 +91,7 @@ def test_help_lists_its_own_settings_and_train_pys(capsys):
     with pytest.raises(SystemExit):
         bench.main(['--help'])
     out = capsys.readouterr().out
-    assert out.startswith('usage: python -m beyond.bench') and '[bench.py]' in out and '[train.py]' in out
+    assert out.startswith('usage: python -m beyond.bench') and '[beyond/bench.py]' in out and '[train.py]' in out and '[model.py: LoopedGPTConfig]' in out
     assert '--steps=10' in out and 'timed optimizer steps' in out and '--n_loops=4' in out
 
 

@@ -108,9 +108,14 @@ def test_from_results_redraws_without_evaluating(evaluated, tmp_path, capsys):
 
 def test_each_run_says_how_it_was_trained(evaluated):
     r, _, results = evaluated
-    assert 'norm-perloop: norm readout, perloop CE, K=2' in r.stderr
-    assert 'raw-terminal: raw readout, terminal CE, K=2' in r.stderr
-    assert [(run['readout'], run['loss']) for run in results] == [('norm', 'perloop'), ('raw', 'terminal')]
+    # readout, loss and K, then every model field off its default by its name (the tiny runs' init_std)
+    assert 'norm-perloop: norm readout, perloop CE, init_std 0.02, K=2' in r.stderr
+    assert 'raw-terminal: raw readout, terminal CE, init_std 0.02, K=2' in r.stderr
+    assert [(run['model']['readout'], run['model']['loss']) for run in results] == [('norm', 'perloop'), ('raw', 'terminal')]
+    # a results.json from before the run's 'model' record (flat keys) is described the same way
+    from report import settings_of
+    old = dict(readout='raw', loss='perloop', norm_penalty=0.01, interloop_norm=False, trained_K=4)
+    assert settings_of(old) == 'raw readout, perloop CE, norm_penalty 0.01, K=4'
 
 
 def test_perplexity_equals_an_independent_computation_over_the_scored_tokens(evaluated, runs, tiny_data):

@@ -17,7 +17,7 @@
 #                raw_perloop:float32); THREADS their threads (2)
 #   RUNS         where the run folders out-<condition>-cpu44m-s1 and the parts' evaluations go (the repo root)
 #   OUT          where results-<part>.json, tables.md, the costs, the figures and logs/ go (this folder)
-#   TRAIN_ARGS, EVAL_ARGS, COST_ARGS   extra settings for train.py, eval_depth.py, beyond.depth_costs (the CI's tiny sizes)
+#   TRAIN_ARGS, EVAL_ARGS, COST_ARGS   extra settings for train.py, python -m beyond.eval_decode, beyond.depth_costs (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo}
@@ -47,7 +47,7 @@ wait_lanes
 evaluate() {  # evaluate PART CONDITION,...
   local part=$1 runs=() c
   for c in ${2//,/ }; do runs+=("$RUNS/out-$c-cpu44m-s1"); done
-  python eval_depth.py "${runs[@]}" --max_tokens 8192 --diag_tokens 512 --clamp --lemma_loops 30 --lemma_tokens 2048 \
+  python -m beyond.eval_decode "${runs[@]}" --max_tokens 8192 --diag_tokens 512 --clamp --lemma_loops 30 --lemma_tokens 2048 \
       --curves --bench_iters 1 --out "$RUNS/eval44-$part" $EVAL_ARGS > /dev/null
   cp "$RUNS/eval44-$part/results.json" "$OUT/results-$part.json"
 }
@@ -57,7 +57,7 @@ for p in $PARTS; do
   parts+=("$OUT/results-${p%%=*}.json")
 done
 wait_lanes
-python eval_depth.py --from_results "$(IFS=,; echo "${parts[*]}")" --out "$OUT" > "$OUT/tables.md"
+python -m beyond.eval_decode --from_results "$(IFS=,; echo "${parts[*]}")" --out "$OUT" > "$OUT/tables.md"
 
 # --- the costs of a decoding step, one run after the other on a quiet machine
 for r in $COSTS; do

@@ -13,7 +13,7 @@
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (1 2 3)
 #   RUNS         where the run folders out-<condition>-cpu-long-s<seed> and the parts' evaluations go (the repo root)
 #   OUT          where results-<part>.json, tables.md, the figures and logs/ go (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
+#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
@@ -37,7 +37,7 @@ done
 # 30 loops, the drift), each part's results.json kept as results-<part>.json; then the parts merged
 evaluate() {  # evaluate PART RUN...
   local part=$1; shift
-  python eval_depth.py "$@" --max_tokens 131072 --clamp --lemma_loops 30 --curves --out "$RUNS/eval-more-$part" \
+  python -m beyond.eval_decode "$@" --max_tokens 131072 --clamp --lemma_loops 30 --curves --out "$RUNS/eval-more-$part" \
       $EVAL_ARGS > /dev/null
   cp "$RUNS/eval-more-$part/results.json" "$OUT/results-$part.json"
 }
@@ -55,4 +55,4 @@ for s in $SEEDS; do
     parts+=("$OUT/results-s$s.json")
   fi
 done
-python eval_depth.py --from_results "$(IFS=,; echo "${parts[*]}")" --out "$OUT" > "$OUT/tables.md"
+python -m beyond.eval_decode --from_results "$(IFS=,; echo "${parts[*]}")" --out "$OUT" > "$OUT/tables.md"

@@ -19,7 +19,7 @@
 #   LANES        how many runs train at once (2), each with OMP_NUM_THREADS=THREADS (1)
 #   RUNS         where the run folders out-<condition>[-rd]-cpu-long-s<seed> go (the repo root)
 #   OUT          where results-<run>.json, tables.md, the figures and logs/ go (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
+#   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
@@ -34,7 +34,7 @@ contractive_perloop:rd:1 contractive_perloop:fixed:1 \
 alpha_perloop:rdm8:1 damped_perloop:rdm8:1 \
 penalty_terminal:rd:1 norm_terminal:rd:1 norm_terminal:rd:2 norm_terminal:rd:3}
 LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
-TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
 . assets/study.sh  # prepare_wt103, train
 
@@ -52,9 +52,9 @@ one() {  # one CONDITION:DEPTH:SEED: train it, evaluate it alone, keep its resul
   esac
   [ -f "$OUT/results-$name.json" ] && return
   OMP_NUM_THREADS=$THREADS train "$name" "config/$c.py" config/cpu.py config/cpu_long.py "${overlay[@]}" --seed="$s"
-  OMP_NUM_THREADS=$THREADS python eval_depth.py "$RUNS/out-$name" --max_loops 16 --max_tokens 131072 --clamp \
+  OMP_NUM_THREADS=$THREADS python -m beyond.eval_decode "$RUNS/out-$name" --max_loops 16 --max_tokens 131072 --clamp \
       --lemma_loops 30 --curves --calibrate 0.01 --criteria max_prob,entropy --stand_in copy \
-      --out "$RUNS/eval-depth-$name" $EVAL_ARGS > "$OUT/logs/$name.eval.log" 2>&1 \
+      --out "$RUNS/eval-depth-$name" $EVAL_ARGS $DECODE_ARGS > "$OUT/logs/$name.eval.log" 2>&1 \
       || { tail -n 20 "$OUT/logs/$name.eval.log" >&2; return 1; }
   cp "$RUNS/eval-depth-$name/results.json" "$OUT/results-$name.json"
 }
@@ -73,7 +73,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 # --- every stored part, merged: the tables and figures of all runs so far
 parts=$(ls "$OUT"/results-*.json | paste -sd, -)
-python eval_depth.py --from_results "$parts" --out "$OUT" > "$OUT/tables.md"
+python -m beyond.eval_decode --from_results "$parts" --out "$OUT" > "$OUT/tables.md"
 python -m beyond.depth_table "$OUT/results.json" > "$OUT/designs.md"
 
 # --- the random-depth training step beside the fixed-K one, one step of each in turn (docs/depth.md);
