@@ -112,6 +112,19 @@ def load_tokens(data_dir, split):
     return np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=meta['dtype'], mode='r'), meta
 
 
+def load_splits(data_dir, dataset, block_size):
+    """(train tokens, val tokens, meta) of data_dir/dataset, each split long enough for a window."""
+    try:
+        train_data, meta = load_tokens(os.path.join(data_dir, dataset), 'train')
+        val_data, _ = load_tokens(os.path.join(data_dir, dataset), 'val')
+    except FileNotFoundError as e:
+        raise UserError(str(e))
+    for name, data in (('train', train_data), ('val', val_data)):
+        if len(data) <= block_size + 1:
+            raise UserError(f"the {name} split of {dataset} has {len(data)} tokens, too few for block_size {block_size}")
+    return train_data, val_data, meta
+
+
 def gather_chunks(data, starts, length):
     """data[s:s+length+1] for every s in starts (any shape), in one vectorised read from a
     memmap: one contiguous int64 tensor (*starts.shape, length + 1), to move to a device

@@ -133,6 +133,30 @@ def under_torchrun():
     return int(os.environ.get('RANK', -1)) != -1
 
 
+def start_process(device, gradient_accumulation_steps):
+    """This process's part in a training run: (ddp, rank, world_size, device, n_micro), n_micro its
+    micro-steps per optimizer step. Under torchrun one process per GPU (NCCL), or per CPU
+    process (gloo: how the tests run two ranks); on one device none of the DDP part runs."""
+    try:
+        device = setup_device(device)
+    except ValueError as e:
+        raise UserError(str(e))
+    if not under_torchrun():
+        return False, 0, 1, device, gradient_accumulation_steps
+    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    if gradient_accumulation_steps % world_size:
+        raise UserError(f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
+                        f"multiple of the number of GPUs ({world_size})")
+    cuda = device.startswith('cuda')
+    if cuda:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(device)
+    # device_id binds the NCCL communicator to this rank's GPU up front (no lazy init, no guessing)
+    torch.distributed.init_process_group(backend='nccl' if cuda else 'gloo',
+                                         device_id=torch.device(device) if cuda else None)
+    return True, rank, world_size, device, gradient_accumulation_steps // world_size
+
+
 def exit_process(status):
     """The end of a script's process with this status. Under torchrun a rank leaves without Python's
     teardown: PyTorch keeps a DDP model's process group alive past destroy_process_group, and when

@@ -26,16 +26,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_process_group, init_process_group
+from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import UserError, check_ranges, configure, error_line
-from data import eval_batches, load_tokens, train_batches
+from data import eval_batches, load_splits, train_batches
 from linear_ce import PATHS as LOSS_PATHS
 from model import LoopedGPT, diagnostics
 from report import accumulate, eval_line, log, log_train, perplexity, start_log
-from runtime import (autocast, compile_errors, compile_failed, exit_process, peak_flops, resolve_dtype, setup_device,
-                     under_torchrun, use_compile)
+from runtime import autocast, compile_errors, compile_failed, exit_process, peak_flops, resolve_dtype, start_process, use_compile
 
 # -----------------------------------------------------------------------------
 # settings. Defaults: the paper's 44M shape and recipe on WikiText-103 (GPT-2 BPE),
@@ -244,42 +243,6 @@ def setup(argv, settings=None, scripts=(__file__,), model_class=LoopedGPT):
 # -----------------------------------------------------------------------------
 # the parts of a run, in the order main() takes them
 
-def start_process(c):
-    """This process's part in the run: (ddp, rank, world_size, device, n_micro), n_micro its
-    micro-steps per optimizer step. Under torchrun one process per GPU (NCCL), or per CPU
-    process (gloo: how the tests run two ranks); on one device none of the DDP part runs."""
-    try:
-        device = setup_device(c.device)
-    except ValueError as e:
-        raise UserError(str(e))
-    if not under_torchrun():
-        return False, 0, 1, device, c.gradient_accumulation_steps
-    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
-    if c.gradient_accumulation_steps % world_size:
-        raise UserError(f"gradient_accumulation_steps ({c.gradient_accumulation_steps}) must be a "
-                         f"multiple of the number of GPUs ({world_size})")
-    cuda = device.startswith('cuda')
-    if cuda:
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-        torch.cuda.set_device(device)
-    # device_id binds the NCCL communicator to this rank's GPU up front (no lazy init, no guessing)
-    init_process_group(backend='nccl' if cuda else 'gloo', device_id=torch.device(device) if cuda else None)
-    return True, rank, world_size, device, c.gradient_accumulation_steps // world_size
-
-
-def load_data(c):
-    """(train tokens, val tokens, meta) of c.dataset, each split long enough for a window."""
-    try:
-        train_data, meta = load_tokens(os.path.join(c.data_dir, c.dataset), 'train')
-        val_data, _ = load_tokens(os.path.join(c.data_dir, c.dataset), 'val')
-    except FileNotFoundError as e:
-        raise UserError(str(e))
-    for name, data in (('train', train_data), ('val', val_data)):
-        if len(data) <= c.block_size + 1:
-            raise UserError(f"the {name} split of {c.dataset} has {len(data)} tokens, too few for block_size {c.block_size}")
-    return train_data, val_data, meta
-
-
 def build_model(c, meta, device, cls=LoopedGPT):
     """A new model of class cls (LoopedGPT, or a subclass that main() was given), or with
     init_from='resume' out_dir's checkpoint, which must match these settings and this data.
@@ -353,13 +316,13 @@ def main(argv, model_class=LoopedGPT):
     subclass (beyond/ passes its own, with its own entry point): the one seam through which beyond/ trains."""
     config = setup(argv, model_class=model_class)
     c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
-    ddp, rank, world_size, device, n_micro = start_process(c)
+    ddp, rank, world_size, device, n_micro = start_process(c.device, c.gradient_accumulation_steps)
     master = rank == 0
     dtype = resolve_dtype(c.dtype, device, training=True)
     ctx = autocast(device, dtype)  # the precision every forward pass runs in
     torch.manual_seed(c.seed + rank)
 
-    train_data, val_data, meta = load_data(c)
+    train_data, val_data, meta = load_splits(c.data_dir, c.dataset, c.block_size)
     tokens_per_iter = n_micro * world_size * c.batch_size * c.block_size
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
     max_iters = c.max_iters or math.ceil(c.epochs * len(train_data) / tokens_per_iter)

@@ -270,16 +270,16 @@ def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
 def test_a_device_that_is_not_there_is_refused():
     c = SimpleNamespace(**settings('--device=gpu'))
     with pytest.raises(UserError, match="'gpu'"):
-        train_module.start_process(c)
+        train_module.start_process(c.device, c.gradient_accumulation_steps)
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
     c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
     with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
-        train_module.load_data(c)
+        train_module.load_splits(c.data_dir, c.dataset, c.block_size)
     c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
     with pytest.raises(UserError, match='`python prepare.py`'):
-        train_module.load_data(c)
+        train_module.load_splits(c.data_dir, c.dataset, c.block_size)
 
 
 def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
