@@ -30,7 +30,7 @@ import torch
 from configurator import UserError, error_line
 from model import LoopedGPT, LoopedGPTConfig, lemma_sums, summarize, token_diagnostics
 from report import FIGURES, all_plots, label, mean_std, perplexity, pm, settings_of, write_json
-from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
+from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, sync, use_compile
 from data import Scoring, load_run, run_folder, score_windows
 
 
@@ -138,6 +138,21 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
     sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
+    # the timing's forward, compiled as trained (the shared stack once: one graph serves every K), and
+    # built first: a compiler that cannot build is one line before minutes of scoring, not after
+    setting = config.get('compile', 'off') if args.compile == 'as_trained' else args.compile
+    fwd = model
+    if use_compile(setting, device):
+        fwd = type(model)(cfg).to(device).eval()
+        fwd.load_state_dict(model.state_dict())
+        fwd.loop = torch.compile(fwd.loop)
+        try:
+            with ctx, torch.no_grad():
+                fwd(sc.first_batch()[0], n_loops=1)
+        except compile_errors() as e:
+            raise compile_failed(e, 'the timing forward')
+    run['compiled'] = fwd is not model
+
     def extra(model, hs):  # the studies' rows of a batch, at loops 1..the trained K
         return {k: v for study, state in zip(studies, states) for k, v in study.rows(model, hs, last, state).items()}
     free = score_depths(sc, max_loops, False, args.diag_tokens, f"{name}: K=1..{max_loops}", extra)
@@ -146,14 +161,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
     def stats(per_token, K):  # the summary of loop K as a dict of floats
         return {k: v[0] for k, v in summarize({k: per_token[k][K - 1:K] for k in ('norm', 'radial', 'angular')}).items()}
 
-    # throughput at each K, compiled as trained: the shared stack is compiled once, so one graph serves every K
-    setting = config.get('compile', 'off') if args.compile == 'as_trained' else args.compile
-    fwd = model
-    if use_compile(setting, device):
-        fwd = type(model)(cfg).to(device).eval()
-        fwd.load_state_dict(model.state_dict())
-        fwd.loop = torch.compile(fwd.loop)
-    run['compiled'] = fwd is not model
+    # throughput at each K (fwd: above)
     x, _ = sc.first_batch()
     peak = peak_flops(device, dtype)
     run['per_K'] = []

@@ -456,3 +456,18 @@ def test_calibration_table_names_each_seeds_reference():
     mean, std = mean_std(members)
     table = eval_decode.calibration_table(dict(name='exit', n=2, runs=['exit-s1', 'exit-s2'], mean=mean, std=std), members)
     assert '(twin-s1: 5.500, twin-s2: 5.600)' in table and 'None' not in table
+
+
+def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_path, monkeypatch):
+    # --compile on with no usable C++ compiler (and no caches): the timing forward is built first,
+    # so the one line comes before the scoring passes run (score_depths is never reached)
+    scored = []
+    monkeypatch.setattr(eval_depth, 'score_depths', lambda *a, **k: scored.append(1) or pytest.fail('scored'))
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch({'cpp.cxx': (None, str(tmp_path / 'no-such-g++')), 'force_disable_caches': True}):
+            message = fails(runs[0], '--device=cpu', '--compile', 'on', '--out', tmp_path / 'x')
+    finally:
+        torch._dynamo.reset()
+    assert 'torch.compile could not build the timing forward' in message and message.endswith('--compile=off')
+    assert not scored and not (tmp_path / 'x' / 'results.json').exists()
