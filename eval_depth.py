@@ -278,6 +278,12 @@ def table(groups):
     return '\n'.join(lines)
 
 
+def render(groups, runs, studies=()):
+    """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2."""
+    text = table(groups) + '\n' + ''.join(study.tables(g, runs) for g in groups for study in studies)
+    return text + (lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else '')
+
+
 def lemma_table(groups):
     lines = ['\nLemma 2 (token means): s_k, radial increment a_k, angular step, s_k x angular step, at loops 1, 2, 4, 8, ..',
              '| run | k | s_k | a_k | ‖u_k+1 − u_k‖ | s_k ‖u_k+1 − u_k‖ |', '|---|---|---|---|---|---|']
@@ -418,11 +424,7 @@ def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
         sys.exit(error_line(script, e))
     for note in notes:
         print(f"{script}: note: {note}", file=sys.stderr)
-    print(table(groups))
-    for g in groups:
-        print(''.join(study.tables(g, runs) for study in studies), end='')
-    if any(g['mean'].get('lemma') for g in groups):
-        print(lemma_table(groups))
+    print(render(groups, runs, studies), end='')
     if changed:
         write_json(os.path.join(args.out, 'results.json'),
                    dict(command=' '.join([script, *argv]), runs=runs, groups=groups, notes=notes))
