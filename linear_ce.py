@@ -15,9 +15,9 @@ recomputed: the plain path (logits, then F.cross_entropy) with the logits recomp
 backward to save memory runs the vocabulary-sized matmul four times per loop; this runs it
 three times.
 
-readout_ce picks the path: this one ('fused'), or `plain_cross_entropy` ('plain': the
-logits materialised and F.cross_entropy, which inductor fuses itself under torch.compile).
-The model passes its `loss_path` attribute, which train.py sets from its loss_path setting.
+model.readout_loss takes this path ('fused') or the plain one beside it ('plain': the logits
+materialised and F.cross_entropy, which inductor fuses itself under torch.compile), as the
+model's `loss_path` attribute says (train.py sets it from its loss_path setting).
 """
 
 import torch
@@ -173,22 +173,3 @@ def linear_cross_entropy(x, weight, targets, chunk=None):
         return LinearCrossEntropy.apply(x, weight, targets, chunk)
     ce = torch.cat([_chunk_ce(x[i:i + chunk], weight, targets[i:i + chunk]) for i in range(0, x.size(0), chunk)])
     return ce.sum(), ce
-
-
-def plain_cross_entropy(x, weight, targets):
-    """The plain path, with linear_cross_entropy's arguments and returns: the logits of all
-    rows materialised (N, V), then F.cross_entropy (float32 at least), autograd for the gradients.
-    Under torch.compile inductor fuses the softmax, the loss and its gradient itself."""
-    logits = F.linear(x, weight)  # float32 at least (float64 stays: the diagnostics' radial fraction needs it)
-    ce = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
-                         ignore_index=-1, reduction='none')
-    return ce.sum(), ce.detach()
-
-
-def readout_ce(x, weight, targets, path='fused'):
-    """linear_cross_entropy ('fused') or plain_cross_entropy ('plain')."""
-    if path == 'fused':
-        return linear_cross_entropy(x, weight, targets)
-    if path == 'plain':
-        return plain_cross_entropy(x, weight, targets)
-    raise ValueError(f"loss path must be one of {', '.join(PATHS)}; got {path!r}")

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from linear_ce import readout_ce
+from linear_ce import linear_cross_entropy
 
 READOUTS = ('norm', 'raw', 'final_norm', 'alpha')
 LOSSES = ('perloop', 'terminal')
@@ -182,7 +182,7 @@ class Block(nn.Module):
 
 class LoopedGPT(nn.Module):
     config_class = LoopedGPTConfig  # its fields: train.py's model settings, the checkpoint's model_args
-    # how readout_loss computes the CE (linear_ce.readout_ce): 'fused' or 'plain'. Another way to
+    # how readout_loss computes the CE: 'fused' (linear_ce.py) or 'plain' (F.cross_entropy). Another way to
     # compute the same loss, not another model, so it is in neither the config nor the checkpoint;
     # train.py sets it on the model from its loss_path setting (a constant to torch.compile)
     loss_path = 'fused'
@@ -318,13 +318,20 @@ class LoopedGPT(nn.Module):
         (len(states), B, T) for targets of each state's own; -1 is ignored, as F.cross_entropy's
         ignore_index. `last[i]` says whether states[i] is read out as the last loop. Returns (the
         mean CE over every (token, state) read, differentiable; per-token CE (len(states), B*T)
-        float32, detached). Through linear_ce: the logits are made a chunk of tokens at a time and
-        never held for all tokens, and the gradients are made in the same pass.
+        float32, detached). loss_path 'plain': the logits of every token, then F.cross_entropy; 'fused'
+        (linear_ce.py): the same loss with the logits made a chunk of tokens at a time, never held for
+        all tokens, and the gradients made in the same pass.
         head: the LM head's weight (default lm_head.weight; detached, no gradient is made for it)."""
         r = torch.cat([self.readout(h, is_last).reshape(-1, h.size(-1)) for h, is_last in zip(states, last)])
         head = self.lm_head.weight if head is None else head
         y = targets.expand(len(states), *targets.shape[-2:]).reshape(-1)
-        total, ce = readout_ce(r, head.to(r.dtype), y, self.loss_path)
+        if self.loss_path == 'plain':  # the textbook loss: every row's logits (N, vocab), then F.cross_entropy
+            logits = F.linear(r, head.to(r.dtype))  # (float32 at least; the diagnostics' float64 stays float64)
+            ce = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), y, ignore_index=-1,
+                                 reduction='none')
+            total, ce = ce.sum(), ce.detach()
+        else:  # the same loss a chunk of rows at a time, with its gradients made in the same pass
+            total, ce = linear_cross_entropy(r, head.to(r.dtype), y)
         return total / (y >= 0).sum(), ce.view(len(states), -1).float()  # (a tensor count: no sync)
 
     # ---------------------------------------------------------------------------------

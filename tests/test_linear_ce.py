@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import linear_ce
-from linear_ce import chunk_rows, linear_cross_entropy, plain_cross_entropy, readout_ce
+from linear_ce import chunk_rows, linear_cross_entropy
 from model import LoopedGPT, LoopedGPTConfig
 
 V, T, D = 97, 16, 32
@@ -159,7 +159,7 @@ def test_compiled_without_graph_breaks_matches_the_plain_path(dtype):
 
     # fullgraph: a graph break is an error. backend aot_eager (see test_compiled_model_matches_eager)
     fused = torch.compile(linear_cross_entropy, fullgraph=True, backend='aot_eager')
-    got, want = loss(fused, chunk=128), loss(plain_cross_entropy)
+    got, want = loss(fused, chunk=128), loss(plain_cross_entropy)  # (the textbook loss, below)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == 'float32' else dict(rtol=2e-2, atol=2e-3)
     assert torch.allclose(got[0], want[0], rtol=tol['rtol'])
     assert torch.allclose(got[1], want[1], **tol) and (got[1][::7] == 0).all()
@@ -189,44 +189,43 @@ def test_float16_gradient_keeps_small_probabilities():
     assert F.cosine_similarity(w.grad[32:].flatten(), others.flatten(), dim=0) > 0.99
 
 
+def plain_cross_entropy(x, weight, targets):
+    """The textbook loss with linear_cross_entropy's arguments and returns: every row's logits, then
+    F.cross_entropy (float32 at least) and autograd, as model.readout_loss's 'plain' path."""
+    logits = F.linear(x, weight)
+    ce = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets, ignore_index=-1,
+                         reduction='none')
+    return ce.sum(), ce.detach()
+
+
 @pytest.mark.parametrize('with_autocast', [False, True])
-def test_loss_path_setting_gives_the_same_loss_both_ways(with_autocast):
-    g = torch.Generator().manual_seed(8)
-    x = torch.randn(100, D, generator=g, requires_grad=True)
-    w = torch.randn(V, D, generator=g, requires_grad=True)
-    y = torch.randint(0, V, (100,), generator=g)
-    y[:5] = -1
-    out = {}
-    for path in linear_ce.PATHS:
-        x.grad = w.grad = None
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=with_autocast):
-            total, ce = readout_ce(x, w, y, path)
-        total.backward()
-        assert not ce.requires_grad and ce.dtype == torch.float32 and (ce[:5] == 0).all()
-        out[path] = total.item(), ce, x.grad.clone(), w.grad.clone()
-    rel = 1e-6 if not with_autocast else 1e-2
-    assert out['fused'][0] == pytest.approx(out['plain'][0], rel=rel)
-    for a, b in zip(out['fused'][1:], out['plain'][1:]):
-        assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 1 - rel
-    with pytest.raises(ValueError, match='loss path'):
-        readout_ce(x, w, y, path='other')
-
-
-def test_model_loss_through_either_path(monkeypatch):
-    # model.readout_loss routes through linear_ce.readout_ce: the model's loss_path attribute
-    # (train.py sets it from its loss_path setting) picks the path
+def test_the_models_two_loss_paths_give_the_same_loss_and_gradients(with_autocast, monkeypatch):
+    # model.readout_loss: loss_path 'plain' runs F.cross_entropy on the logits, 'fused' linear_ce's pass
+    # (and not F.cross_entropy: a spy counts its calls); the same loss, per-token CE and gradients
     calls = []
-    real_plain = linear_ce.plain_cross_entropy
-    monkeypatch.setattr(linear_ce, 'plain_cross_entropy', lambda *a: calls.append(1) or real_plain(*a))
+    real = F.cross_entropy
+    monkeypatch.setattr(F, 'cross_entropy', lambda *a, **k: calls.append(1) or real(*a, **k))
     model = tiny(readout='final_norm', norm_penalty=0.01)
     g = torch.Generator().manual_seed(9)
     x, y = torch.randint(0, V, (4, T), generator=g), torch.randint(0, V, (4, T), generator=g)
-    losses = {}
-    for path in linear_ce.PATHS:
+    y[0, :5] = -1
+    out = {}
+    for path in ('fused', 'plain'):
         model.loss_path = path
-        losses[path] = model(x, y)[1].item()
-        assert len(calls) == (path == 'plain')  # the plain path ran exactly when asked for
-    assert losses['fused'] == pytest.approx(losses['plain'], rel=1e-6)
+        model.zero_grad()
+        calls.clear()
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=with_autocast):
+            states = model.hidden_states(x)[1:]
+            loss, ce = model.readout_loss(states, y, [False, False, True])
+        loss.backward()
+        assert bool(calls) == (path == 'plain')  # the plain path ran exactly when asked for
+        assert not ce.requires_grad and ce.dtype == torch.float32 and (ce[:, :5] == 0).all()
+        out[path] = loss.item(), ce, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    rel = 1e-5 if not with_autocast else 2e-2
+    assert out['fused'][0] == pytest.approx(out['plain'][0], rel=rel)
+    assert torch.allclose(out['fused'][1], out['plain'][1], rtol=rel, atol=rel)
+    for a, b in zip(out['fused'][2], out['plain'][2]):
+        assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 1 - rel
 
 
 # ---------------------------------------------------------------------------------------
