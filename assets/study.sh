@@ -13,3 +13,21 @@ train() {  # train NAME SETTINGS...: $TRAIN (train.py; python -m beyond.exit_tra
       > "$OUT/logs/$name.log" 2>&1 || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
   cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
 }
+
+lanes=()
+lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine)
+  OMP_NUM_THREADS=1 "$@" & lanes+=($!)
+  if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi
+}
+wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }
+
+train_grid() {  # train_grid NAME CONFIG SETTINGS...: train NAME from CONFIG, SETTINGS and --seed for every seed of
+  local name=$1 config=$2 s c n; shift 2  # $SEEDS and condition of $CONDITIONS, {s} and {c} in NAME and CONFIG
+  for s in $SEEDS; do                     # standing for them; one after the other, or with RUN_WITH=lane two at once
+    for c in $CONDITIONS; do
+      n=${name//\{c\}/$c}
+      ${RUN_WITH:-} train "${n//\{s\}/$s}" "${config//\{c\}/$c}" "$@" --seed="$s"
+    done
+  done
+  if [ -n "${RUN_WITH:-}" ]; then wait_lanes; fi
+}

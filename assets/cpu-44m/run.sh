@@ -27,15 +27,12 @@ COSTS=${COSTS:-norm_perloop:float32 norm_perloop:bfloat16 raw_perloop:float32} T
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-44m}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} COST_ARGS=${COST_ARGS:-}
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: WikiText-103's validation text to train on, its test text to validate, as GPT-2 BPE tokens
 prepare_wt103 r50k_base
 
 # --- training: two runs at a time, one thread each; a run's output in logs/<run>.log, its log.jsonl copied
-lanes=()
-lane() { OMP_NUM_THREADS=1 "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }
-wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }
 for c in $CONDITIONS; do
   lane train "$c-cpu44m-s1" "config/$c.py" config/cpu_44m.py
 done

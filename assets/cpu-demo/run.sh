@@ -21,21 +21,13 @@ CONDITIONS=${CONDITIONS:-"norm_perloop raw_perloop finalnorm_perloop penalty_per
 SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-demo}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: WikiText-103's validation text to train on, its test text to validate, as bytes
 prepare_wt103 bytes
 
 # --- training: two runs at a time, one thread each; a run's output in logs/<run>.log, its log.jsonl copied
-lanes=()
-lane() { OMP_NUM_THREADS=1 "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }
-wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }
-for s in $SEEDS; do
-  for c in $CONDITIONS; do
-    lane train "$c-cpu-s$s" "config/$c.py" config/cpu.py --seed="$s"
-  done
-done
-wait_lanes
+RUN_WITH=lane train_grid '{c}-cpu-s{s}' 'config/{c}.py' config/cpu.py
 
 # --- evaluation: every run at K = 1..8 on the first 131,072 validation bytes, the clamp, the two readout
 # criteria with copied stand-ins (the exits of the time), Lemma 2 to 30 loops, the drift over training

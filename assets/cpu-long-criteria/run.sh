@@ -30,6 +30,7 @@ RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-criteria}
 EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-} COST_ARGS=${COST_ARGS:-}
 CRITERIA=max_prob,entropy,converge,angular,latent,gate,gate-raw
 mkdir -p "$OUT/logs"
+. assets/study.sh  # lane, wait_lanes
 
 gate() {  # gate RUN NAME SETTINGS...: the gate RUN/NAME.pt (beyond.exit_gate); its one line in logs/RUN.NAME.log
   local run=$1 name=$2; shift 2
@@ -47,9 +48,6 @@ study() {  # study RUN [FLAGS...]: the run's two gates (normalized and raw state
   gate "$run" gate-raw --reads=raw
   evaluate "$run" eval --criteria=$CRITERIA "$@"
 }
-lanes=()
-lane() { OMP_NUM_THREADS=1 "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }
-wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }
 
 # --- every run apart, two at a time: exits at 0.9 with both stand-ins and calibrated halting within 1% and
 # 5%; the drifted model (one loop is as good as four) teacher-forced only

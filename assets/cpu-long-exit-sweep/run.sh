@@ -23,23 +23,15 @@ CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3} SEED
 RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exit-sweep}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 TRAIN="-m beyond.exit_train"  # exit-aware training is beyond the paper: train.py with its model class
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
 prepare_wt103 bytes
 
 # --- training the exit-aware twins, one after the other
-for s in $SEEDS; do
-  for c in $CONDITIONS; do
-    train "${c}_exit25-cpu-long-s$s" "config/${c}_exit.py" config/cpu.py config/cpu_long.py --seed="$s" --exit_train=0.25
-  done
-done
-for s in $SEEDS_10; do
-  for c in $CONDITIONS; do
-    train "${c}_exit10-cpu-long-s$s" "config/${c}_exit.py" config/cpu.py config/cpu_long.py --seed="$s" --exit_train=0.1
-  done
-done
+train_grid '{c}_exit25-cpu-long-s{s}' 'config/{c}_exit.py' config/cpu.py config/cpu_long.py --exit_train=0.25
+SEEDS=$SEEDS_10 train_grid '{c}_exit10-cpu-long-s{s}' 'config/{c}_exit.py' config/cpu.py config/cpu_long.py --exit_train=0.1
 
 # --- each seed's runs on the first 65,536 validation bytes: the readout criteria's exits at 0.5 and 0.9 with
 # both stand-ins (the criteria of the time), calibrated halting within 1% and 5%

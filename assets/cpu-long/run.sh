@@ -23,17 +23,13 @@ CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop finalnorm_perl
 SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long} REPEATS=${REPEATS:-2}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} SAMPLE_ARGS=${SAMPLE_ARGS:-}
 mkdir -p "$OUT/logs" "$OUT/calibrated"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
 prepare_wt103 bytes
 
 # --- training, one run after the other; a run's output in logs/<run>.log, its log.jsonl copied
-for s in $SEEDS; do
-  for c in $CONDITIONS; do
-    train "$c-cpu-long-s$s" "config/$c.py" config/cpu.py config/cpu_long.py --seed="$s"
-  done
-done
+train_grid '{c}-cpu-long-s{s}' 'config/{c}.py' config/cpu.py config/cpu_long.py
 
 # --- evaluation: K = 1..8 on the first 131,072 validation bytes, the clamp, the readout criteria's exits with
 # copied stand-ins (the exits of the time), Lemma 2 to 30 loops, the drift; then calibrated halting apart

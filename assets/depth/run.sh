@@ -36,7 +36,7 @@ penalty_terminal:rd:1 norm_terminal:rd:1 norm_terminal:rd:2 norm_terminal:rd:3}
 LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 prepare_wt103 bytes
 

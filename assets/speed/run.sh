@@ -21,7 +21,7 @@ ANCHOR=${ANCHOR:-} DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-byte
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/speed}
 BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-} PARTS_ARGS=${PARTS_ARGS:-} COMPILED=${COMPILED:-1}
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train
+. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- our step beside the released code's (docs/speed.md, "Against the paper's released code")
 M44="config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --vocab_size=50257"
