@@ -549,3 +549,30 @@ def test_the_evaluation_runs_its_float64_diagnostics_on_the_first_windows_only()
     for key, value in diagnostics(model, xs[0, :2], ys[0, :2]).items():
         assert ev[key] == value, key
     assert ev['norm_mean'] != diagnostics(model, xs[0], ys[0])['norm_mean']  # (all four windows: other numbers)
+
+
+@pytest.mark.parametrize('compiled', [True, False])
+def test_the_first_compiled_step_is_its_own_line_not_the_first_log_lines_speed(tiny_data, tmp_path, monkeypatch,
+                                                                                capsys, compiled):
+    # a fake clock: the first step takes 100 s (a compile), every other 1 ms. Compiled (here the path
+    # alone: torch.compile is the identity), the first step is a line of its own and every train
+    # line's ms/iter is the steps'; not compiled, the first line holds the first step's time
+    clock = [0.0]
+    monkeypatch.setattr(train_module, 'time', SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(train_module, 'use_compile', lambda setting, device: compiled)
+    monkeypatch.setattr(torch, 'compile', lambda f, **kw: f)
+    real_step, calls = train_module.train_step, []
+
+    def step(*args, **kw):
+        calls.append(1)
+        clock[0] += 100.0 if len(calls) == 1 else 0.001
+        return real_step(*args, **kw)
+    monkeypatch.setattr(train_module, 'train_step', step)
+    train_in_process(tiny_data, tmp_path / 'run', '--max_iters=6', '--log_interval=2', '--eval_interval=6')
+    said = 'compiled the training step: the first step took 100.0 s' in capsys.readouterr().out
+    ms = [e['ms_per_iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
+    assert said is compiled and len(ms) == 3
+    if compiled:
+        assert all(m == pytest.approx(1.0, rel=1e-3) for m in ms), ms
+    else:
+        assert ms[0] == pytest.approx(1000 * 100.001 / 2, rel=1e-3) and ms[1] == pytest.approx(1.0, rel=1e-3)
