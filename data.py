@@ -16,6 +16,7 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -113,16 +114,39 @@ def load_tokens(data_dir, split):
 
 
 def load_splits(data_dir, dataset, block_size):
-    """(train tokens, val tokens, meta) of data_dir/dataset, each split long enough for a window."""
+    """(train, val, meta) of data_dir/dataset: token streams, each long enough for a window, or for a
+    task written in rows (prepare.py --task), each split's Rows."""
+    folder = os.path.join(data_dir, dataset)
     try:
-        train_data, meta = load_tokens(os.path.join(data_dir, dataset), 'train')
-        val_data, _ = load_tokens(os.path.join(data_dir, dataset), 'val')
+        meta = load_meta(folder)
+        if 'row_len' in meta:
+            return load_rows(folder, 'train'), load_rows(folder, 'val'), meta
+        train_data, meta = load_tokens(folder, 'train')
+        val_data, _ = load_tokens(folder, 'val')
     except FileNotFoundError as e:
         raise UserError(str(e))
     for name, data in (('train', train_data), ('val', val_data)):
         if len(data) <= block_size + 1:
             raise UserError(f"the {name} split of {dataset} has {len(data)} tokens, too few for block_size {block_size}")
     return train_data, val_data, meta
+
+
+class Rows(NamedTuple):
+    """A split of a task written in rows (prepare.py --task): one instance per row, padded to the split's row
+    length. x: the inputs, y: each position's target (-1: nothing to predict there, as at a pad), both
+    (n_rows, row_len) memmaps. The targets are not the inputs shifted, so a row is read whole, never cut."""
+    x: np.ndarray
+    y: np.ndarray
+
+
+def load_rows(data_dir, split):
+    """A split of a task in rows: Rows of {split}.bin and {split}.targets.bin, shaped by meta.json."""
+    meta = load_meta(data_dir)
+    if split not in meta['row_len']:
+        raise FileNotFoundError(f"{data_dir} has no {split} split (it has {', '.join(meta['row_len'])})")
+    shape = (meta['rows'][split], meta['row_len'][split])
+    return Rows(*(np.memmap(os.path.join(data_dir, f'{split}{part}.bin'), dtype=dt, mode='r', shape=shape)
+                  for part, dt in (('', meta['dtype']), ('.targets', meta['targets_dtype']))))
 
 
 def gather_chunks(data, starts, length):
@@ -143,21 +167,32 @@ def gather_windows(data, starts, length):
 # train.py's batches: random windows a step (a function of the seed, rank and iteration), fixed ones to validate
 
 def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, device):
-    """The micro-batches of iteration `it` on this rank: random windows, drawn from an RNG
-    seeded by (seed, rank, it). The data stream is a function of the iteration, so a resumed
-    run sees exactly the batches the uninterrupted run would have. One vectorised gather
-    from the memmap: (n_micro, B, T+1)."""
+    """The micro-batches of iteration `it` on this rank: random windows (of a task in Rows: random whole
+    rows), drawn from an RNG seeded by (seed, rank, it). The data stream is a function of the iteration,
+    so a resumed run sees exactly the batches the uninterrupted run would have. One vectorised gather
+    from the memmap: inputs and targets (n_micro, B, T)."""
     rng = np.random.default_rng([seed, rank, it])
+    if isinstance(data, Rows):
+        return rows(data, rng.integers(0, len(data.x), size=(n_micro, batch_size)), device)
     starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
     return windows(data, starts, block_size, device)
 
 
 def eval_batches(data, *, eval_iters, batch_size, block_size, device):
     """eval_iters fixed batches of windows spread evenly over the split, and no more batches than
-    the split holds windows for (WikiText-103's validation split is 2.7x short of 40 x 64 x 256)."""
+    the split holds windows for (WikiText-103's validation split is 2.7x short of 40 x 64 x 256);
+    of a task in Rows, the first rows, whole."""
+    if isinstance(data, Rows):
+        n_batches = max(1, min(eval_iters, len(data.x) // batch_size))
+        return rows(data, np.arange(n_batches * batch_size).reshape(n_batches, -1) % len(data.x), device)
     n_batches = max(1, min(eval_iters, (len(data) - 1) // block_size // batch_size))
     starts = np.linspace(0, len(data) - block_size - 1, n_batches * batch_size).astype(np.int64)
     return windows(data, starts.reshape(n_batches, batch_size), block_size, device)
+
+
+def rows(data, index, device):
+    """The Rows at index (any shape), as int64 inputs and targets (*index.shape, row_len) on device."""
+    return tuple(torch.from_numpy(part[np.asarray(index)].astype(np.int64)).to(device) for part in data)
 
 
 def windows(data, starts, block_size, device):

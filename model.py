@@ -29,6 +29,7 @@ from linear_ce import linear_cross_entropy
 
 READOUTS = ('norm', 'raw', 'final_norm', 'alpha')
 LOSSES = ('perloop', 'terminal')
+POSITIONS = ('learned', 'none')
 SIZE = ('block_size', 'vocab_size', 'n_layer', 'n_head', 'n_embd', 'dropout', 'n_loops')  # the fields that size a model, not its mechanism
 
 
@@ -52,6 +53,9 @@ class LoopedGPTConfig:
     init_std: float = 0.0         # 0: PyTorch's default init, as the paper's released code; >0: N(0, init_std)
     exit_train: float = 0.0       # beyond the paper, exit-aware training: the fraction of tokens frozen after a
                                   # random loop (0 = off); beyond/exit_train.py's ExitTrainedGPT trains with it
+    # beyond the paper: bounded work per loop, for tasks whose longer instances need more loops (docs/tasks.md)
+    window: int = 0               # sliding-window attention: each token attends to itself and the w-1 tokens before it (0 = full causal)
+    positions: str = 'learned'    # 'learned': absolute position embeddings (wpe) | 'none': none at all (NoPE), any length runs
 
     def __post_init__(self):
         for name, low, high in (('block_size', 1, None), ('vocab_size', 1, None), ('n_layer', 1, None),
@@ -63,6 +67,10 @@ class LoopedGPTConfig:
                 raise ValueError(f"{name!r} must be {f'in [{low}, {high})' if high else f'>= {low}'}{why}; got {value!r}")
         if self.readout not in READOUTS:
             raise ValueError(f"'readout' must be one of {', '.join(READOUTS)}; got {self.readout!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"'positions' must be one of {', '.join(POSITIONS)}; got {self.positions!r}")
+        if self.window < 0:
+            raise ValueError(f"'window' must be >= 0 (0 = full causal attention); got {self.window!r}")
         if self.loss not in LOSSES:
             raise ValueError(f"'loss' must be one of {', '.join(LOSSES)}; got {self.loss!r}")
         if self.n_embd % self.n_head != 0:
@@ -104,9 +112,19 @@ def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
 
 
-def causal_attention(dropout_p):
-    """attend for block(): the T tokens attend to each other causally, nothing cached."""
-    return lambda qkv: attention(qkv[0], qkv[1], qkv[2], is_causal=True, dropout_p=dropout_p)
+def causal_attention(dropout_p, window=0):
+    """attend for block(): the T tokens attend to each other causally, nothing cached. window w > 0: token
+    t attends to t-w+1 .. t only, so a loop moves information at most w-1 positions and an input n tokens
+    long needs about n/(w-1) loops to be read whole (DeepThinking's bounded work per iteration)."""
+    if window <= 0:
+        return lambda qkv: attention(qkv[0], qkv[1], qkv[2], is_causal=True, dropout_p=dropout_p)
+
+    def attend(qkv):
+        T = qkv.size(-2)
+        t = torch.arange(T, device=qkv.device)
+        offset = t[:, None] - t[None, :]  # (T, T): how far back key s sits from query t
+        return attention(qkv[0], qkv[1], qkv[2], mask=(offset >= 0) & (offset < window), dropout_p=dropout_p)
+    return attend
 
 
 def add_product(x, a, w, fused=False, dropout=0.0, post=None, eps=None):
@@ -155,7 +173,7 @@ class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        C, self.n_head, self.dropout = config.n_embd, config.n_head, config.dropout
+        C, self.n_head, self.dropout, self.window = config.n_embd, config.n_head, config.dropout, config.window
         self.ln_1 = nn.RMSNorm(C)
         self.attn = nn.Module()  # (plain containers: the parameter names stay attn.c_attn.weight, mlp.w_up.weight, ...)
         self.attn.c_attn = nn.Linear(C, 3 * C, bias=False)  # q, k, v at once
@@ -177,7 +195,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         p = self.dropout if self.training else 0.0
-        return block(x, self.weights(), self.n_head, causal_attention(p), dropout=p)
+        return block(x, self.weights(), self.n_head, causal_attention(p, self.window), dropout=p)
 
 
 class LoopedGPT(nn.Module):
@@ -224,9 +242,11 @@ class LoopedGPT(nn.Module):
         """H_0, the state that enters loop 1: token plus position embeddings of idx (B, T) at
         positions t0.. (a decoder's new tokens sit after its cache), (B, T, C)."""
         T = idx.size(1)
-        if t0 + T > self.config.block_size:
-            raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
-        h = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[t0:t0 + T]  # (B, T, C)
+        h = F.embedding(idx, self.transformer.wte.weight)  # (B, T, C)
+        if self.config.positions == 'learned':  # ('none', NoPE: only the causal mask tells positions apart)
+            if t0 + T > self.config.block_size:
+                raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
+            h = h + self.transformer.wpe.weight[t0:t0 + T]
         return F.dropout(h, self.config.dropout) if self.training else h  # (functional: no module calls a decoded token)
 
     def loop_input(self, h, k, e=None):
@@ -404,7 +424,7 @@ class LoopedGPT(nn.Module):
         between-loop ones at K=1 (one loop has no 'between'), and when K varies (random depth), the
         position embedding when truncated backprop leaves loop 1 without a graph."""
         between = self.interloop_norm is not None or hasattr(self, 'damping_logit')
-        return varying_depth or (between and self.config.n_loops == 1)
+        return varying_depth or (between and self.config.n_loops == 1) or self.config.positions == 'none'
 
     def learned_scalars(self):
         """The scalars the model learned of its scale, by name: alpha and s_ref of the alpha readout,

@@ -30,7 +30,7 @@ from torch.distributed import ReduceOp, all_reduce, barrier, broadcast, destroy_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import UserError, check_ranges, configure, error_line
-from data import eval_batches, load_splits, train_batches
+from data import Rows, eval_batches, load_splits, train_batches
 from linear_ce import PATHS as LOSS_PATHS
 from model import LoopedGPT, diagnostics
 from report import accumulate, eval_line, log, log_train, perplexity, start_log
@@ -59,6 +59,7 @@ random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with 
 depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
 max_loops = 16                # the cap on a drawn K, and the deepest K evaluated during training with random_depth
 bptt = 0                      # truncated backprop: only the last bptt loops run with a graph and are read by the loss (0: all)
+depth_draw = 'poisson'        # random_depth's draw: 'poisson' (Huginn's, above) | 'progressive' (DeepThinking's progressive loss: n ~ U[0, max_loops) loops without a graph, then k ~ U[1, max_loops - n] with one, read by the loss; bptt unused)
 loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one-pass loss) | 'plain' (K logit tensors and F.cross_entropy, fused by inductor under compile)
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
 learning_rate = 3e-4          # AdamW's peak learning rate
@@ -84,7 +85,7 @@ RANGES = dict(eval_interval='>= 1', log_interval='>= 1', eval_iters='>= 1', diag
               gradient_accumulation_steps='>= 1', max_loops='>= 1', depth_sigma='>= 0', bptt='>= 0',
               learning_rate='> 0', epochs='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)',
               beta2='[0, 1)', grad_clip='>= 0', warmup_iters='>= 0', min_lr='>= 0', seed='>= 0',
-              init_from=('scratch', 'resume'), lr_decay=('constant', 'cosine'),
+              init_from=('scratch', 'resume'), depth_draw=('poisson', 'progressive'), lr_decay=('constant', 'cosine'),
               dtype=('auto', 'float32', 'bfloat16', 'float16'), compile=('auto', 'on', 'off'), loss_path=LOSS_PATHS)
 
 
@@ -120,6 +121,17 @@ def draw_depth(seed, it, *, mean, cap, sigma):
     return int(min(cap, 1 + rng.poisson(lam)))
 
 
+def draw_progressive(seed, it, *, cap):
+    """(K, graph loops) for iteration `it` of the progressive loss (Bansal et al. 2022, DeepThinking): n ~ U[0, cap)
+    loops run without a graph, then k ~ U[1, cap - n] with one, so K = n + k <= cap. The loss reads the k graph
+    loops (truncated backprop through k): a loop learns to improve whatever state it is handed, not to reach
+    the answer from the embedding in a fixed number of loops. From (seed, it) alone, as draw_depth."""
+    rng = np.random.default_rng([seed, it, 3])
+    n = int(rng.integers(0, cap))
+    k = int(rng.integers(1, cap - n + 1))
+    return n + k, k
+
+
 def seed_step(seed, it, rank):
     """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed
     run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
@@ -136,11 +148,12 @@ def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048):
     model.eval()
     xs, ys = val_batches
     K = n_loops or model.config.n_loops
-    total = torch.zeros(K, device=xs.device)
+    total, scored = torch.zeros(K, device=xs.device), 0
     for x, y in zip(xs, ys):
-        with ctx:
-            total += model.depth_losses(model.hidden_states(x, K)[1:], y).mean(dim=1)
-    val_loss = (total / len(xs)).tolist()
+        with ctx:  # (the CE of a target -1, where nothing is scored, is 0: the sum counts only the scored)
+            total += model.depth_losses(model.hidden_states(x, K)[1:], y).sum(dim=1)
+        scored = scored + (y >= 0).sum()
+    val_loss = (total / scored).tolist()
     rows = max(1, diag_tokens // xs.size(-1))
     with ctx:
         diag = diagnostics(model, xs[0, :rows], ys[0, :rows], K)
@@ -323,9 +336,14 @@ def main(argv, model_class=LoopedGPT):
     torch.manual_seed(c.seed + rank)
 
     train_data, val_data, meta = load_splits(c.data_dir, c.dataset, c.block_size)
-    tokens_per_iter = n_micro * world_size * c.batch_size * c.block_size
+    # a task in rows (prepare.py --task) is read a whole row at a time: its sequences are the rows
+    seq_len, n_train = (train_data.x.shape[1], train_data.x.size) if isinstance(train_data, Rows) else (c.block_size, len(train_data))
+    if isinstance(train_data, Rows) and c.positions == 'learned' and max(val_data.x.shape[1], seq_len) > c.block_size:
+        raise UserError(f"{c.dataset}'s rows are up to {max(val_data.x.shape[1], seq_len)} tokens, more than block_size "
+                        f"{c.block_size}, the positions learned: raise block_size, or use positions='none'")
+    tokens_per_iter = n_micro * world_size * c.batch_size * seq_len
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
-    max_iters = c.max_iters or math.ceil(c.epochs * len(train_data) / tokens_per_iter)
+    max_iters = c.max_iters or math.ceil(c.epochs * n_train / tokens_per_iter)
 
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.readout_ce)
@@ -391,17 +409,21 @@ def main(argv, model_class=LoopedGPT):
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,
                                block_size=c.block_size, device=device)
         seed_step(c.seed, iter_num, rank)
-        K = draw_depth(c.seed, iter_num, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma) if c.random_depth else None
+        K, bptt = None, c.bptt
+        if c.random_depth and c.depth_draw == 'progressive':
+            K, bptt = draw_progressive(c.seed, iter_num, cap=c.max_loops)
+        elif c.random_depth:
+            K = draw_depth(c.seed, iter_num, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma)
         try:
             step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp,
-                              n_loops=K, bptt=c.bptt)
+                              n_loops=K, bptt=bptt)
         except compile_errors() as e:
             raise compile_failed(e, 'the training step')
         accumulate(acc, step)
         finite &= torch.isfinite(step[0])
         iter_num += 1
         acc_iters += 1
-        acc_flops += raw_model.flops_per_token(K, bptt=c.bptt) * tokens_per_iter
+        acc_flops += raw_model.flops_per_token(K, bptt=bptt, T=seq_len) * tokens_per_iter
         if compiled and iter_num == start_iter + 1:  # the first step compiles: a line of its own, not the log's speed
             step[0].item()
             if master:

@@ -1,0 +1,169 @@
+"""
+Depth on a task whose longer instances need more loops (docs/tasks.md): trained runs on running parity
+(prepare.py --task parity), scored on fresh strings of each test length at each K.
+
+    python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=16,32,64 --loops=16,32,64,128,256 --seed=1 --out=eval-parity
+
+For each run, length and K: the per-position accuracy (the bits whose running parity the model gets
+right), the whole-string exact match (every bit right), the mean ||H_K|| over the string's positions and
+1 - cos(H_K, H_{K-1}) (how far the last loop still turns the state). One state is held at a time
+(model.loop_states), so K can be several hundred. With --interventions, the same at every K under:
+  clamp      the paper's scale clamp: each token's state rescaled after every loop to its loop-1 norm
+  direction  a direction-only readout: the state read out at a fixed RMS (the run's mean RMS at its
+             trained K on these strings), the recurrence untouched (sotaku's first intervention)
+  cap        a per-token RMS cap at that same RMS on the carried state, every loop (sotaku's second)
+Writes the table to stdout, DIR/results.json and DIR/accuracy.png (exact match against K, one line per run,
+one panel per length).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from configurator import UserError, error_line
+from model import LoopedGPT
+from prepare import parity_rows
+
+INTERVENTIONS = ('clamp', 'direction', 'cap')
+
+
+def int_list(text, name):
+    try:
+        values = [int(v) for v in text.split(',') if v]
+    except ValueError:
+        raise UserError(f"--{name} {text!r}: a comma-separated list of integers")
+    if not values or min(values) < 1:
+        raise UserError(f"--{name} {text!r}: at least one value, each >= 1")
+    return sorted(set(values))
+
+
+def test_strings(seed, length, rows):
+    """rows fresh strings of exactly `length` bits, from (seed, length) alone: (x, y) int64 (rows, length + 1)."""
+    x, y = parity_rows(np.random.default_rng([seed, length, 4]), rows, [length], length + 1)
+    return torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+
+
+def trajectory(model, x, K, intervention=None, rms=None):
+    """H_0, H_1 .. H_K of the model on x, one at a time; intervention 'clamp' (loop_states' own), 'cap' (each
+    token's carried RMS capped at rms, every loop), else the plain loop."""
+    if intervention != 'cap':
+        yield from model.loop_states(x, K, clamp=intervention == 'clamp')
+        return
+    h = e = model.embed(x)
+    yield h
+    for k in range(1, K + 1):
+        h = model.loop(model.loop_input(h, k, e))
+        h = h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt()).clamp(max=1.0)
+        yield h
+
+
+@torch.no_grad()
+def score(model, x, y, loops, intervention=None, rms=None):
+    """{K: row of measurements} at each K in loops, from one pass of max(loops) loops."""
+    scored = y >= 0  # (B, T): the bits, not the start token
+    out, prev = {}, None
+    for k, h in enumerate(trajectory(model, x, max(loops), intervention, rms)):
+        if k in loops:
+            read = h if intervention != 'direction' else h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt())
+            right = (model.logits(read, last=True).argmax(-1) == y) | ~scored  # (B, T)
+            out[k] = dict(accuracy=right[scored].float().mean().item(),
+                          exact=right.all(-1).float().mean().item(),
+                          h_norm=h.norm(dim=-1)[scored].mean().item(),
+                          rms=h.pow(2).mean(-1).sqrt()[scored].mean().item(),
+                          one_minus_cos=(1 - F.cosine_similarity(h, prev, dim=-1))[scored].mean().item())
+        prev = h
+    return out
+
+
+def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
+    """Every run x length x K (x intervention): a list of result rows."""
+    results = []
+    for run in runs:
+        try:
+            model, ckpt = LoopedGPT.from_checkpoint(run, device)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(str(e))
+        model.eval()
+        cfg = model.config
+        if cfg.positions == 'learned' and max(lengths) + 1 > cfg.block_size:
+            raise UserError(f"{run} learned positions up to {cfg.block_size} tokens: it cannot read a string of "
+                            f"{max(lengths)} bits (train with positions='none' for longer strings)")
+        trained_k = ckpt.get('config', {}).get('max_loops') if ckpt.get('config', {}).get('random_depth') else cfg.n_loops
+        for length in lengths:
+            x, y = (t.to(device) for t in test_strings(seed, length, rows))
+            base = score(model, x, y, sorted(set(loops) | {trained_k}))
+            rms = base[trained_k]['rms']  # the fixed RMS of the direction-only readout and the cap
+            for name, measured in [(None, base)] + [(i, score(model, x, y, loops, i, rms)) for i in interventions]:
+                for k in loops:
+                    results.append(dict(run=run, length=length, K=k, trained_K=trained_k,
+                                        intervention=name or 'none', **measured[k]))
+    return results
+
+
+def render(results):
+    lines = ['| run | length | K | intervention | accuracy | exact match | mean ‖H_K‖ | 1 - cos |',
+             '|---|---|---|---|---|---|---|---|']
+    for r in results:
+        lines.append(f"| {os.path.basename(os.path.normpath(r['run']))} | {r['length']} | {r['K']} | {r['intervention']} | "
+                     f"{100 * r['accuracy']:.1f}% | {100 * r['exact']:.1f}% | {r['h_norm']:.3g} | {r['one_minus_cos']:.2e} |")
+    return '\n'.join(lines)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    lengths = sorted({r['length'] for r in results})
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4 * len(lengths), 3.2), squeeze=False)
+    for ax, length in zip(axes[0], lengths):
+        for run in dict.fromkeys(r['run'] for r in results):
+            rows = [r for r in results if r['run'] == run and r['length'] == length and r['intervention'] == 'none']
+            ax.plot([r['K'] for r in rows], [100 * r['exact'] for r in rows], marker='o',
+                    label=os.path.basename(os.path.normpath(run)))
+        ax.set_xscale('log', base=2)
+        ax.set_title(f'{length} bits')
+        ax.set_xlabel('K (loops)')
+        ax.set_ylim(-2, 102)
+    axes[0][0].set_ylabel('whole-string exact match (%)')
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--runs', required=True, help='run folders (or checkpoints), comma-separated')
+    p.add_argument('--lengths', default='16,32,64', help='test string lengths in bits, comma-separated')
+    p.add_argument('--loops', default='16,32,64,128,256', help='the K to score at, comma-separated')
+    p.add_argument('--seed', type=int, default=1, help='seeds the test strings (each length its own)')
+    p.add_argument('--rows', type=int, default=256, help='test strings per length')
+    p.add_argument('--interventions', default='', help=f"comma-separated, of {', '.join(INTERVENTIONS)} (none: '')")
+    p.add_argument('--device', default='cpu', help="'cpu' | 'cuda' | 'mps'")
+    p.add_argument('--out', required=True, help='folder for results.json and accuracy.png')
+    args = p.parse_args(argv)
+    try:
+        interventions = [i for i in args.interventions.split(',') if i]
+        bad = [i for i in interventions if i not in INTERVENTIONS]
+        if bad:
+            raise UserError(f"unknown --interventions {', '.join(bad)}: use {', '.join(INTERVENTIONS)}")
+        if args.rows < 1:
+            raise UserError(f"--rows must be >= 1; got {args.rows}")
+        results = evaluate([r for r in args.runs.split(',') if r], int_list(args.lengths, 'lengths'),
+                           int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device)
+    except UserError as e:
+        sys.exit(error_line('beyond.tasks', e))
+    print(render(results))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'results.json'), 'w') as f:
+        json.dump(dict(seed=args.seed, rows=args.rows, results=results), f, indent=1)
+    plot(results, os.path.join(args.out, 'accuracy.png'))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,210 @@
+"""
+A task in rows (prepare.py --task parity), train.py reading it, the model's bounded work per loop (window,
+positions) and the progressive loss, and beyond/tasks.py's evaluation by depth (docs/tasks.md).
+
+    python -m pytest -q tests/test_tasks.py
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import prepare
+import train
+from conftest import HERE, TINY, assert_one_line_error, run_script
+from data import Rows, eval_batches, load_rows, load_splits, train_batches
+from model import LoopedGPT, LoopedGPTConfig
+
+TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--train_lengths', '8',
+        '--val_lengths', '6-12', '--test_lengths', '12']
+
+
+@pytest.fixture(scope='module')
+def parity_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp('parity')
+    prepare.main(['--task', 'parity', '--out_dir', str(root / 'parity'), '--seed', '3', *TASK])
+    return root
+
+
+def parity_args(root, out, *extra):
+    return [f'--data_dir={root}', '--dataset=parity', f'--out_dir={out}', *TINY, '--positions=none', '--window=2',
+            '--inject=True', '--readout=raw', *extra]
+
+
+# -----------------------------------------------------------------------------
+# the rows: written, decoded back, read whole
+
+def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
+    folder = parity_data / 'parity'
+    meta = json.loads((folder / 'meta.json').read_text())
+    assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
+    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12]}
+    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13}
+    V = prepare.PARITY_VOCAB
+    for split in ('train', 'val', 'test'):
+        rows = load_rows(str(folder), split)
+        assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
+        seen = set()
+        for x, y in zip(rows.x, rows.y):
+            bits = [int(t) for t in x[1:] if t != V['pad']]
+            n = len(bits)
+            seen.add(n)
+            assert x[0] == V['bos'] and set(bits) <= {0, 1} and all(x[1 + n:] == V['pad'])  # bos, bits, then pads
+            assert list(y[1:1 + n]) == list(np.cumsum(bits) % 2)  # each target: the XOR of the bits so far
+            assert y[0] == -1 and all(y[1 + n:] == -1)  # nothing scored at bos or a pad
+        assert min(seen) >= meta['lengths'][split][0] and max(seen) == meta['lengths'][split][1]
+    # the seed decides the strings: another seed, other strings
+    prepare.main(['--task', 'parity', '--out_dir', str(parity_data / 'other'), '--seed', '4', *TASK])
+    assert not np.array_equal(load_rows(str(parity_data / 'other'), 'train').x, load_rows(str(folder), 'train').x)
+
+
+def test_bad_task_input_is_one_line(tmp_path):
+    assert_one_line_error(run_script('prepare.py', '--task', 'sorting', '--out_dir', tmp_path / 'x'), 'prepare.py',
+                          "unknown --task 'sorting'", 'parity')
+    assert_one_line_error(run_script('prepare.py', '--task', 'parity', '--out_dir', tmp_path / 'x', '--val_lengths',
+                                     '12-6'), 'prepare.py', '--val_lengths')
+
+
+def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):
+    train_data, val_data, meta = load_splits(str(parity_data), 'parity', 32)
+    assert isinstance(train_data, Rows)
+    kw = dict(seed=1, n_micro=2, batch_size=8, block_size=32, device='cpu')
+    xs, ys = train_batches(train_data, 5, 0, **kw)
+    assert xs.shape == ys.shape == (2, 8, 9)
+    rows = {(tuple(x), tuple(y)) for x, y in zip(train_data.x.tolist(), train_data.y.tolist())}
+    assert all((tuple(x), tuple(y)) in rows for x, y in zip(xs.reshape(-1, 9).tolist(), ys.reshape(-1, 9).tolist()))
+    again = train_batches(train_data, 5, 0, **kw)
+    assert torch.equal(xs, again[0]) and not torch.equal(xs, train_batches(train_data, 6, 0, **kw)[0])
+    vx, vy = eval_batches(val_data, eval_iters=10, batch_size=16, block_size=32, device='cpu')
+    assert vx.shape == (2, 16, 13)  # no more batches than the split's 40 rows hold
+    assert torch.equal(vx.reshape(-1, 13), torch.from_numpy(val_data.x[:32].astype(np.int64)))
+
+
+def test_val_loss_reads_only_scored_positions(parity_data):
+    _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
+                                      positions='none', window=2, inject=True, init_std=0.02))
+    batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
+    val_loss = train.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
+    xs, ys = batches
+    with torch.no_grad():  # by hand: each K's logits, CE over the positions with a target, nothing else
+        logits = [model(x, n_loops=k)[0] for x in xs for k in (1, 2, 3)]
+    ce = lambda rule: [torch.cat([torch.nn.functional.cross_entropy(  # noqa: E731
+        logits[3 * b + k].flatten(0, 1), rule(ys[b]).flatten(), ignore_index=-1, reduction='none')[
+            rule(ys[b]).flatten() >= 0] for b in range(2)]).mean().item() for k in range(3)]
+    assert val_loss == pytest.approx(ce(lambda y: y), rel=1e-4)
+    # the wrong rule, pads scored as if their target were a bit, gives another number
+    assert val_loss != pytest.approx(ce(lambda y: y.clamp(min=0)), rel=1e-2)
+
+
+def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    try:
+        train.main(parity_args(parity_data, out, '--random_depth=True', '--depth_draw=progressive', '--max_loops=4',
+                               '--n_loops=4', '--max_iters=3', '--eval_interval=3'))
+    finally:
+        torch.set_flush_denormal(False)
+    evals = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines() if '"eval"' in l]
+    assert len(evals[-1]['val_loss']) == 4 and all(np.isfinite(evals[-1]['val_loss']))
+    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['window'] == 2 and ckpt['model_args']['positions'] == 'none'
+    # learned positions cannot read rows longer than block_size: one line, before any training
+    with pytest.raises(train.UserError, match='block_size 8'):
+        train.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
+
+
+def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
+    cap = 8
+    draws = np.array([train.draw_progressive(5, it, cap=cap) for it in range(4000)])
+    K, k = draws[:, 0], draws[:, 1]
+
+    def follows_the_rule(K, k):  # n = K - k ~ U[0, cap), then k ~ U[1, cap - n]
+        n = K - k
+        if (k < 1).any() or (K > cap).any():
+            return False
+        freq = np.bincount(n, minlength=cap) / len(n)
+        if len(freq) > cap or (freq == 0).any():
+            return False
+        k_mean = np.array([k[n == v].mean() for v in range(cap)])
+        return (np.abs(freq - 1 / cap).max() < 0.03 and np.abs(k_mean - (cap - np.arange(cap) + 1) / 2).max() < 0.5)
+
+    assert follows_the_rule(K, k)
+    assert not follows_the_rule(K, K)                                  # a wrong rule: every loop with a graph
+    rng = np.random.default_rng(0)
+    assert not follows_the_rule(rng.integers(1, cap + 1, 4000), np.ones(4000, dtype=int))  # or one graph loop alone
+    assert train.draw_progressive(5, 17, cap=cap) == train.draw_progressive(5, 17, cap=cap)
+
+
+# -----------------------------------------------------------------------------
+# the model: bounded work per loop
+
+def test_a_token_outside_the_window_has_no_influence():
+    torch.manual_seed(0)
+    cfg = LoopedGPTConfig(vocab_size=4, n_layer=2, n_head=2, n_embd=32, n_loops=2, dropout=0.0, window=2,
+                          positions='none', init_std=0.1)
+    model = LoopedGPT(cfg).eval()
+    x = torch.randint(0, 4, (1, 20))
+    t = 15  # 2 layers x 2 loops, each moving information one position: t sees t-4 .. t
+    with torch.no_grad():
+        base = model(x)[0][0, t]
+        for s, moves in ((t - 5, False), (t - 9, False), (t - 4, True), (t - 1, True)):
+            y = x.clone()
+            y[0, s] = (y[0, s] + 1) % 4
+            assert (not torch.allclose(model(y)[0][0, t], base, atol=1e-6)) == moves, s
+    # a window as long as the sequence is the full causal attention; window 0 is that attention
+    full = LoopedGPT(LoopedGPTConfig(**{**cfg.__dict__, 'window': 0}))
+    full.load_state_dict(model.state_dict())
+    wide = LoopedGPT(LoopedGPTConfig(**{**cfg.__dict__, 'window': 20}))
+    wide.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(full.eval()(x)[0], wide.eval()(x)[0], atol=1e-5)
+        assert not torch.allclose(full(x)[0], model(x)[0], atol=1e-3)
+
+
+def test_without_positions_any_length_runs_and_learned_positions_refuse():
+    cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
+    nope = LoopedGPT(LoopedGPTConfig(**cfg, positions='none')).eval()
+    assert nope(torch.zeros(1, 50, dtype=torch.long))[0].shape == (1, 50, 4)
+    with pytest.raises(ValueError, match='exceeds block_size 8'):
+        LoopedGPT(LoopedGPTConfig(**cfg)).eval()(torch.zeros(1, 50, dtype=torch.long))
+    with pytest.raises(ValueError, match="'positions' must be one of"):
+        LoopedGPTConfig(**cfg, positions='rope')
+    with pytest.raises(ValueError, match="'window' must be >= 0"):
+        LoopedGPTConfig(**cfg, window=-1)
+
+
+# -----------------------------------------------------------------------------
+# evaluation by depth
+
+def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_data, tmp_path):
+    import beyond.tasks as tasks
+    out = tmp_path / 'run'
+    try:
+        train.main(parity_args(parity_data, out, '--max_iters=2', '--eval_interval=2'))
+    finally:
+        torch.set_flush_denormal(False)
+    tasks.main([f'--runs={out}', '--lengths=4,12', '--loops=1,3', '--seed=2', '--rows=16',
+                '--interventions=clamp,direction,cap', f'--out={tmp_path / "eval"}'])
+    results = json.loads((tmp_path / 'eval' / 'results.json').read_text())['results']
+    assert {(r['length'], r['K'], r['intervention']) for r in results} == {
+        (n, k, i) for n in (4, 12) for k in (1, 3) for i in ('none', 'clamp', 'direction', 'cap')}
+    assert (tmp_path / 'eval' / 'accuracy.png').stat().st_size > 0
+    model, _ = LoopedGPT.from_checkpoint(str(out))
+    x, y = tasks.test_strings(2, 12, 16)
+    for k in (1, 3):  # by hand: forward with K loops, argmax at the bits, every bit of a string right
+        with torch.no_grad():
+            right = (model.eval()(x, n_loops=k)[0].argmax(-1) == y)[y >= 0].view(16, 12)
+        r = next(r for r in results if (r['length'], r['K'], r['intervention']) == (12, k, 'none'))
+        assert r['accuracy'] == pytest.approx(right.float().mean().item())
+        assert r['exact'] == pytest.approx(right.all(-1).float().mean().item())
+    r = run_script('beyond/tasks.py', f'--runs={out}', '--loops=0', f'--out={tmp_path / "x"}')
+    assert_one_line_error(r, 'beyond.tasks', '--loops')
+
+
+def test_the_recipe_config_loads_with_its_twin():
+    c = train.setup([f'{HERE}/config/parity.py'])
+    assert (c['positions'], c['window'], c['inject'], c['readout'], c['depth_draw']) == ('none', 2, True, 'raw', 'progressive')
+    assert train.setup([f'{HERE}/config/parity.py', '--readout=norm'])['readout'] == 'norm'
