@@ -324,10 +324,10 @@ def non_finite_message(iter_num, out_dir, learning_rate):
 
 # -----------------------------------------------------------------------------
 
-def main(argv, model_class=LoopedGPT):
+def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     """A training run from the command line argv. model_class: the model trained, LoopedGPT or a
     subclass (beyond/ passes its own, with its own entry point): the one seam through which beyond/ trains."""
-    config = setup(argv, model_class=model_class)
+    config = setup(argv, scripts=scripts, model_class=model_class)
     c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
     ddp, rank, world_size, device, n_micro = start_process(c.device, c.gradient_accumulation_steps)
     master = rank == 0
@@ -455,7 +455,8 @@ def cli(model_class=LoopedGPT, script='train.py'):
     """main() on sys.argv, a UserError as one line, and the process's exit (beyond/ runs it with its own class)."""
     status = 0
     try:
-        main(sys.argv[1:], model_class)
+        running = os.path.abspath(sys.argv[0])  # (python -m beyond.x: its own file, for --help's usage line)
+        main(sys.argv[1:], model_class, scripts=tuple(dict.fromkeys([running, os.path.abspath(__file__)])))
     except UserError as e:
         print(error_line(script, e), file=sys.stderr)
         status = 1

@@ -2,17 +2,19 @@
 Every measurement a lent GPU should make, in three commands (parts), each estimated at under 9
 minutes (a lent GPU gives about 10 a command; --help prints the estimates). Each step runs in a
 process of its own (a CUDA error or a crash stops that step only), is labelled, prints its elapsed
-seconds and keeps its log; a summary at the end repeats every row in the fixed order below, and a
-markdown report (assets/gpu/<device>[-<part>].md) keeps them.
+seconds and appends its output to one log; a summary at the end repeats every row in the fixed order
+below, and a markdown report keeps them. Every output, the report and the log, is in the --out folder
+(two files), so a batch job that returns one folder returns all of it.
 
     python -m beyond.gpu_check --part=fused         # preflight, train-44m-fused, train-129m-fused, train-44m-padded: ~6.8 min
-    python -m beyond.gpu_check --part=decode        # preflight, decode-eager, decode-compiled, decode-graphs: ~3.0 min
+    python -m beyond.gpu_check --part=decode        # preflight, decode-eager, decode-compiled, decode-graphs, correctness: ~5.1 min
     python -m beyond.gpu_check --part=plain         # preflight, train-44m-plain, train-129m-plain: ~4.7 min
-    python -m beyond.gpu_check                      # every step in one command: ~13.6 min, more than a lent GPU's 10
+    python -m beyond.gpu_check                      # every step in one command: ~15.7 min, more than a lent GPU's 10
     python -m beyond.gpu_check --cpu                # the same steps at a tiny shape on a CPU (test_gpu_check.py runs it)
-    python -m beyond.gpu_check --out=DIR            # the logs: DIR/<n>-<step>.log (default out-gpu-check)
-    python -m beyond.gpu_check --report_dir=DIR     # the report there instead of assets/gpu (on a lent machine: its $OUT)
+    python -m beyond.gpu_check --out=DIR            # DIR/gpu_check.log and DIR/<device>[-<part>].md (default out-gpu-check)
+    python -m beyond.gpu_check --fail_on_skip       # a decode row whose CUDA graphs inductor skipped fails
     python -m beyond.gpu_check --only=decode-graphs,train-44m-plain   # some steps (the preflight always runs)
+    bash assets/gpu/run.sh OUT_DIR                  # the 10-minute GPU job: fused 44M, decode, correctness, CUDA tests
     python -m beyond.gpu_check --step=decode-eager  # one step in this process (what the check runs for each)
     python -m beyond.gpu_check --help               # the settings, and each part's estimate with its steps'
 
@@ -20,7 +22,8 @@ The minutes are estimates for one H100-class GPU (estimate(), whose arithmetic i
 has run this check yet.
 
 The steps, most needed first, so that a run cut short still has them:
-  preflight         Python, torch, CUDA and the device; every import the scripts need (the real
+  preflight         Python, torch, CUDA and the device, with a warning when torch is outside
+                    requirements.txt's range (a GPU image's own torch often is); every import the scripts need (the real
                     error if one fails); a one-line torch.compile. Inductor needs a C compiler and
                     Python's headers: if it cannot build, the training rows run eagerly and the
                     compiled decode rows are skipped. It runs first in every command.
@@ -41,6 +44,15 @@ The steps, most needed first, so that a run cut short still has them:
   decode-speculative  draft_loops=1, in decode-graphs' process: its drafts compile the one-loop graph.
                     Random weights read out near-uniform distributions, so its accept_rate is near 1:
                     the row times the mechanics, not a trained model's speed-up.
+                    Every decode row reports recompiles (dynamo compiled a function again: a guard
+                    failed) and cudagraph_skips (inductor ran without CUDA graphs, which it only logs:
+                    a graphs row is then the compiled one); --fail_on_skip fails such a row.
+  correctness       what the decoder computes in bf16 at the 44M shape (random weights): check_tokens
+                    positions decoded one at a time, eager, compiled and CUDA graphs, and model.forward,
+                    each against a float32 forward (max |delta logit|, top-1 agreement), the decoder's
+                    against model.forward in bf16 (_vs_forward), and the fixed-K token's one graph
+                    (static_token) against K one-loop steps (static_loop); logit_std for the scale.
+                    Reported, not asserted: bf16 rounds differently in each path.
   train-44m-plain, train-129m-plain  --loss_path=plain (F.cross_entropy on K logit tensors); last.
 One compile per row (each row's compiles= counts dynamo's graphs; the summary adds them up).
 
@@ -62,13 +74,15 @@ puts each step's measured seconds beside its estimate, and the first GPU lent co
     has two rows (its speculative one). The compiled rows + 40 s each for a compile (a fixed-K token,
     32 blocks forward only, or one loop for the drafts; 15-40 s guessed): decode-graphs two. So 8.8 s,
     48.8 s and 92.7 s.
-So fused 5 + 25 + 3 x 126.5 s = ~6.8 min, decode 5 + 25 + 8.8 + 48.8 + 92.7 s = ~3.0 min and
-plain 5 + 25 + 2 x 126.5 s = ~4.7 min; every step in one command ~13.6 min.
+  - correctness: three compiles (the compiled and the graphs token, the graphs one-loop step: 40 s
+    each, as above) and four passes of check_tokens = 64 tokens at 8 ms: 5 + 120 + 2 = 127 s.
+So fused 5 + 25 + 3 x 126.5 s = ~6.8 min, decode 5 + 25 + 8.8 + 48.8 + 92.7 + 127 s = ~5.1 min and
+plain 5 + 25 + 2 x 126.5 s = ~4.7 min; every step in one command ~15.7 min.
 
-The report: after each step, assets/gpu/<device>.md (the device as torch.cuda.get_device_name says,
-lowercased, spaces -> '-'; <device>-<part>.md for a part, <device>-only.md for --only; with --cpu
-cpu[-<part>].md in the --out folder, so that no CPU run writes into assets/): the date, torch and
-CUDA, the device, the command line, every row and each step's seconds beside its estimate. Each
+The report: after each step, <out>/<device>.md (the device as torch.cuda.get_device_name says,
+lowercased, spaces -> '-'; <device>-<part>.md for a part, <device>-only.md for --only; cpu[...].md
+with --cpu); a GPU's report is committed by copying it into assets/gpu/. It holds the date, torch,
+CUDA and Python, the device, the command line, every row and each step's seconds beside its estimate. Each
 write replaces the whole file at once (a temporary file, then os.replace), and it says whether the
 run is complete: a run cut short leaves a report of the steps it finished, marked so.
 """
@@ -89,12 +103,13 @@ from configurator import UserError, configure, help_text, one_line_errors  # (st
 
 # -----------------------------------------------------------------------------
 cpu = False                   # True (or --cpu): every step at a tiny shape on the CPU, to check the script itself
-out = 'out-gpu-check'         # the folder for the steps' logs (out*/ is git-ignored)
+out = 'out-gpu-check'         # the one folder of every output: the report and the log (out*/ is git-ignored)
 part = ''                     # one part of the check, a command each on a lent GPU: fused | decode | plain ('' = every step)
 only = ''                     # or: comma-separated steps to run, in the check's order ('' = all); the preflight always runs
 step = ''                     # run this one step in this process and print its rows (the check runs each step so)
-report_dir = ''               # the report's folder ('' = assets/gpu, or with --cpu the out folder)
 compile = 'on'                # 'on' | 'off': off runs the training rows eagerly and skips the compiled decode rows
+fail_on_skip = False          # True: a decode row whose CUDA graphs inductor skipped (cudagraph_skips > 0) fails
+check_tokens = 64             # correctness: positions decoded one at a time and compared with model.forward
 steps = 20                    # timed training steps per training row
 warmup = 3                    # untimed training steps first (the compile happens in the first)
 prompt_tokens = 16            # decode rows: a random prompt this long; each run then decodes block_size - prompt_tokens tokens
@@ -104,12 +119,13 @@ SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') an
             and isinstance(v, (int, float, bool, str))}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: the steps run there
 STEPS = ('preflight', 'train-44m-fused', 'train-129m-fused', 'train-44m-padded', 'decode-eager', 'decode-compiled',
-         'decode-graphs', 'train-44m-plain', 'train-129m-plain')
+         'decode-graphs', 'correctness', 'train-44m-plain', 'train-129m-plain')
 PARTS = {'fused': ('train-44m-fused', 'train-129m-fused', 'train-44m-padded'),  # each after the preflight
-         'decode': ('decode-eager', 'decode-compiled', 'decode-graphs'),
+         'decode': ('decode-eager', 'decode-compiled', 'decode-graphs', 'correctness'),
          'plain': ('train-44m-plain', 'train-129m-plain')}
 ROWS = {'decode-graphs': ('decode-graphs', 'decode-speculative')}  # a step's rows, where not just its own name
-COMPILED_DECODE = ('decode-compiled', 'decode-graphs')  # the steps skipped when compile is off
+COMPILED_DECODE = ('decode-compiled', 'decode-graphs')  # the steps skipped when compile is off (correctness: its eager part runs)
+LOG = 'gpu_check.log'         # every step's output, one after the other, in the out folder (beside the report)
 SHAPES = {'44m': ['config/norm_perloop.py'], '129m': ['config/norm_perloop.py', 'config/129m.py']}
 PAD = 64                      # train-44m-padded rounds the vocabulary up to a multiple of this (nanoGPT's 50,304)
 # --cpu: a shape whose every row takes a second or so. The training rows run eagerly there: a cold
@@ -187,7 +203,11 @@ def preflight(s):
               "named above. The training rows run eagerly and the compiled decode rows are skipped.", flush=True)
         ok, compile_s = False, time.perf_counter() - t1
     name = torch.cuda.get_device_name(0) if device == 'cuda' else platform.processor() or platform.machine()
-    row('preflight', torch=torch.__version__, cuda=torch.version.cuda, device=repr(name),
+    warning = torch_warning(torch.__version__)
+    if warning:
+        print(f"warning: {warning}", flush=True)
+    row('preflight', torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
+        torch_in_range='no' if warning else 'yes', device=repr(name),
         compile='ok' if ok else 'failed', compile_s=f"{compile_s:.1f}", compiles=compiles(),
         elapsed_s=f"{time.perf_counter() - t0:.1f}")
 
@@ -196,6 +216,59 @@ def compiles():
     """Graphs dynamo compiled in this process so far (a forward and its backward count as one)."""
     from torch._dynamo.utils import counters
     return counters['stats']['unique_graphs']
+
+
+def graph_counts():
+    """What says a compiled row is not what it claims, so far in this process: recompiles (dynamo
+    compiled a function again because a guard failed: its compilation metrics with a
+    recompile_reason; they keep the last 64) and cudagraph_skips (inductor ran a graph without
+    CUDA graphs, which it only logs: the row is then the compiled one, not graphs)."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+    return dict(recompiles=sum(m.recompile_reason is not None for m in get_compilation_metrics()),
+                cudagraph_skips=counters['inductor']['cudagraph_skips'])
+
+
+def graph_fields(before):
+    """The rows' recompiles= and cudagraph_skips= since `before` (a graph_counts())."""
+    return {k: v - before[k] for k, v in graph_counts().items()}
+
+
+def skipped_graphs(s, name, fields):
+    """With --fail_on_skip, a row whose CUDA graphs were skipped: the error that fails it (else None)."""
+    if s['fail_on_skip'] and fields['cudagraph_skips'] > 0:
+        return (f"{name}: inductor skipped CUDA graphs {fields['cudagraph_skips']} time(s) (the reason is in the "
+                "log above: TORCH_LOGS=perf_hints prints it), so the row would time the compiled loop, not graphs")
+    return None
+
+
+def torch_range(path=os.path.join(ROOT, 'requirements.txt')):
+    """requirements.txt's torch specifiers, e.g. ['>=2.13', '<2.15'] ([] where it names none)."""
+    with open(path) as f:
+        for line in f:
+            m = re.match(r'\s*torch\s*((?:[<>=!~]=?\s*[\w.]+\s*,?\s*)+)', line.split('#')[0])
+            if m:
+                return [re.sub(r'\s', '', spec) for spec in m.group(1).split(',') if spec.strip()]
+    return []
+
+
+def version_tuple(v):
+    """'2.13.0+cu128' -> (2, 13, 0); '2.15.0.dev20260101' -> (2, 15, 0)."""
+    return tuple(int(n) for n in re.findall(r'\d+', v.split('+')[0])[:3])
+
+
+def torch_warning(version, specs=None):
+    """What to warn of when this torch is outside requirements.txt's range (the tests pass inside it), else ''."""
+    specs = torch_range() if specs is None else specs
+    ops = {'>=': lambda a, b: a >= b, '>': lambda a, b: a > b, '<=': lambda a, b: a <= b, '<': lambda a, b: a < b,
+           '==': lambda a, b: a[:len(b)] == b, '!=': lambda a, b: a[:len(b)] != b,
+           '~=': lambda a, b: a >= b}  # (~= read as >= only: requirements.txt uses >= and <)
+    have = version_tuple(version)
+    broken = [spec for spec in specs
+              for op in [re.match(r'[<>=!~]=?', spec).group()] if not ops[op](have, version_tuple(spec[len(op):]))]
+    if not broken:
+        return ''
+    return (f"torch {version} is outside requirements.txt's range ({','.join(specs)}): the numbers may "
+            "differ from a tested torch's, and a failure may be this torch's")
 
 
 # -----------------------------------------------------------------------------
@@ -241,7 +314,7 @@ def train_row(s, name):
 # decode rows: decoder.generate, batch 1, at the 44M shape with random weights (speed does not
 # depend on what the weights say; the speculative row's acceptance does, so it is printed)
 
-def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
+def timed_generate(s, name, model, prompt, n_new, ctx, device, seed, **kw):
     """Two identical runs (the same seed, so the same tokens and the same calls) on one Stepper
     (kw['stepper']: its weights, compiled loop and KV cache are made once and reused, as a
     long-lived decoder keeps them): the first compiles and records, the second is timed. One row."""
@@ -250,7 +323,7 @@ def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
     from beyond.decoder import generate
     from runtime import sync
     bench.reset_peak_memory(device)
-    before = compiles()
+    before, graphs_before = compiles(), graph_counts()
     seconds = []
     for _ in range(2):
         torch.manual_seed(seed)
@@ -265,8 +338,12 @@ def timed_generate(name, model, prompt, n_new, ctx, device, seed, **kw):
         fields.update(accept_rate=f"{stats['accepted'] / max(stats['drafted'], 1):.3f}",
                       tokens_per_pass=f"{stats['accepted'] / max(stats['passes'], 1) + 1:.3f}")
     mem = bench.peak_memory_gib(device)
+    counted = graph_fields(graphs_before)
+    failed = skipped_graphs(s, name, counted)
+    if failed:  # (no row: the check marks it FAILED with the step's last line, this one)
+        return failed
     row(name, **fields, peak_mem_gib=f"{mem:.2f}" if mem is not None else 'n/a', compiles=compiles() - before,
-        elapsed_s=f"{sum(seconds):.1f}")
+        **counted, elapsed_s=f"{sum(seconds):.1f}")
 
 
 def decode_rows(s, name):
@@ -286,9 +363,81 @@ def decode_rows(s, name):
     run = dict(model=model, prompt=prompt, n_new=n_new, ctx=ctx, device=device, seed=c.seed)
     with ctx:  # (the Stepper casts the weights to the precision in force)
         stepper = Stepper(model, compile=name != 'decode-eager', graphs=name == 'decode-graphs')
-    timed_generate(name, stepper=stepper, **run)
+    failed = [timed_generate(s, name, stepper=stepper, **run)]
     if name == 'decode-graphs':  # the same Stepper drafts, with its one-loop graph (a compile of its own)
-        timed_generate('decode-speculative', stepper=stepper, draft_loops=1, draft_tokens=s['draft_tokens'], **run)
+        failed.append(timed_generate(s, 'decode-speculative', stepper=stepper, draft_loops=1,
+                                     draft_tokens=s['draft_tokens'], **run))
+    if any(failed):
+        raise UserError('; '.join(filter(None, failed)))
+
+
+# -----------------------------------------------------------------------------
+# the correctness row: what the decoder computes in bf16, against model.forward and float32.
+# Reported, not asserted: bf16 rounds differently in every path (inductor fuses and reorders),
+# so the numbers say how far apart they are, and top-1 says whether that changes a greedy token.
+
+def stepwise(model, stepper, x, one_loop=False):
+    """Logits (T, vocab), float32, of every position of x (1, T), decoded one token at a time through
+    the KV cache as generate decodes them at fixed K (decoder.decode: one compiled graph a token,
+    static_token), or with one_loop, K calls of the one-loop graph (static_loop), as exits and drafts
+    run it."""
+    import torch
+    from beyond.decoder import decode
+    K = model.config.n_loops
+    cache = stepper.cache(1, K)
+    out = []
+    for t in range(x.size(1)):
+        if not one_loop:
+            out.append(decode(model, x[:, t:t + 1], cache, stepper=stepper)[0])
+            continue
+        h = e = model.embed(x[:, t:t + 1], t)  # (1, 1, C)
+        for k in range(K):
+            h = stepper.loops(h, t, cache, k, k + 1, e=e)
+        out.append(stepper.logits(h, last=True))
+        cache.length = t + 1
+    return torch.cat(out, 1)[0].float()  # (T, vocab)
+
+
+def compare(logits, reference):
+    """max |delta logit| and top-1 agreement of logits (T, vocab) with a reference's."""
+    top1 = (logits.argmax(-1) == reference.argmax(-1)).float().mean()
+    return f"{(logits - reference).abs().max().item():.3g}", f"{top1.item():.3f}"
+
+
+def correctness_row(s, name):
+    from beyond import bench
+    import torch
+    from beyond.decoder import Stepper
+    from model import LoopedGPT
+    from runtime import autocast
+    c, device, _, _ = bench.setup_bench(step_argv(s, name))
+    T = min(s['check_tokens'], c.block_size)
+    torch.manual_seed(c.seed)
+    model = LoopedGPT(bench.model_config(c)).to(device).eval()  # (random weights at the config's init)
+    x = torch.randint(0, c.vocab_size, (1, T), device=device)
+    before, graphs_before, t0 = compiles(), graph_counts(), time.perf_counter()
+    modes = {'eager': dict()}
+    if s['compile'] == 'on':  # (off: the compiled paths are not measured)
+        modes.update(compiled=dict(compile=True, graphs=False), graphs=dict(compile=True, graphs=True))
+    with torch.no_grad():
+        exact = model(x)[0][0].float()  # (T, vocab): float32, the reference
+        with autocast(device, 'bfloat16'):
+            forward = model(x)[0][0].float()
+            steppers = {mode: Stepper(model, **kw) for mode, kw in modes.items()}  # (weights cast to bf16 once each)
+            decoded = {mode: stepwise(model, st, x) for mode, st in steppers.items()}
+            loops = stepwise(model, steppers['graphs'], x, one_loop=True) if 'graphs' in steppers else None
+    fields = dict(positions=T, dtype='bfloat16', logit_std=f"{exact.std().item():.3g}")
+    for what, logits in (('forward', forward), *decoded.items()):
+        fields[f'{what}_dlogit'], fields[f'{what}_top1'] = compare(logits, exact)  # against float32
+    for what, logits in decoded.items():
+        fields[f'{what}_vs_forward'] = compare(logits, forward)[0]  # against model.forward in bf16
+    if loops is not None:  # static_token (one graph a token) against K static_loop calls, the graphs stepper's
+        fields['token_vs_loops_dlogit'], fields['token_vs_loops_top1'] = compare(decoded['graphs'], loops)
+    counted = graph_fields(graphs_before)
+    failed = skipped_graphs(s, name, counted)
+    if failed:
+        raise UserError(failed)
+    row(name, **fields, compiles=compiles() - before, **counted, elapsed_s=f"{time.perf_counter() - t0:.1f}")
 
 
 def run_step(s):
@@ -297,6 +446,8 @@ def run_step(s):
         return preflight(s)
     if name.startswith('train-'):
         return train_row(s, name)
+    if name == 'correctness':
+        return correctness_row(s, name)
     return decode_rows(s, name)
 
 
@@ -318,6 +469,8 @@ def estimate(s, name):
             flops_per_token = LoopedGPT(bench.model_config(c)).flops_per_token()
         tokens = c.gradient_accumulation_steps * c.batch_size * c.block_size
         return START_S + TRAIN_COMPILE_S + (s['warmup'] + s['steps']) * flops_per_token * tokens / FLOP_S
+    if name == 'correctness':  # four stepwise passes (eager, compiled, graphs, graphs' K one-loop calls), three compiles
+        return START_S + 3 * DECODE_COMPILE_S + 4 * min(s['check_tokens'], c.block_size) * DECODE_TOKEN_S
     tokens = len(rows_of(name)) * 2 * max(c.block_size - s['prompt_tokens'], 0)  # two runs a row
     compiles = (2 if name == 'decode-graphs' else 1) if name in COMPILED_DECODE else 0  # (its drafts: the loop graph)
     return START_S + compiles * DECODE_COMPILE_S + tokens * DECODE_TOKEN_S
@@ -354,7 +507,7 @@ def parts_text(s):
 
 
 # -----------------------------------------------------------------------------
-# the report: assets/gpu/<device>[-<part>].md, rewritten whole after each step
+# the report: <out>/<device>[-<part>].md, rewritten whole after each step
 
 def fields_of(text):
     """A row's key=value fields as a dict (a quoted value unquoted: the preflight's device='...')."""
@@ -362,11 +515,11 @@ def fields_of(text):
 
 
 def report_path(s, device):
-    """assets/gpu/<device>[-<part>].md, <device>-only.md for --only; with --cpu, cpu[...].md in the out folder."""
+    """<out>/<device>[-<part>].md, <device>-only.md for --only; with --cpu, cpu[...].md: beside the log, so
+    that a batch job returns every output from one folder (assets/gpu/ keeps the ones committed)."""
     kind = 'cpu' if s['cpu'] else re.sub(r'[^a-z0-9.]+', '-', device.lower()).strip('-')  # NVIDIA H200 -> nvidia-h200
     kind += f"-{s['part']}" if s['part'] else '-only' if s['only'] else ''
-    folder = s['report_dir'] or (s['out'] if s['cpu'] else os.path.join(ROOT, 'assets', 'gpu'))
-    return os.path.join(folder, f"{kind}.md")
+    return os.path.join(s['out'], f"{kind}.md")
 
 
 def write_report(path, text):
@@ -387,9 +540,10 @@ def report_text(s, command, todo, lines, elapsed, est, total_s, done):
            f"**Complete**: all {len(todo)} steps ran (a FAILED row says why it has no numbers)." if done else
            f"**Incomplete**: {ran} of {len(todo)} steps ran (the run was still going, or was cut short).", '',
            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-           f"- device: {pre['device']}; torch {pre['torch']}, CUDA {pre['cuda']}",
+           f"- device: {pre['device']}; torch {pre['torch']}, CUDA {pre['cuda']}, Python {pre.get('python', '?')}",
+           *([f"- **warning**: {torch_warning(pre['torch'])}"] if pre.get('torch_in_range') == 'no' else []),
            f"- command: `{command}`",
-           f"- logs: {s['out']}/<n>-<step>.log", '',
+           f"- log: {os.path.join(s['out'], LOG)} (every step's output, in order)", '',
            '## Rows', '', 'As the summary prints them.', '', '| row | result |', '|---|---|']
     out += [f"| {r} | {text.replace('|', '&#124;')} |" for r, text in lines]  # (a '|' would end the cell)
     out += ['', '## Seconds', '',
@@ -413,11 +567,12 @@ def report_text(s, command, todo, lines, elapsed, est, total_s, done):
 
 def run_child(s, name, log_path):
     """Runs one step as `python -m beyond.gpu_check --step=NAME`; returns (exit code, its rows, last line)."""
-    passed = {k: v for k, v in s.items() if k not in ('out', 'part', 'only', 'step', 'report_dir')}
+    passed = {k: v for k, v in s.items() if k not in ('out', 'part', 'only', 'step')}
     cmd = [sys.executable, '-m', 'beyond.gpu_check', f'--step={name}', *(f'--{k}={v!r}' for k, v in passed.items())]
     rows, last = {}, ''
     env = dict(os.environ, PYTHONUNBUFFERED='1')  # (the log shows each line as it comes)
-    with open(log_path, 'w') as log:
+    with open(log_path, 'a') as log:  # (one log: each step appends its own section)
+        log.write(f"\n=== {name}\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -474,7 +629,7 @@ def run_steps(s, todo, after_each):
             print(f"\n=== [{i}/{len(todo)}] {name}: skipped ({why})", flush=True)
             continue
         print(f"\n=== [{i}/{len(todo)}] {name}", flush=True)
-        log_path = os.path.join(s['out'], f"{STEPS.index(name) + 1}-{name}.log")  # (numbered in the full order)
+        log_path = os.path.join(s['out'], LOG)
         t0 = time.perf_counter()
         rc, rows, last = run_child(s, name, log_path)
         elapsed[name] = time.perf_counter() - t0
@@ -500,7 +655,7 @@ def summary_lines(todo, results, problems):
 def main(argv):
     t0 = time.perf_counter()  # (the measured total starts here: the estimate counts this process's start)
     command = shlex.join(['python', '-m', 'beyond.gpu_check', *argv])
-    argv = ['--cpu=True' if a == '--cpu' else a for a in argv]  # (--cpu alone, as a flag)
+    argv = [f'{a}=True' if a in ('--cpu', '--fail_on_skip') else a for a in argv]  # (alone, as flags)
     if '--help' in argv or '-h' in argv:  # the settings, as configure prints them, then the parts' estimates
         require_torch(True)
         print(help_text(SETTINGS, [__file__]) + '\n\n' + parts_text(SETTINGS))
@@ -511,6 +666,7 @@ def main(argv):
     if s['step']:
         return run_step(s)
     os.makedirs(s['out'], exist_ok=True)
+    open(os.path.join(s['out'], LOG), 'w').close()  # (this command's log: the steps append to it)
     est = estimates(s)
     what = f"part {s['part']}" if s['part'] else 'the steps asked for' if s['only'] else 'every step'
     print(f"=== {what}: {', '.join(todo)}; estimated ~{command_s(est, todo) / 60:.1f} min on one H100-class GPU"
@@ -529,7 +685,7 @@ def main(argv):
     results, problems, elapsed, compile_failed = run_steps(s, todo, report)
     # -------------------------------------------------------------------------
     lines = summary_lines(todo, results, problems)
-    print(f"\n=== summary, in the check's order (logs in {s['out']}/)")
+    print(f"\n=== summary, in the check's order (log: {os.path.join(s['out'], LOG)})")
     width = max(len(r) for r, _ in lines) + 2
     for r, text in lines:
         print(f"{r:<{width}}{text}")

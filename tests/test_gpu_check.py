@@ -3,8 +3,10 @@ gpu_check.py, so that a check no CI runs on a GPU cannot rot: its --cpu mode run
 at a tiny shape, each in a process of its own, and must print every row, with numbers, in the
 documented order, and write them to its report; a compiler inductor cannot use skips the compiled
 rows and the eager ones still run; a missing torch (from the outside) or no GPU without --cpu is
-one error line; every part's estimate fits a lent GPU's command (and the check of that can fail).
-The check's parent and the settings' checks run in-process.
+one error line; every part's estimate fits a lent GPU's command (and the check of that can fail);
+every output lands in --out; a decode row counts recompiles and CUDA-graph skips, and fails on a
+skip with --fail_on_skip; a torch outside requirements.txt's range is said in the report. The
+check's parent and the settings' checks run in-process.
 
     python -m pytest -q tests/test_gpu_check.py
 """
@@ -21,7 +23,8 @@ from configurator import UserError
 
 # the order the docstring promises (most needed first); the summary must keep it
 ROWS = ['preflight', 'train-44m-fused', 'train-129m-fused', 'train-44m-padded', 'decode-eager', 'decode-compiled',
-        'decode-graphs', 'decode-speculative', 'train-44m-plain', 'train-129m-plain']
+        'decode-graphs', 'decode-speculative', 'correctness', 'train-44m-plain', 'train-129m-plain']
+DECODE_ROWS = ['decode-eager', 'decode-compiled', 'decode-graphs', 'decode-speculative', 'correctness']
 NUMBER = r'=(\d+(\.\d+)?)\b'
 
 
@@ -51,41 +54,58 @@ def check(capsys, *argv):
 
 def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys):
     # every kind of step, once (a process each costs seconds): a training row (every training step is
-    # train_row at its shape, vocabulary and loss path: the padded one here), and decoding through the
+    # train_row at its shape, vocabulary and loss path: the padded one here), decoding through the
     # compiled loop (decode-graphs: on a CPU the same compile as decode-compiled, without graphs) with
-    # speculative decoding on it; the eager decode row runs in the next test. Listed out of order: the
-    # summary keeps the check's order.
+    # speculative decoding on it, and the correctness row; the eager decode row runs in the next test.
+    # Listed out of order: the summary keeps the check's order.
     out = tmp_path / 'check'
-    steps = ['decode-graphs', 'train-44m-padded']
+    steps = ['correctness', 'decode-graphs', 'train-44m-padded']
     stdout, error = check(capsys, '--cpu', f'--out={out}', '--steps=1', '--warmup=0', f"--only={','.join(steps)}")
     assert not error, stdout[-3000:] + error
     rows = summary(stdout)
     shown = [name for name in ROWS if name == 'preflight' or name in steps or name == 'decode-speculative']
     assert list(rows) == shown  # those rows, in the fixed order, nothing else
     assert re.search(r'compile=ok .*compile_s' + NUMBER, rows['preflight'])
+    assert f'torch={torch.__version__} cuda={torch.version.cuda} python=' in rows['preflight']
     for name in shown[1:]:
-        assert field(rows[name], 'tok_per_s') > 0 and field(rows[name], 'elapsed_s') >= 0
+        assert field(rows[name], 'elapsed_s') >= 0
+        assert name == 'correctness' or field(rows[name], 'tok_per_s') > 0
+    for name in set(shown) & set(DECODE_ROWS):  # what would say a compiled row is not what it claims
+        assert field(rows[name], 'recompiles') == 0 and field(rows[name], 'cudagraph_skips') == 0, name
+    # the correctness row: every path against float32 (bf16's roundings: close, not equal), the decoder
+    # against model.forward, the one-graph token against K one-loop steps
+    correct = rows['correctness']
+    for path in ('forward', 'eager', 'compiled', 'graphs'):
+        assert 0 < field(correct, f'{path}_dlogit') < 0.1 * field(correct, 'logit_std'), path
+        assert field(correct, f'{path}_top1') >= 0.9, path
+    for path in ('eager', 'compiled', 'graphs'):
+        assert field(correct, f'{path}_vs_forward') < 0.1 * field(correct, 'logit_std'), path
+    assert field(correct, 'token_vs_loops_top1') >= 0.9 and 'dtype=bfloat16' in correct
     padded = rows['train-44m-padded']
     assert re.search(r'\bpeak_mem_gib' + NUMBER, padded) and 'mfu=n/a' in padded  # (no MFU on a CPU)
     assert field(padded, 'vocab') == 64 > gpu_check.TINY_VOCAB  # the tiny vocabulary, rounded up to a multiple of 64
     # one compile a row: the preflight's, the fixed-K token for the compiled decode step, the one loop its
     # speculative row drafts with (in decode-graphs' process); the training rows run eagerly on a CPU
-    compiled = {'preflight': 1, 'decode-graphs': 1, 'decode-speculative': 1}
+    # correctness compiles the token once (the compiled and the graphs stepper share it on a CPU) and the one loop
+    compiled = {'preflight': 1, 'decode-graphs': 1, 'decode-speculative': 1, 'correctness': 2}
     assert {name: field(rows[name], 'compiles') for name in shown} == {name: compiled.get(name, 0) for name in shown}
     assert f'{sum(compiled.values())} compiles' in stdout.splitlines()[-1]
     assert field(rows['decode-speculative'], 'accept_rate') <= 1
-    # each step announced and timed as it ran, its log kept under its number in the full order
-    for i, step in enumerate(gpu_check.STEPS, 1):
+    # each step announced and timed as it ran, its output in the one log, in order
+    log = (out / gpu_check.LOG).read_text()
+    for step in gpu_check.STEPS:
         if step == 'preflight' or step in steps:
             assert re.search(rf'^--- {step}: ok, \d+\.\d s$', stdout, re.M), step
-            assert (out / f'{i}-{step}.log').read_text().count(f'row {step}:') == 1
+            assert log.count(f'\n=== {step}\n') == 1 and log.count(f'row {step}:') == 1, step
         else:
-            assert not (out / f'{i}-{step}.log').exists()
-    # the report, under --out with --cpu (never in assets/), whole: every summary row, each step's seconds
+            assert f'=== {step}\n' not in log
+    # every output under --out: the log and the report, whole: every summary row, each step's seconds
+    assert sorted(os.listdir(out)) == ['cpu-only.md', gpu_check.LOG]
     assert re.search(r'^=== the steps asked for: .*estimated ~\d+\.\d min', stdout, re.M)
     report = (out / 'cpu-only.md').read_text()
-    assert f"report: {out / 'cpu-only.md'}" in stdout and not [f for f in os.listdir(out) if f.endswith('.tmp')]
+    assert f"report: {out / 'cpu-only.md'}" in stdout
     assert '**Complete**' in report and f"`python -m beyond.gpu_check --cpu --out={out}" in report
+    assert f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python " in report and '**warning**' not in report
     for name, line in rows.items():
         assert f"| {name} | {line[len(name):].strip()} |" in report, name
     for step in ['preflight', *steps]:
@@ -159,7 +179,7 @@ def test_only_keeps_the_fixed_order_and_always_runs_the_preflight():
 
 def test_a_part_is_its_steps_after_the_preflight_and_an_unknown_one_is_one_line(tmp_path):
     assert gpu_check.check_settings(dict(gpu_check.SETTINGS, part='decode')) == [
-        'preflight', 'decode-eager', 'decode-compiled', 'decode-graphs']
+        'preflight', 'decode-eager', 'decode-compiled', 'decode-graphs', 'correctness']
     # the parts hold every step but the preflight once, in the check's order
     assert [n for names in gpu_check.PARTS.values() for n in names] == list(gpu_check.STEPS[1:])
     r = run_script('beyond/gpu_check.py', '--part=training', f'--out={tmp_path / "never-made"}')  # (before torch)
@@ -182,7 +202,8 @@ def test_every_part_is_estimated_to_fit_a_lent_command_and_the_docstring_says_so
     training = [n for n in gpu_check.STEPS if n.startswith('train-')]
     assert gpu_check.over_limit(s, {'decode': gpu_check.PARTS['decode'], 'training': training}) == ['training']
     assert gpu_check.command_s(est, gpu_check.STEPS) > gpu_check.LIMIT_S  # (why there are parts)
-    assert 'every step in one command: ~13.6 min' in helped and '~13.6 min' in gpu_check.__doc__
+    every = f"~{gpu_check.command_s(est, gpu_check.STEPS) / 60:.1f} min"
+    assert f'every step in one command: {every}' in helped and f'every step in one command: {every}' in gpu_check.__doc__
 
 
 def test_the_estimate_is_its_arithmetic():
@@ -193,16 +214,20 @@ def test_the_estimate_is_its_arithmetic():
     # decode-graphs: start + two compiles (the token, the drafts' loop) + two rows of two runs of 256 - 16 tokens at 8 ms
     assert est['decode-graphs'] == pytest.approx(5 + 2 * 40 + 2 * 2 * 240 * 0.008)
     assert est['decode-eager'] == pytest.approx(5 + 2 * 240 * 0.008)
+    # correctness: start + three compiles (compiled token, graphs token, graphs loop) + four passes of 64 tokens
+    assert est['correctness'] == pytest.approx(5 + 3 * 40 + 4 * 64 * 0.008)
 
 
 def test_a_report_names_its_device_and_part_and_says_when_it_is_incomplete(tmp_path):
-    s = dict(gpu_check.SETTINGS, part='fused')
-    assert gpu_check.report_path(s, 'NVIDIA H200') == os.path.join(gpu_check.ROOT, 'assets', 'gpu', 'nvidia-h200-fused.md')
-    assert gpu_check.report_path(dict(s, report_dir=str(tmp_path)), 'NVIDIA H100 80GB HBM3') == str(
-        tmp_path / 'nvidia-h100-80gb-hbm3-fused.md')
-    # after the preflight and one step of three: written whole, and marked incomplete
+    s = dict(gpu_check.SETTINGS, part='fused', out=str(tmp_path / 'job'))
+    assert gpu_check.report_path(s, 'NVIDIA H200') == str(tmp_path / 'job' / 'nvidia-h200-fused.md')  # (beside the log)
+    assert gpu_check.report_path(dict(s, part='', only='correctness'), 'NVIDIA H100 80GB HBM3') == str(
+        tmp_path / 'job' / 'nvidia-h100-80gb-hbm3-only.md')
+    # after the preflight and one step of three: written whole, and marked incomplete; a torch outside
+    # requirements.txt's range (a common H200 image's 2.11) is a warning in the report
     todo = gpu_check.check_settings(s)
-    results = {'preflight': "torch=2.13.0 cuda=12.8 device='NVIDIA H200' compile=ok", 'train-44m-fused': 'tok_per_s=1'}
+    results = {'preflight': "torch=2.11.0+cu130 cuda=13.0 python=3.12.3 torch_in_range=no device='NVIDIA H200' "
+                            "compile=ok", 'train-44m-fused': 'tok_per_s=1'}
     lines = gpu_check.summary_lines(todo, results, {})
     text = gpu_check.report_text(s, 'python -m beyond.gpu_check --part=fused', todo, lines,
                                  {'preflight': 20.0, 'train-44m-fused': 100.0}, gpu_check.estimates(s), 130.0, False)
@@ -210,5 +235,46 @@ def test_a_report_names_its_device_and_part_and_says_when_it_is_incomplete(tmp_p
     gpu_check.write_report(path, text)
     assert os.listdir(tmp_path) == ['r.md'] and open(path).read() == text
     assert '**Incomplete**: 2 of 4 steps ran' in text and '# gpu_check on NVIDIA H200' in text
+    assert 'torch 2.11.0+cu130, CUDA 13.0, Python 3.12.3' in text
+    assert "**warning**: torch 2.11.0+cu130 is outside requirements.txt's range (>=2.13,<2.15)" in text
     assert '| train-129m-fused | not run (yet, or the check stopped first) |' in text
     assert re.search(r'^\| fused \| \d+\.\d \| not run \|$', text, re.M)  # (a part is measured once all of it ran)
+
+
+def test_the_torch_range_is_read_from_requirements_txt(tmp_path):
+    assert gpu_check.torch_range() == ['>=2.13', '<2.15']  # (requirements.txt's line, as pip reads it)
+    assert gpu_check.torch_warning(torch.__version__) == ''  # (this machine's torch: the tests pass on it)
+    for inside in ('2.13.0', '2.14.1+cu128', '2.13.0+cpu'):
+        assert gpu_check.torch_warning(inside) == '', inside
+    for outside in ('2.11.0+cu130', '2.12.1', '2.15.0', '3.0.0'):
+        assert gpu_check.torch_warning(outside).startswith(f"torch {outside} is outside"), outside
+    other = tmp_path / 'requirements.txt'
+    other.write_text('numpy>=1.26\ntorchvision>=0.1\ntorch == 2.12.*  # pinned\n')
+    assert gpu_check.torch_range(str(other)) == ['==2.12.']
+    assert gpu_check.torch_warning('2.12.1', ['==2.12']) == '' and gpu_check.torch_warning('2.13.0', ['==2.12'])
+
+
+def test_recompiles_and_cudagraph_skips_are_counted(monkeypatch):
+    # a recompile: dynamo compiles a function again when a guard fails (here the shape, dynamic=False)
+    f = torch.compile(lambda x: x.sin() + 1, dynamic=False, backend='eager')
+    before = gpu_check.graph_counts()
+    f(torch.ones(3))
+    assert gpu_check.graph_fields(before)['recompiles'] == 0
+    f(torch.ones(4))
+    assert gpu_check.graph_fields(before) == dict(recompiles=1, cudagraph_skips=0)
+    # a skip is inductor's counter (it only logs one): read as it bumps it
+    from torch._dynamo.utils import counters
+    monkeypatch.setitem(counters['inductor'], 'cudagraph_skips', counters['inductor']['cudagraph_skips'] + 2)
+    assert gpu_check.graph_fields(before)['cudagraph_skips'] == 2
+
+
+def test_with_fail_on_skip_a_skipped_graph_fails_its_row(monkeypatch, capsys):
+    # a decode step in this process (what the check runs in a child), with inductor's skip faked
+    skipped = dict(recompiles=0, cudagraph_skips=1)
+    monkeypatch.setattr(gpu_check, 'graph_fields', lambda before: skipped)
+    argv = ['--cpu', '--step=decode-eager', '--prompt_tokens=28']
+    gpu_check.main(argv)  # without the flag: reported
+    assert re.search(r'^row decode-eager: .*\brecompiles=0 cudagraph_skips=1 ', capsys.readouterr().out, re.M)
+    with pytest.raises(UserError, match='decode-eager: inductor skipped CUDA graphs 1 time'):
+        gpu_check.main(argv + ['--fail_on_skip'])
+    assert 'row decode-eager:' not in capsys.readouterr().out  # (no row: the check marks it FAILED)
