@@ -11,6 +11,7 @@ import torch
 from torch.nn import functional as F
 
 from beyond.exit_train import ExitTrainedGPT
+from configurator import UserError
 from conftest import assert_one_line_error, run_script, train_args
 from model import LoopedGPT, LoopedGPTConfig
 from test_model import batch, manual_logits, tiny  # (the mechanism's tiny model and batch, with this file's class)
@@ -115,8 +116,15 @@ def test_exit_training_runs_through_its_own_entry_point_and_train_py_names_it(ti
     assert r.returncode == 0, r.stderr
     model, ckpt = LoopedGPT.from_checkpoint(str(tmp_path / 'b'))
     assert ckpt['model_args']['exit_train'] == 0.25 and ckpt['iter_num'] == 2
-    # in-process, train.main trains the class it is given (the seam beyond/ uses), and that class's exit path runs
+    # its --help is its own, over train.py's settings; what its class cannot train is one line in its name
+    r = run_script('beyond/exit_train.py', '--help')
+    assert r.stdout.startswith('usage: python -m beyond.exit_train') and '--exit_train=0.0' in r.stdout
     import train
+    with pytest.raises(UserError, match='exit_train runs every loop with a graph: set bptt=0'):
+        train.setup(['--exit_train=0.25', '--bptt=2'], model_class=ExitTrainedGPT)
+    train.setup(['--exit_train=0.25'], model_class=ExitTrainedGPT)  # (without bptt: fine)
+    train.setup(['--bptt=2'], model_class=ExitTrainedGPT)
+    # in-process, train.main trains the class it is given (the seam beyond/ uses), and that class's exit path runs
     seen = []
     class Spy(ExitTrainedGPT):
         def masked_states(self, *a, **k):
