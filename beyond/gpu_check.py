@@ -114,6 +114,7 @@ steps = 20                    # timed training steps per training row
 warmup = 3                    # untimed training steps first (the compile happens in the first)
 prompt_tokens = 16            # decode rows: a random prompt this long; each run then decodes block_size - prompt_tokens tokens
 draft_tokens = 3              # decode-speculative: the most tokens drafted per verify pass (draft_loops=1)
+speculative = True            # False: decode-graphs without its speculative row (and its compile: assets/gpu/run.sh)
 # -----------------------------------------------------------------------------
 SETTINGS = {k: v for k, v in list(globals().items()) if not k.startswith('_') and k.islower()
             and isinstance(v, (int, float, bool, str))}
@@ -194,9 +195,12 @@ def preflight(s):
     print(compilers(device == 'cpu'), flush=True)
     t1 = time.perf_counter()
     try:
-        y = torch.compile(lambda x: torch.sin(x) * 2 + 1, fullgraph=True)(torch.ones(8, device=device))
-        float(y.sum())
-        ok, compile_s = True, time.perf_counter() - t1
+        if s.get('compile', 'on') == 'off':  # (nothing will compile: not tried, a few seconds saved)
+            ok = None
+        else:
+            float(torch.compile(lambda x: torch.sin(x) * 2 + 1, fullgraph=True)(torch.ones(8, device=device)).sum())
+            ok = True
+        compile_s = time.perf_counter() - t1
     except Exception as e:  # (whatever inductor raised: its first line says why)
         cause = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
         print(f"torch.compile cannot build here ({type(e).__name__}: {cause[:300]}): it needs the compiler and headers "
@@ -208,7 +212,7 @@ def preflight(s):
         print(f"warning: {warning}", flush=True)
     row('preflight', torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
         torch_in_range='no' if warning else 'yes', device=repr(name),
-        compile='ok' if ok else 'failed', compile_s=f"{compile_s:.1f}", compiles=compiles(),
+        compile={True: 'ok', None: 'off', False: 'failed'}[ok], compile_s=f"{compile_s:.1f}", compiles=compiles(),
         elapsed_s=f"{time.perf_counter() - t0:.1f}")
 
 
@@ -364,7 +368,7 @@ def decode_rows(s, name):
     with ctx:  # (the Stepper casts the weights to the precision in force)
         stepper = Stepper(model, compile=name != 'decode-eager', graphs=name == 'decode-graphs')
     failed = [timed_generate(s, name, stepper=stepper, **run)]
-    if name == 'decode-graphs':  # the same Stepper drafts, with its one-loop graph (a compile of its own)
+    if name == 'decode-graphs' and s['speculative']:  # the same Stepper drafts, with its one-loop graph (a compile of its own)
         failed.append(timed_generate(s, 'decode-speculative', stepper=stepper, draft_loops=1,
                                      draft_tokens=s['draft_tokens'], **run))
     if any(failed):
@@ -471,8 +475,9 @@ def estimate(s, name):
         return START_S + TRAIN_COMPILE_S + (s['warmup'] + s['steps']) * flops_per_token * tokens / FLOP_S
     if name == 'correctness':  # four stepwise passes (eager, compiled, graphs, graphs' K one-loop calls), three compiles
         return START_S + 3 * DECODE_COMPILE_S + 4 * min(s['check_tokens'], c.block_size) * DECODE_TOKEN_S
-    tokens = len(rows_of(name)) * 2 * max(c.block_size - s['prompt_tokens'], 0)  # two runs a row
-    compiles = (2 if name == 'decode-graphs' else 1) if name in COMPILED_DECODE else 0  # (its drafts: the loop graph)
+    rows = 2 if name == 'decode-graphs' and s['speculative'] else 1
+    tokens = rows * 2 * max(c.block_size - s['prompt_tokens'], 0)  # two runs a row
+    compiles = rows if name in COMPILED_DECODE else 0  # (decode-graphs' drafts: the loop graph)
     return START_S + compiles * DECODE_COMPILE_S + tokens * DECODE_TOKEN_S
 
 
@@ -635,6 +640,8 @@ def run_steps(s, todo, after_each):
         elapsed[name] = time.perf_counter() - t0
         print(f"--- {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'}, {elapsed[name]:.1f} s", flush=True)
         results.update(rows)
+        if name == 'decode-graphs' and not s['speculative']:
+            problems['decode-speculative'] = 'SKIPPED: --speculative=False'
         problems.update((r, f"FAILED (exit {rc}): {last[:200]} (log: {log_path})") for r in rows_of(name) if r not in rows)
         if name == 'preflight':
             if 'preflight' not in rows:  # (an import failed: every other step would fail the same way)

@@ -13,6 +13,7 @@ check's parent and the settings' checks run in-process.
 
 import os
 import re
+import subprocess
 
 import pytest
 import torch
@@ -278,3 +279,45 @@ def test_with_fail_on_skip_a_skipped_graph_fails_its_row(monkeypatch, capsys):
     with pytest.raises(UserError, match='decode-eager: inductor skipped CUDA graphs 1 time'):
         gpu_check.main(argv + ['--fail_on_skip'])
     assert 'row decode-eager:' not in capsys.readouterr().out  # (no row: the check marks it FAILED)
+
+
+def run_sh_estimates():
+    """assets/gpu/run.sh's EST_... lines, {name: seconds}."""
+    with open(os.path.join(gpu_check.ROOT, 'assets', 'gpu', 'run.sh')) as f:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r'^EST_(\w+)=(\d+)', f.read(), re.M)}
+
+
+def test_the_gpu_jobs_estimate_is_gpu_checks_and_fits_8_minutes():
+    est = run_sh_estimates()
+    s = dict(gpu_check.SETTINGS, speculative=False)  # (run.sh's settings; the rest gpu_check's defaults)
+    todo = gpu_check.check_settings(dict(s, only='train-44m-fused,decode-eager,decode-graphs,correctness'))
+    assert est['CHECK'] == round(gpu_check.command_s(gpu_check.estimates(s), todo))
+    total = est['CHECK'] + est['CUDA_TESTS'] + 5  # (+ run.sh's own start)
+    assert total <= 8 * 60
+    with open(os.path.join(gpu_check.ROOT, 'assets', 'gpu', 'README.md')) as f:
+        readme = f.read()
+    assert f"**{total} s, ~{total / 60:.1f} min**" in readme and f"| {est['CHECK']} s |" in readme
+    assert f"| {est['CUDA_TESTS']} s |" in readme
+
+
+def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path):
+    # bash assets/gpu/run.sh --cpu OUT: gpu_check (compile off: its compiled rows skipped) and the CUDA tests
+    # (skipped without CUDA), four files in OUT and nothing elsewhere
+    out = tmp_path / 'job'
+    r = subprocess.run(['bash', 'assets/gpu/run.sh', '--cpu', str(out)], cwd=gpu_check.ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ['cpu-only.md', 'cuda-tests.log', gpu_check.LOG, 'run.log']  # (at most 8)
+    est = run_sh_estimates()
+    steps = [line.split(':')[0] for line in (out / 'run.log').read_text().splitlines()]
+    assert steps == ['gpu_check', 'cuda-tests']
+    for line, key in zip((out / 'run.log').read_text().splitlines(), ('CHECK', 'CUDA_TESTS')):
+        assert re.fullmatch(rf'\S+: estimated {est[key]} s, took \d+\.\d s, exit 0', line), line
+    report = (out / 'cpu-only.md').read_text()
+    assert f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python " in report
+    for name in ('train-44m-fused', 'decode-eager', 'correctness'):
+        assert re.search(rf'^\| {name} \| \S+=', report, re.M), name
+    assert re.search(r'^\| decode-eager \| .*\brecompiles=0 cudagraph_skips=0 ', report, re.M)
+    assert re.search(r'^\| correctness \| .*\beager_dlogit=\S+ eager_top1=\S+ .*cudagraph_skips=0 ', report, re.M)
+    assert '| decode-graphs | SKIPPED: compile is off (--compile=off) |' in report
+    assert 'skipped' in (out / 'cuda-tests.log').read_text()
