@@ -244,7 +244,7 @@ def parity_rows(rng, n_rows, lengths, row_len):
 
 
 def lengths_arg(text, name):
-    """'16' (every length 1..16) or '1-16', or '32' as '32-32' with a single length: a list of ints."""
+    """'8' (train: every length 1..8; val, test: 8 alone) or a range '1-8': a list of ints."""
     try:
         low, _, high = text.partition('-')
         low, high = (int(low), int(high)) if high else (1 if name == 'train' else int(low), int(low))
@@ -302,11 +302,11 @@ def main(argv=None):
     p.add_argument('--num_threads', type=int, default=os.cpu_count(), help='tokenizer threads')
     p.add_argument('--task', help=f"a synthetic task written in rows instead of text: {' | '.join(TASKS)}")
     p.add_argument('--seed', type=int, default=0, help='--task: seeds every split (each its own stream)')
-    for split, n_rows, lengths in (('train', 20000, '16'), ('val', 512, '32'), ('test', 512, '64')):
+    for split, n_rows, lengths in (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32')):
         p.add_argument(f'--{split}_rows', type=int, default=n_rows, help=f'--task: instances in the {split} split')
         p.add_argument(f'--{split}_lengths', default=lengths,
                        help=f'--task: string lengths of the {split} split, a range (1-16) or one length; '
-                            f"train's '16' is 1-16 (default {lengths})")
+                            f"train's '8' is 1-8 (default {lengths})")
     args = p.parse_args(argv)
 
     try:

@@ -161,7 +161,8 @@ def main(argv=None):
     print(render(results))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'results.json'), 'w') as f:
-        json.dump(dict(seed=args.seed, rows=args.rows, results=results), f, indent=1)
+        json.dump(dict(seed=args.seed, rows=args.rows, runs=list(dict.fromkeys(r['run'] for r in results)),
+                       results=results), f, indent=1)
     plot(results, os.path.join(args.out, 'accuracy.png'))
 
 

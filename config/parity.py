@@ -1,11 +1,12 @@
 # Running parity (docs/tasks.md): a task whose longer strings need more loops. The recommended recipe:
 # bounded work per loop (a window of 2, no position embeddings: a loop moves the parity one bit on, and
-# any length runs), input injection, the progressive loss (n ~ U[0, 24) loops without a graph, then
-# k ~ U[1, 24 - n] with one, per-loop CE on those) and the raw readout. Trains on strings of 1-16 bits.
+# any length runs), input injection, the progressive loss (n ~ U[0, 12) loops without a graph, then
+# k ~ U[1, 12 - n] with one, per-loop CE on those) and the raw readout. Trains on strings of 1-8 bits
+# (prepare.py's default; validation on 16). About 4 minutes on one core.
 #   python prepare.py --task parity
 #   python train.py config/parity.py                                  # the recipe, raw readout
 #   python train.py config/parity.py --readout=norm --out_dir=out-parity-norm   # its blind-spot twin
-#   python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=16,32,64 --loops=16,32,64,128,256 --seed=1 --out=eval-parity
+#   python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=8,16,32 --loops=8,12,16,32,64,128,256 --seed=1 --out=eval-parity
 out_dir = 'out-parity'
 dataset = 'parity'
 device = 'cpu'
@@ -14,7 +15,7 @@ n_layer = 1
 n_head = 1
 n_embd = 64
 dropout = 0.0
-block_size = 17          # unused without position embeddings: any length runs
+block_size = 9           # unused without position embeddings: any length runs
 positions = 'none'
 window = 2
 readout = 'raw'
@@ -23,11 +24,13 @@ loss = 'perloop'
 init_std = 0.02
 random_depth = True
 depth_draw = 'progressive'
-max_loops = 24
-n_loops = 24             # the K the validation loss is read at
+max_loops = 12
+n_loops = 12             # the K the validation loss is read at
 batch_size = 64
+dtype = 'float32'
 learning_rate = 1e-3
-max_iters = 2000
-eval_interval = 250
+warmup_iters = 100
+max_iters = 6000
+eval_interval = 1000
 eval_iters = 4
-log_interval = 100
+log_interval = 250
