@@ -671,7 +671,7 @@ def test_a_decoding_step_under_autocast_casts_no_weight():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
-def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same_text():
+def test_on_cuda_the_bf16_decoder_is_the_forward_and_a_fixed_k_step_never_waits():
     model = drifted().cuda()
     x = torch.randint(0, V, (1, 32), generator=torch.Generator().manual_seed(1)).cuda()
     with torch.no_grad():
@@ -691,13 +691,66 @@ def test_on_cuda_the_bf16_decoder_is_the_forward_and_cuda_graphs_decode_the_same
                                                         1.0, 10))
         finally:
             torch.cuda.set_sync_debug_mode('default')
+
+
+# the decoding settings CUDA graphs must decode as eager does, one test case each (one flip hides no other)
+GRAPH_SETTINGS = {'fixed-K': dict(), 'exit-max_prob': dict(exit_threshold=0.1),
+                  'exit-angular': dict(exit_threshold=0.9, criterion='angular'),
+                  'speculative': dict(draft_loops=1, draft_tokens=2)}
+
+
+def teacher_forced(model, x, stepper, kw):
+    """Logits (n, V) float32 and loops (n,) of every position of x (1, T) decoded one token at a time with
+    setting kw's exits; for a speculative setting, the draft's (its j loops: the one-loop graph) then the
+    K-loop model's (the verify pass's distribution, one token at a time)."""
+    exit_kw = {k: v for k, v in kw.items() if k in ('exit_threshold', 'criterion')}
+    depths = [kw['draft_loops'], None] if 'draft_loops' in kw else [None]
+    logits, loops = [], []
+    for n_loops in depths:
+        cache = new_cache(model, 1, n_loops)
+        for t in range(x.size(1)):
+            out, used = decode(model, x[:, t:t + 1], cache, stepper=stepper, **exit_kw)
+            logits.append(out[0, -1].float())
+            loops.append(used[0, -1])
+    return torch.stack(logits), torch.stack(loops)
+
+
+def graphs_against_eager(kw, device):
+    """CUDA graphs (compile=True on CUDA) against eager decoding with setting kw, on device:
+    in bf16 the same tokens through both, logits within bf16's tolerance; in float32 greedy text, exact."""
+    from torch._dynamo.utils import counters
+    model = drifted().to(device)
+    x = torch.randint(0, V, (1, 32), generator=torch.Generator().manual_seed(1)).to(device)
+    skips = counters['inductor']['cudagraph_skips']
+    with torch.inference_mode():
+        exact = model(x)[0][0]  # float32
+        with torch.autocast(device, dtype=torch.bfloat16):
+            # the tolerance: each path rounds bf16 its own way (inductor fuses and reorders), about as far
+            # from float32 as the bf16 forward is, so two of them are within twice that of each other
+            tol = 2 * (model(x)[0][0].float() - exact).abs().max().item()
+            eager, eager_loops = teacher_forced(model, x, decoder.Stepper(model), kw)
+            graphs, graph_loops = teacher_forced(model, x, decoder.Stepper(model, compile=True), kw)
+    same = eager_loops == graph_loops  # (an exit decided on a near-tie may go the other way: a flip of its own)
+    assert same.float().mean() >= 0.75, (eager_loops, graph_loops)
+    err = (graphs - eager)[same].abs().max().item()
+    assert err <= tol, (err, tol)
+    # float32 (TF32 off): greedy decoding, past block_size (a window restart), the same tokens and loops
     prompt = x[:, :4]
-    with torch.autocast('cuda', dtype=torch.bfloat16):
-        for kw in (dict(), dict(exit_threshold=0.1), dict(exit_threshold=0.9, criterion='angular'),
-                   dict(draft_loops=1, draft_tokens=2)):
-            eager = generate(model, prompt, 40, top_k=1, **kw)  # (past block_size: a window restart)
-            graphs = generate(model, prompt, 40, top_k=1, compile=True, **kw)  # reduce-overhead: CUDA graphs
-            assert torch.equal(eager[0], graphs[0]) and torch.equal(eager[1], graphs[1]), kw
+    tf32 = torch.backends.cuda.matmul.allow_tf32  # (runtime.setup_device turns it on for CUDA)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        eager = generate(model, prompt, 40, top_k=1, **kw)
+        graphs = generate(model, prompt, 40, top_k=1, compile=True, **kw)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert torch.equal(eager[0], graphs[0]) and torch.equal(eager[1], graphs[1])
+    assert counters['inductor']['cudagraph_skips'] == skips  # (a skipped graph would have tested the compiled loop)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
+@pytest.mark.parametrize('setting', GRAPH_SETTINGS)
+def test_on_cuda_graphs_decode_as_eager(setting):
+    graphs_against_eager(GRAPH_SETTINGS[setting], 'cuda')
 
 
 def test_the_exponential_race_samples_the_distribution():

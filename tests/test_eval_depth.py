@@ -36,14 +36,18 @@ def runs(tiny_data, tmp_path_factory):
 
 
 SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
+# every evaluation here on the CPU, also where a GPU is visible (device 'auto' would take it: bf16 there,
+# against float32 references at rel 1e-5); the last --device given wins, so a test can still name another
+PINNED = ['--device=cpu']
 
 
 def evaluate(*argv, main=eval_decode.main):
     """python -m beyond.eval_decode's main (eval_depth.main with the decoding studies) in this
-    process, as the script runs it, or eval_depth.py's (main=eval_depth.main): (stdout, stderr)."""
+    process, as the script runs it, or eval_depth.py's (main=eval_depth.main), on the CPU (PINNED):
+    (stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        main([str(a) for a in argv])
+        main([str(a) for a in (*PINNED, *argv)])
     return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
 
 
@@ -302,7 +306,7 @@ def fails(*argv):
     """python -m beyond.eval_decode's one-line error for argv (eval_depth's checks and the decoding
     studies'; in-process: no torch import per case)."""
     with pytest.raises(SystemExit) as e:
-        eval_decode.main([str(a) for a in argv])
+        eval_decode.main([str(a) for a in (*PINNED, *argv)])
     message = str(e.value.code)
     assert message.startswith('python -m beyond.eval_decode: error: ') and '\n' not in message, message
     return message

@@ -118,8 +118,8 @@ def test_eval_depth_scores_the_gate_against_the_oracle(run, tmp_path):
     if not (folder / 'gate.pt').exists():
         exit_gate.main([f'--out_dir={folder}', '--device=cpu', '--tokens=2048', '--iters=50'])
     out = tmp_path / 'eval'
-    eval_decode.main([str(folder), '--criteria=angular,gate', '--exit=0.5', '--stand_in=project', '--max_tokens=512',
-                     '--bench_iters=1', '--max_loops=3', '--diag_tokens=32', '--out', str(out)])
+    eval_decode.main([str(folder), '--device=cpu', '--criteria=angular,gate', '--exit=0.5', '--stand_in=project',
+                      '--max_tokens=512', '--bench_iters=1', '--max_loops=3', '--diag_tokens=32', '--out', str(out)])
     r = json.loads((out / 'results.json').read_text())['runs'][0]
     assert {e['criterion'] for e in r['early_exit']} == {'angular', 'gate'} and r['gates'] == {'gate': {'reads': 'norm'}}
     front = r['exit_frontier']

@@ -321,3 +321,54 @@ def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path):
     assert re.search(r'^\| correctness \| .*\beager_dlogit=\S+ eager_top1=\S+ .*cudagraph_skips=0 ', report, re.M)
     assert '| decode-graphs | SKIPPED: compile is off (--compile=off) |' in report
     assert 'skipped' in (out / 'cuda-tests.log').read_text()
+
+
+def test_with_cuda_visible_the_tests_that_are_not_about_cuda_still_run_on_the_cpu(monkeypatch, tmp_path):
+    # on a GPU box device 'auto' is CUDA (bf16 there, against the tests' float32 references): every
+    # test not about CUDA names --device=cpu. Each script's main is run with the tests' argument lists
+    # up to its setup_device, with torch.cuda.is_available faked True; the device it would set up is
+    # what runtime.setup_device makes of the setting it got
+    import runtime
+    import train
+    import test_eval_depth
+    import test_studies
+    from beyond import bench, depth_costs, eval_decode, exit_gate
+    from beyond import sample as beyond_sample
+    from conftest import TINY
+    import eval_depth
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # (setup_device('cuda') sets them)
+    try:
+        assert runtime.setup_device('auto') == 'cuda'  # the trap an unpinned test falls into
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+    class SetUp(Exception):
+        pass
+
+    def spy(name='auto', *rest):  # (setup_device(name), or depth_costs' load_run(run, device, split))
+        raise SetUp(runtime.setup_device(name if not rest else rest[0]))
+
+    def device_of(module, call, attr='setup_device'):
+        monkeypatch.setattr(module, attr, spy)
+        with pytest.raises(SetUp) as e:
+            call()
+        return e.value.args[0]
+
+    run, out = str(tmp_path / 'run'), str(tmp_path / 'out')
+    S = {k: v.split() for k, v in test_studies.SETTINGS.items() if k.endswith('_ARGS')}
+    try:
+        seen = {  # the tests' in-process evaluations, and each study script with what test_studies gives it
+            'test_eval_depth.evaluate': device_of(eval_depth, lambda: test_eval_depth.evaluate(run, '--out', out)),
+            'EVAL_ARGS': device_of(eval_depth, lambda: eval_decode.main([run, *S['EVAL_ARGS'], *S['DECODE_ARGS'],
+                                                                        '--out', out])),
+            'GATE_ARGS': device_of(exit_gate, lambda: exit_gate.main([f'--out_dir={run}', *S['GATE_ARGS']])),
+            'SAMPLE_ARGS': device_of(beyond_sample, lambda: beyond_sample.main([f'--out_dir={run}', *S['SAMPLE_ARGS']])),
+            'BENCH_ARGS': device_of(bench, lambda: bench.main(S['BENCH_ARGS'])),
+            'TRAIN_ARGS': runtime.setup_device(train.setup(S['TRAIN_ARGS'])['device']),  # (TINY: every tiny run)
+            'COST_ARGS': device_of(depth_costs, lambda: depth_costs.main([run, *S['COST_ARGS']]), 'load_run'),
+        }
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device('cpu') turns flushing on, process-wide)
+    assert seen == dict.fromkeys(seen, 'cpu')
+    assert '--device=cpu' in TINY and '--device=cpu' in test_eval_depth.PINNED

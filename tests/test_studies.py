@@ -33,8 +33,11 @@ from conftest import HERE, TINY, train_in_process
 TRAIN = ' '.join(TINY + ['--max_iters=2', '--eval_interval=1'])
 SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes the ones it uses)
     DATASET='tiny-bytes', TRAIN_ARGS=TRAIN, OMP_NUM_THREADS='1', THREADS='1', REPEATS='1',
-    EVAL_ARGS='--max_tokens 128 --lemma_tokens 64 --bench_iters 1 --diag_tokens 64', DECODE_ARGS='--decode_tokens 4',
-    GATE_ARGS='--tokens=512 --iters=5 --batch_size=256', SAMPLE_ARGS='--max_new_tokens=4 --num_samples=1',
+    # --device=cpu: every script on the CPU, also where a GPU is visible (TRAIN_ARGS' TINY and BENCH_ARGS pin it
+    # too); beyond.depth_costs has no --device: it measures the CPU only
+    EVAL_ARGS='--device cpu --max_tokens 128 --lemma_tokens 64 --bench_iters 1 --diag_tokens 64',
+    DECODE_ARGS='--decode_tokens 4', GATE_ARGS='--device=cpu --tokens=512 --iters=5 --batch_size=256',
+    SAMPLE_ARGS='--device=cpu --max_new_tokens=4 --num_samples=1',
     COST_ARGS='--prompt 16 --reps 2 --new_tokens 4 --accept_tokens 128',
     BENCH_ARGS='--peak_size=128 --device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
                '--steps=1 --warmup=0')
