@@ -14,18 +14,19 @@
 #      (a 40 s compile and 480 tokens), 127 s correctness (three 40 s compiles, 4 x 64 tokens)).
 #   2. python -m pytest of the CUDA-only tests (tests/test_decode.py -k on_cuda: the bf16 decoder is the
 #      forward, and one case per decoding setting, CUDA graphs against eager). Estimate: EST_CUDA_TESTS
-#      below: 10 s for pytest's start and collection (torch's import), then per setting two compiles of the
-#      tiny test model (bf16, float32), 6 blocks a token (3 loops x 2 layers): 4 s fixed + 1.25 s a block
-#      (gpu_check's 40 s for 32 blocks) = 11.5 s each, so 4 x 2 x 11.5 = 92 s; the decoding itself is
-#      ~100 tokens a case at a few ms each, under 2 s all told. 10 + 92 = ~102 s.
-#   So 5 s (this script) + 341 + 102 = 448 s, ~7.5 min. Each step's measured seconds go beside its estimate
+#      below: 10 s for pytest's start and collection (torch's import), then nine compiles of the tiny test
+#      model (per setting one in bf16 and one in float32; the speculative one's bf16 case two: its draft's
+#      loop and the K-loop token), 6 blocks a token (3 loops x 2 layers): 4 s fixed + 1.25 s a block
+#      (gpu_check's 40 s for 32 blocks) = 11.5 s each, 9 x 11.5 = 104 s; the decoding itself is ~100
+#      tokens a case at a few ms each, under 2 s all told. 10 + 104 = ~114 s.
+#   So 5 s (this script) + 341 + 114 = 460 s, ~7.7 min. Each step's measured seconds go beside its estimate
 #   in OUT_DIR/run.log; gpu_check's report puts each of its own steps' beside theirs.
 #
 # Outputs (OUT_DIR): gpu_check.log and <device>-only.md (gpu_check's), cuda-tests.log, run.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 EST_CHECK=341        # s, gpu_check's estimate for the steps below (tests/test_gpu_check.py checks it is estimate()'s)
-EST_CUDA_TESTS=102   # s, the CUDA tests (the arithmetic above)
+EST_CUDA_TESTS=114   # s, the CUDA tests (the arithmetic above)
 cpu=()
 if [ "${1:-}" = --cpu ]; then
   cpu=(--cpu --compile=off --steps=1 --warmup=0)  # (a cold inductor compile takes 10-40 s on a small CPU)
