@@ -365,8 +365,8 @@ def add_decoding_arguments(p):
                    help="the exit criteria --exit and --calibrate score, comma-separated: " + exits.names() +
                         ". Default: every registered one (python -m beyond.exits lists them), and gate where a run has gate.pt")
     p.add_argument('--retime', action='store_true',
-                   help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine), "
-                        "and write the results to --out")
+                   help="with --from_results: time every calibrated pick's decode speed-up again (on a quiet machine; "
+                        "with --device auto, on the device the runs were timed on), and write the results to --out")
     p.add_argument('--speculative', action='store_true',
                    help='time speculative decoding for every draft depth j, draft length g and draft_stop (batch 1)')
     p.add_argument('--decode_tokens', type=int, default=256,
@@ -679,8 +679,10 @@ class DecodingStudies(eval_depth.Study):
     def from_results(self, runs, args):
         if not args.retime:
             return False
+        # --device auto: the device the runs were timed on (a GPU box does not retime CPU runs on its GPU)
+        device = args.device if args.device != 'auto' else runs[0].get('device', 'auto') if runs else 'auto'
         try:
-            retime(runs, setup_device(args.device), args.data_dir)
+            retime(runs, setup_device(device), args.data_dir)
         except ValueError as e:
             raise UserError(str(e))
         return True

@@ -475,3 +475,17 @@ def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_p
         torch._dynamo.reset()
     assert 'torch.compile could not build the timing forward' in message and message.endswith('--compile=off')
     assert not scored and not (tmp_path / 'x' / 'results.json').exists()
+
+
+def test_retime_with_device_auto_times_on_the_device_the_runs_were_timed_on(monkeypatch):
+    # on a box where CUDA is visible, --from_results --retime (device auto) retimes CPU runs on the CPU
+    seen = []
+    monkeypatch.setattr(eval_decode, 'retime', lambda runs, device, data_dir=None: seen.append(device))
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    try:
+        study = eval_decode.DecodingStudies()
+        assert study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=True, device='auto', data_dir=None))
+        assert not study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=False, device='auto', data_dir=None))
+    finally:
+        torch.set_flush_denormal(False)
+    assert seen == ['cpu']
