@@ -338,9 +338,9 @@ def timed_generate(s, name, model, prompt, n_new, ctx, device, seed, **kw):
         seconds.append(time.perf_counter() - t0)
     fields = dict(tok_per_s=f"{n_new / seconds[1]:.1f}", ms_per_token=f"{1000 * seconds[1] / n_new:.2f}",
                   warmup_s=f"{seconds[0]:.2f}", tokens=n_new, loops=int(used.max()))
-    if kw.get('draft_loops'):
+    if kw.get('draft_loops'):  # (the drafts run the compiled one-loop graph; the verify pass, n+1 tokens at once, is eager)
         fields.update(accept_rate=f"{stats['accepted'] / max(stats['drafted'], 1):.3f}",
-                      tokens_per_pass=f"{stats['accepted'] / max(stats['passes'], 1) + 1:.3f}")
+                      tokens_per_pass=f"{stats['accepted'] / max(stats['passes'], 1) + 1:.3f}", verify='eager')
     mem = bench.peak_memory_gib(device)
     counted = graph_fields(graphs_before)
     failed = skipped_graphs(s, name, counted)

@@ -91,7 +91,7 @@ def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_n
     compiled = {'preflight': 1, 'decode-graphs': 1, 'decode-speculative': 1, 'correctness': 2}
     assert {name: field(rows[name], 'compiles') for name in shown} == {name: compiled.get(name, 0) for name in shown}
     assert f'{sum(compiled.values())} compiles' in stdout.splitlines()[-1]
-    assert field(rows['decode-speculative'], 'accept_rate') <= 1
+    assert field(rows['decode-speculative'], 'accept_rate') <= 1 and 'verify=eager' in rows['decode-speculative']  # (it says so)
     # each step announced and timed as it ran, its output in the one log, in order
     log = (out / gpu_check.LOG).read_text()
     for step in gpu_check.STEPS:
