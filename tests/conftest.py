@@ -9,6 +9,11 @@ import sys
 
 import pytest
 
+if os.environ.get('PYTEST_XDIST_WORKER'):  # the suite's processes (pytest.ini: -n auto): one thread each, for its
+    os.environ['OMP_NUM_THREADS'] = '1'     # tests and the scripts they run (two 2-thread torch processes on
+    import torch                            # 2 cores ran tens of times slower)
+    torch.set_num_threads(1)
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 # a tiny model that trains in seconds on the CPU (2 loops, so per-loop behaviour is exercised)
