@@ -47,6 +47,9 @@ from model import attention, block
 from sample import draw, next_token_probs  # the plain sampler's own draw and distribution
 
 STAND_INS = ('copy', 'project')
+# (a sliding window is the model's attention mask, which the cache's attention does not apply)
+WINDOWED = ("the KV-cache decoder attends over every cached token and this model's attention has a window "
+            "(window > 0): sample it with sample.py, which runs model.forward")
 
 
 def compute_dtype(model, device_type):
@@ -200,6 +203,8 @@ class Stepper:
     def __init__(self, model, compile=False, graphs=True):
         """compile: compile the one-token loop and the fixed-K token; graphs: as CUDA graphs where on
         CUDA (False: inductor's default mode, for comparing the two)."""
+        if model.config.window:
+            raise ValueError(WINDOWED)
         self.model, self.nh = model, model.config.n_head
         self.device = model.lm_head.weight.device
         self.device_type = self.device.type

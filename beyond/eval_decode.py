@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from beyond import exits
-from beyond.decoder import STAND_INS, Stepper, decode, generate, new_cache, draw, next_token_probs, stand_ins
+from beyond.decoder import STAND_INS, WINDOWED, Stepper, decode, generate, new_cache, draw, next_token_probs, stand_ins
 import eval_depth
 from configurator import UserError
 from data import Scoring, load_run, run_folder, score_windows
@@ -659,6 +659,9 @@ class DecodingStudies(eval_depth.Study):
         # calibrated halting of an exit-trained run is measured against its normally trained twin (the
         # same settings and seed with exit_train=0), when that run is evaluated too: so those go first
         loaded.sort(key=lambda r: r[2].get('exit_train', 0.0) > 0)
+        for path, model, _, _ in loaded:
+            if model.config.window:  # (the causal exits, calibration and speculation decode through the cache)
+                raise UserError(f"{path}: {WINDOWED.replace('sample it with sample.py', 'evaluate it with eval_depth.py')}")
         return [exits.run_criteria(run_folder(path), model, args.criteria) for path, model, _, _ in loaded]
 
     def rows(self, model, states, K, criteria):

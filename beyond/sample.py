@@ -30,7 +30,7 @@ import sample
 from configurator import UserError, configure, one_line_errors
 from data import run_folder
 from beyond import exits
-from beyond.decoder import STAND_INS, Stepper, generate
+from beyond.decoder import STAND_INS, WINDOWED, Stepper, generate
 from runtime import autocast, compile_errors, compile_failed, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
@@ -96,6 +96,8 @@ def main(argv):
     except ValueError as e:
         raise UserError(str(e))
     model, tokenizer = sample.load(config, dev)
+    if model.config.window:
+        raise UserError(WINDOWED)
     ids = sample.prompt_ids(config['start'], tokenizer)
     K = config['n_loops'] or model.config.n_loops
     if config['draft_loops'] >= K:

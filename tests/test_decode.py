@@ -776,3 +776,13 @@ def test_a_reused_stepper_keeps_its_cache_and_decodes_the_same_text():
     assert torch.equal(first, alone) and torch.equal(second, alone)
     generate(model, tokens(B=2, n=5), 3, top_k=1, stepper=stepper)  # another batch size: a cache of its own
     assert stepper.held.all.shape[3] == 2
+
+
+def test_a_windowed_model_is_refused_by_the_cache_decoder_in_one_line():
+    # the cache's attention reads every cached token, a windowed model's reads the last w: refused,
+    # not decoded wrong (beyond.sample and eval_decode say it as their one line)
+    from model import LoopedGPTConfig
+    shape = dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.0)
+    with pytest.raises(ValueError, match=r'window > 0\): sample it with sample.py'):
+        decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape, window=4)))
+    decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape)))  # (window 0: the paper's attention, decoded)
