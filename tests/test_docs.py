@@ -582,6 +582,16 @@ def depth_designs():
 
 
 # tables with numbers that hold no stored result
+@check('docs/tasks.md', 'run', 'K=4', '8', '12', '16', '24', '32', '48', '64', '96', '128', '256', '512')
+def tasks_exact_match():
+    """Whole-string exact match (%) by K, from assets/tasks/results.json (no intervention)."""
+    results = json.loads((ROOT / 'assets/tasks/results.json').read_text())['results']
+    exact = {(r['run'].rsplit('out-parity-', 1)[1].split('-s')[0], r['length'], r['K']): r['exact']
+             for r in results if r['intervention'] == 'none'}
+    return {f'{readout} readout, {n} bits': [[100 * exact[readout, n, K]] for K in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)]
+            for readout, n in (('norm', 8), ('norm', 16), ('norm', 32), ('raw', 8), ('raw', 16))}
+
+
 UNCHECKED = {
     ('README.md', ('file', 'what it holds')): 'the files, no results',
     ('docs/depth.md', ('condition', 'what it does', 'from')): 'the scale controls, no results',
