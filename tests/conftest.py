@@ -67,6 +67,14 @@ def tiny_data(tmp_path_factory):
     return root / 'data'
 
 
+@pytest.fixture(scope='session')
+def sample_run(tiny_data, tmp_path_factory):
+    """One tiny trained run (K=3) that the two samplers' tests read and never write into."""
+    out = tmp_path_factory.mktemp('sample') / 'run'
+    train_in_process(tiny_data, out, '--max_iters=20', '--eval_interval=20', '--n_loops=3')
+    return out
+
+
 def train_args(data_dir, out_dir, *extra):
     return [f'--data_dir={data_dir}', '--dataset=tiny-bytes', f'--out_dir={out_dir}', *TINY, *extra]
 

@@ -15,17 +15,15 @@ import pytest
 import torch
 
 import beyond.sample as sample_py
-from conftest import assert_one_line_error, run_script, train_in_process
+from conftest import assert_one_line_error, run_script
 from configurator import UserError
 
 SUMMARY = re.compile(r'^tokens=(\d+) seconds=([\d.]+) tok_per_s=([\d.]+) mean_loops=([\d.]+)$', re.M)
 
 
 @pytest.fixture(scope='module')
-def run(tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp('sample') / 'run'
-    train_in_process(tiny_data, out, '--max_iters=20', '--eval_interval=20', '--n_loops=3')
-    return out
+def run(sample_run):
+    return sample_run  # (conftest's: the one tiny run both samplers' tests read)
 
 
 @pytest.fixture(autouse=True)
