@@ -238,13 +238,18 @@ class LoopedGPT(nn.Module):
     # ---------------------------------------------------------------------------------
     # the loop
 
+    @property
+    def max_length(self):
+        """The longest sequence the model reads: block_size with learned positions; None (any) without."""
+        return self.config.block_size if self.config.positions == 'learned' else None
+
     def embed(self, idx, t0=0):
         """H_0, the state that enters loop 1: token plus position embeddings of idx (B, T) at
         positions t0.. (a decoder's new tokens sit after its cache), (B, T, C)."""
         T = idx.size(1)
         h = F.embedding(idx, self.transformer.wte.weight)  # (B, T, C)
-        if self.config.positions == 'learned':  # ('none', NoPE: only the causal mask tells positions apart)
-            if t0 + T > self.config.block_size:
+        if self.max_length is not None:  # learned positions ('none', NoPE: only the causal mask tells them apart)
+            if t0 + T > self.max_length:
                 raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
             h = h + self.transformer.wpe.weight[t0:t0 + T]
         return F.dropout(h, self.config.dropout) if self.training else h  # (functional: no module calls a decoded token)

@@ -338,14 +338,15 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     train_data, val_data, meta = load_splits(c.data_dir, c.dataset, c.block_size)
     # a task in rows (prepare.py --task) is read a whole row at a time: its sequences are the rows
     seq_len, n_train = (train_data.x.shape[1], train_data.x.size) if isinstance(train_data, Rows) else (c.block_size, len(train_data))
-    if isinstance(train_data, Rows) and c.positions == 'learned' and max(val_data.x.shape[1], seq_len) > c.block_size:
-        raise UserError(f"{c.dataset}'s rows are up to {max(val_data.x.shape[1], seq_len)} tokens, more than block_size "
-                        f"{c.block_size}, the positions learned: raise block_size, or use positions='none'")
     tokens_per_iter = n_micro * world_size * c.batch_size * seq_len
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
     max_iters = c.max_iters or math.ceil(c.epochs * n_train / tokens_per_iter)
 
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
+    longest = max(val_data.x.shape[1], seq_len) if isinstance(train_data, Rows) else seq_len
+    if raw_model.max_length is not None and longest > raw_model.max_length:  # (before any training)
+        raise UserError(f"{c.dataset}'s rows are up to {longest} tokens, more than the model reads (block_size "
+                        f"{c.block_size}, the positions learned): raise block_size, or use positions='none'")
     raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.readout_ce)
     optimizer = make_optimizer(raw_model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
                                weight_decay=c.weight_decay)
