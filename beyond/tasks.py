@@ -10,15 +10,18 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
 (model.loop_states), so K can be several hundred. With --interventions, the same at every K under:
   clamp      the paper's scale clamp: each token's state rescaled after every loop to its loop-1 norm
   direction  a direction-only readout: the state read out at a fixed RMS (the run's mean RMS at its
-             trained K on these strings), the recurrence untouched (sotaku's first intervention)
+             trained K on these strings), the recurrence untouched (sotaku's first intervention); it
+             changes the probabilities, never the argmax a bit is scored by: a check that the two agree
   cap        a per-token RMS cap at that same RMS on the carried state, every loop (sotaku's second)
-Writes the table to stdout, DIR/results.json and DIR/accuracy.png (exact match against K, one line per run,
-one panel per length).
+Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
+at each length, K and intervention. Writes both tables to stdout, DIR/results.json (the rows and the designs)
+and DIR/accuracy.png (exact match against K, one line per design with its seeds' spread, one panel per length).
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -105,6 +108,26 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
     return results
 
 
+MEASURES = ('accuracy', 'exact', 'h_norm', 'one_minus_cos')
+
+
+def design_of(run):
+    """The design a run folder belongs to: its name less a trailing -s<seed>."""
+    return re.sub(r'-s\d+$', '', os.path.basename(os.path.normpath(run)))
+
+
+def designs(results):
+    """Each design x length x K x intervention: the number of seeds and the mean and std (population, over
+    seeds) of each measure."""
+    groups = {}
+    for r in results:
+        groups.setdefault((design_of(r['run']), r['length'], r['K'], r['intervention']), []).append(r)
+    return [dict(design=d, length=n, K=k, intervention=i, seeds=len(rs),
+                 **{m: float(np.mean([r[m] for r in rs])) for m in MEASURES},
+                 **{f'{m}_std': float(np.std([r[m] for r in rs])) for m in MEASURES})
+            for (d, n, k, i), rs in groups.items()]
+
+
 def render(results):
     lines = ['| run | length | K | intervention | accuracy | exact match | mean ‖H_K‖ | 1 - cos |',
              '|---|---|---|---|---|---|---|---|']
@@ -114,23 +137,36 @@ def render(results):
     return '\n'.join(lines)
 
 
-def plot(results, path):
+def render_designs(groups):
+    lines = ['| design | seeds | length | K | intervention | accuracy | exact match | mean ‖H_K‖ |',
+             '|---|---|---|---|---|---|---|---|']
+    for g in groups:
+        lines.append(f"| {g['design']} | {g['seeds']} | {g['length']} | {g['K']} | {g['intervention']} | "
+                     f"{100 * g['accuracy']:.1f} ± {100 * g['accuracy_std']:.1f}% | "
+                     f"{100 * g['exact']:.1f} ± {100 * g['exact_std']:.1f}% | {g['h_norm']:.3g} ± {g['h_norm_std']:.2g} |")
+    return '\n'.join(lines)
+
+
+def plot(groups, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    lengths = sorted({r['length'] for r in results})
-    fig, axes = plt.subplots(1, len(lengths), figsize=(4 * len(lengths), 3.2), squeeze=False)
+    lengths = sorted({g['length'] for g in groups})
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4 * len(lengths) + 2, 3.2), squeeze=False)
     for ax, length in zip(axes[0], lengths):
-        for run in dict.fromkeys(r['run'] for r in results):
-            rows = [r for r in results if r['run'] == run and r['length'] == length and r['intervention'] == 'none']
-            ax.plot([r['K'] for r in rows], [100 * r['exact'] for r in rows], marker='o',
-                    label=os.path.basename(os.path.normpath(run)))
+        for i, design in enumerate(dict.fromkeys(g['design'] for g in groups)):
+            rows = [g for g in groups if g['design'] == design and g['length'] == length and g['intervention'] == 'none']
+            k = [g['K'] for g in rows]
+            mean, std = np.array([g['exact'] for g in rows]) * 100, np.array([g['exact_std'] for g in rows]) * 100
+            line, = ax.plot(k, mean, marker='o', markersize=3, linestyle=('-', '--', ':')[i // 10 % 3],
+                            label=f"{design} ({rows[0]['seeds']})")  # past ten colours, another line style
+            ax.fill_between(k, np.clip(mean - std, 0, 100), np.clip(mean + std, 0, 100), color=line.get_color(), alpha=0.15)
         ax.set_xscale('log', base=2)
         ax.set_title(f'{length} bits')
         ax.set_xlabel('K (loops)')
         ax.set_ylim(-2, 102)
     axes[0][0].set_ylabel('whole-string exact match (%)')
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.02, 1), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -158,12 +194,13 @@ def main(argv=None):
                            int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device)
     except UserError as e:
         sys.exit(error_line('beyond.tasks', e))
-    print(render(results))
+    groups = designs(results)
+    print(render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'results.json'), 'w') as f:
         json.dump(dict(seed=args.seed, rows=args.rows, runs=list(dict.fromkeys(r['run'] for r in results)),
-                       results=results), f, indent=1)
-    plot(results, os.path.join(args.out, 'accuracy.png'))
+                       results=results, designs=groups), f, indent=1)
+    plot(groups, os.path.join(args.out, 'accuracy.png'))
 
 
 if __name__ == '__main__':

@@ -1,11 +1,13 @@
 # Running parity (docs/tasks.md): a task whose longer strings need more loops. The recommended recipe:
 # bounded work per loop (a window of 2, no position embeddings: a loop moves the parity one bit on, and
 # any length runs), input injection, the progressive loss (n ~ U[0, 12) loops without a graph, then
-# k ~ U[1, 12 - n] with one, per-loop CE on those) and the raw readout. Trains on strings of 1-8 bits
-# (prepare.py's default; validation on 16). About 4 minutes on one core.
+# k ~ U[1, 12 - n] with one, per-loop CE on those), the norm readout with the paper's inter-loop norm
+# (the carried state at a fixed RMS, so the injected bits are not drowned as it grows), weights at
+# std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint of the best validation loss (16-bit strings).
+# Trains on strings of 1-8 bits (prepare.py's default). About 2 minutes on one core.
 #   python prepare.py --task parity
-#   python train.py config/parity.py                                  # the recipe, raw readout
-#   python train.py config/parity.py --readout=norm --out_dir=out-parity-norm   # its blind-spot twin
+#   python train.py config/parity.py                                             # the recipe
+#   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
 #   python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=8,16,32 --loops=8,12,16,32,64,128,256 --seed=1 --out=eval-parity
 out_dir = 'out-parity'
 dataset = 'parity'
@@ -18,10 +20,11 @@ dropout = 0.0
 block_size = 9           # unused without position embeddings: any length runs
 positions = 'none'
 window = 2
-readout = 'raw'
+readout = 'norm'
+interloop_norm = True
 inject = True
 loss = 'perloop'
-init_std = 0.02
+init_std = 0.1
 random_depth = True
 depth_draw = 'progressive'
 max_loops = 12
@@ -30,7 +33,9 @@ batch_size = 64
 dtype = 'float32'
 learning_rate = 1e-3
 warmup_iters = 100
-max_iters = 6000
-eval_interval = 1000
+lr_decay = 'cosine'
+max_iters = 3000
+eval_interval = 250
+always_save_checkpoint = False  # keep the best validation loss: the loss at K=12 can jump late
 eval_iters = 4
 log_interval = 250

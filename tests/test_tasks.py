@@ -204,7 +204,22 @@ def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_da
     assert_one_line_error(r, 'beyond.tasks', '--loops')
 
 
+def test_designs_average_a_design_over_its_seeds_only():
+    from beyond.tasks import designs
+    def row(run, exact, K=4):
+        return dict(run=run, length=8, K=K, intervention='none', accuracy=exact, exact=exact, h_norm=10 * exact,
+                    one_minus_cos=0.0)
+    rows = [row('r/out-parity-norm-il-s1', 1.0), row('/x/out-parity-norm-il-s12/', 0.5), row('out-parity-norm-s1', 0.25),
+            row('r/out-parity-norm-il-s1', 0.0, K=8)]
+    got = {(g['design'], g['K']): g for g in designs(rows)}
+    assert set(got) == {('out-parity-norm-il', 4), ('out-parity-norm', 4), ('out-parity-norm-il', 8)}
+    g = got['out-parity-norm-il', 4]  # two seeds of one design, not the norm design nor the other K
+    assert (g['seeds'], g['exact'], g['exact_std'], g['h_norm']) == (2, 0.75, 0.25, 7.5)
+    assert (got['out-parity-norm', 4]['seeds'], got['out-parity-norm', 4]['exact_std']) == (1, 0.0)
+
+
 def test_the_recipe_config_loads_with_its_twin():
     c = train.setup([f'{HERE}/config/parity.py'])
-    assert (c['positions'], c['window'], c['inject'], c['readout'], c['depth_draw']) == ('none', 2, True, 'raw', 'progressive')
-    assert train.setup([f'{HERE}/config/parity.py', '--readout=norm'])['readout'] == 'norm'
+    assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
+        'none', 2, True, 'norm', True, 'progressive')
+    assert train.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False

@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
-# Depth that pays? (docs/tasks.md): running parity (prepare.py --task parity: train strings of 1-16 bits),
-# the recipe of config/parity.py (window 2, no positions, injection, the progressive loss) with each readout
-# of CONDITIONS and each seed of SEEDS, then every run scored by beyond.tasks at each test length and K.
+# Depth that pays? (docs/tasks.md): running parity (prepare.py --task parity: train strings of 1-8 bits),
+# the recipe of config/parity.py (window 2, no positions, injection, the progressive loss) with each design
+# of CONDITIONS and each seed of SEEDS, two runs at once on one thread each, then every run scored by
+# beyond.tasks at each test length and K.
 #
 #   bash assets/tasks/run.sh
-#   CONDITIONS="raw norm" SEEDS="1 2 3" bash assets/tasks/run.sh
+#   CONDITIONS="norm-il norm" SEEDS="1 2 3" bash assets/tasks/run.sh
 #
 # Settings (environment variables; the defaults are the study as it was run; relative paths are from the
 # repo root):
 #   DATA_DIR     where prepare.py writes the task (data); TASK_DATASET its folder there (parity)
 #   PREP_ARGS    extra prepare.py --task parity settings (the CI's tiny sizes: fewer rows)
-#   CONDITIONS   the readouts trained, each a --readout of config/parity.py (raw norm)
-#   SEEDS        the seeds (1)
-#   RUNS         where the run folders out-parity-<readout>-s<seed> go (the repo root)
+#   CONDITIONS   the designs trained, each READOUT[-il][-pen][-damp][-noinj][-fixed]: a --readout, with the
+#                inter-loop norm (--interloop_norm=True, else False), the norm penalty (--norm_penalty=0.01),
+#                damping (--damping=True), no injection (--inject=False), per-loop CE at a fixed K=12 instead
+#                of the progressive loss (--random_depth=False), on top of config/parity.py
+#                (norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed)
+#   SEEDS        the seeds (1 2 3)
+#   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
 #   OUT          where results.json, accuracy.md, accuracy.png and logs/ go (this folder)
 #   TRAIN_ARGS   extra settings for every train.py run; TASK_ARGS for python -m beyond.tasks (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity} PREP_ARGS=${PREP_ARGS:-}
-CONDITIONS=${CONDITIONS:-raw norm} SEEDS=${SEEDS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/tasks}
+CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/tasks}
 TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
 mkdir -p "$OUT/logs"
 DATASET=$TASK_DATASET
@@ -26,9 +31,27 @@ DATASET=$TASK_DATASET
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python prepare.py --task parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-for s in $SEEDS; do for c in $CONDITIONS; do  # (train_grid puts {c} in names and configs, not in a setting)
-  train "parity-$c-s$s" config/parity.py --readout="$c" --seed="$s"
+design() {  # design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop norm off unless -il)
+  local parts part il=False
+  IFS=- read -ra parts <<< "$1"
+  printf -- '--readout=%s' "${parts[0]}"
+  for part in "${parts[@]:1}"; do
+    case $part in
+      il) il=True ;;
+      pen) printf ' --norm_penalty=0.01' ;;
+      damp) printf ' --damping=True' ;;
+      noinj) printf ' --inject=False' ;;
+      fixed) printf ' --random_depth=False' ;;
+      *) echo "run.sh: unknown design part '$part' in '$1' (READOUT[-il][-pen][-damp][-noinj][-fixed])" >&2; return 1 ;;
+    esac
+  done
+  printf ' --interloop_norm=%s' "$il"
+}
+for c in $CONDITIONS; do design "$c" > /dev/null; done  # a bad name stops here, before any training
+for s in $SEEDS; do for c in $CONDITIONS; do  # (train_grid puts {c} in names and configs, not in settings)
+  # shellcheck disable=SC2046  # design's words are separate settings
+  lane train "parity-$c-s$s" config/parity.py $(design "$c") --seed="$s"
 done; done
+wait_lanes
 runs=$(for s in $SEEDS; do for c in $CONDITIONS; do printf '%s,' "$RUNS/out-parity-$c-s$s"; done; done)
 python -m beyond.tasks --runs="${runs%,}" --seed=1 --out="$OUT" $TASK_ARGS > "$OUT/accuracy.md"
