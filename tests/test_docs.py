@@ -582,14 +582,42 @@ def depth_designs():
 
 
 # tables with numbers that hold no stored result
-@check('docs/tasks.md', 'run', 'K=4', '8', '12', '16', '24', '32', '48', '64', '96', '128', '256', '512')
+def task_designs(intervention='none'):
+    """{(design, length, K): its group} of assets/tasks/results.json's designs (mean and std over seeds)."""
+    designs = json.loads((ROOT / 'assets/tasks/results.json').read_text())['designs']
+    return {(g['design'].split('out-parity-', 1)[1], g['length'], g['K']): g
+            for g in designs if g['intervention'] == intervention}
+
+
+TASK_DESIGNS = ('norm-il', 'raw-il', 'alpha-il', 'norm', 'raw', 'alpha', 'norm-pen', 'norm-damp', 'norm-il-noinj',
+                'norm-il-fixed')
+
+
+@check('docs/tasks.md', 'design', 'K=8', '12', '16', '24', '32', '48', '96', '128', '256', '512')
 def tasks_exact_match():
-    """Whole-string exact match (%) by K, from assets/tasks/results.json (no intervention)."""
-    results = json.loads((ROOT / 'assets/tasks/results.json').read_text())['results']
-    exact = {(r['run'].rsplit('out-parity-', 1)[1].split('-s')[0], r['length'], r['K']): r['exact']
-             for r in results if r['intervention'] == 'none'}
-    return {f'{readout} readout, {n} bits': [[100 * exact[readout, n, K]] for K in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)]
-            for readout, n in (('norm', 8), ('norm', 16), ('norm', 32), ('raw', 8), ('raw', 16))}
+    """Whole-string exact match (%) by K, mean ± std over seeds (no intervention)."""
+    g = task_designs()
+    return {f'{d}, {n} bits': [[100 * g[d, n, K]['exact'], 100 * g[d, n, K]['exact_std']]
+                               for K in (8, 12, 16, 24, 32, 48, 96, 128, 256, 512)]
+            for n in (8, 16, 32) for d in TASK_DESIGNS}
+
+
+@check('docs/tasks.md', 'design, 32 bits', 'K=12', '32', '128', '512')
+def tasks_h_norm():
+    """Mean ‖H_K‖ on 32-bit strings by K, mean over seeds (no intervention)."""
+    g = task_designs()
+    return {d: [[g[d, 32, K]['h_norm']] for K in (12, 32, 128, 512)] for d in TASK_DESIGNS}
+
+
+@check('docs/tasks.md', 'design, 8 bits, intervention', 'K=8', '12', '32', '128', '512')
+def tasks_interventions():
+    """Exact match (%) on 8-bit strings under each intervention, mean ± std over seeds."""
+    out = {}
+    for iv in ('none', 'clamp', 'cap'):   # (the direction-only readout: the same argmax, so the same numbers)
+        g = task_designs(iv)
+        for d in ('norm-il', 'norm', 'raw'):
+            out[f'{d}, {iv}'] = [[100 * g[d, 8, K]['exact'], 100 * g[d, 8, K]['exact_std']] for K in (8, 12, 32, 128, 512)]
+    return out
 
 
 UNCHECKED = {
