@@ -584,9 +584,8 @@ def depth_designs():
 # tables with numbers that hold no stored result
 def task_designs(intervention='none'):
     """{(design, length, K): its group} of assets/tasks/results.json's designs (mean and std over seeds)."""
-    designs = json.loads((ROOT / 'assets/tasks/results.json').read_text())['designs']
     return {(g['design'].split('out-parity-', 1)[1], g['length'], g['K']): g
-            for g in designs if g['intervention'] == intervention}
+            for g in results('tasks/results.json')['designs'] if g['intervention'] == intervention}
 
 
 TASK_DESIGNS = ('norm-il', 'raw-il', 'alpha-il', 'norm', 'raw', 'alpha', 'norm-pen', 'norm-damp', 'norm-il-noinj',

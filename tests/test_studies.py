@@ -90,7 +90,7 @@ STUDIES = {
     'tasks': (dict(CONDITIONS='norm-il raw-pen', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64',
                    TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=16 --interventions=clamp,cap'), False,
               ['results.json', 'accuracy.md', 'accuracy.png', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
-               'logs/parity-raw-pen-s1.log',
+               'logs/parity-raw-pen-s1.log', 'logs/parity-raw-pen-s1.jsonl',
                'logs/prepare.log']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
