@@ -115,7 +115,7 @@ def load_tokens(data_dir, split):
 
 def load_splits(data_dir, dataset, block_size):
     """(train, val, meta) of data_dir/dataset: token streams, each long enough for a window, or for a
-    task written in rows (prepare.py --task), each split's Rows."""
+    task written in rows (beyond/parity.py), each split's Rows."""
     folder = os.path.join(data_dir, dataset)
     try:
         meta = load_meta(folder)
@@ -132,7 +132,7 @@ def load_splits(data_dir, dataset, block_size):
 
 
 class Rows(NamedTuple):
-    """A split of a task written in rows (prepare.py --task): one instance per row, padded to the split's row
+    """A split of a task written in rows (beyond/parity.py): one instance per row, padded to the split's row
     length. x: the inputs, y: each position's target (-1: nothing to predict there, as at a pad), both
     (n_rows, row_len) memmaps. The targets are not the inputs shifted, so a row is read whole, never cut."""
     x: np.ndarray

@@ -6,17 +6,12 @@ Turns text into the token bins that train.py and eval_depth.py read.
     python prepare.py --text_dir DIR               # offline: DIR/wiki.train.raw etc.  -> data/<DIR's name>/
     python prepare.py --train_file A --val_file B --out_dir data/x   # any two (or three) text files
     python prepare.py --dataset wikitext-2 --tokenizer bytes          # 256 byte symbols -> data/wikitext-2-bytes/
-    python prepare.py --task parity               # running parity, one instance a row   -> data/parity/
 
 Writes {train,val,test}.bin (token ids, nanoGPT-style flat arrays, dtype in meta.json) and
 meta.json. What the model sees: each split's lines, in order, concatenated exactly as the
 source gives them (the files' bytes; the dataset's `text` rows), each line tokenized on
 its own. No separator or end-of-text token is added, in any split: WikiText marks its
 articles with " = Title = " heading lines, and those stay as they are.
-
-A task (--task parity: running parity, docs/tasks.md) is written in rows instead: each instance one row of
-the split's fixed length, {split}.bin its inputs and {split}.targets.bin each position's target (-1
-where nothing is scored), the lengths, row lengths and seed in meta.json; train.py reads whole rows.
 
 A bin is written under a temporary name and renamed into place only when complete, and
 meta.json, written last, marks the folder complete: no meta.json, no usable data.
@@ -219,72 +214,6 @@ def prepare(sources, tokenizer, out_dir, meta_base, force, num_threads):
 
 
 # -----------------------------------------------------------------------------
-# a task in rows: running parity (docs/tasks.md)
-
-TASKS = ('parity',)
-PARITY_VOCAB = {'0': 0, '1': 1, 'bos': 2, 'pad': 3}  # the bits, the start of a string, the padding after it
-
-
-def parity_rows(rng, n_rows, lengths, row_len):
-    """n_rows running-parity instances, each [bos, b_1 .. b_n, pad ...] of row_len tokens, n drawn uniformly
-    from lengths (a list), the bits uniform. The target at b_i is the XOR of b_1 .. b_i (a bit token: the tied
-    head reads it as '0' or '1'), -1 at bos and the pads. Returns inputs (uint8) and targets (int16),
-    (n_rows, row_len) each."""
-    n = rng.choice(np.asarray(lengths), size=n_rows)
-    if n.max() + 1 > row_len:
-        raise UserError(f"a string of {n.max()} bits and its start token need {n.max() + 1} tokens; the rows have {row_len}")
-    bits = rng.integers(0, 2, size=(n_rows, row_len - 1))
-    inside = np.arange(row_len - 1)[None, :] < n[:, None]  # (n_rows, row_len - 1): a bit of the string, not a pad
-    x = np.full((n_rows, row_len), PARITY_VOCAB['pad'], dtype=np.uint8)
-    x[:, 0] = PARITY_VOCAB['bos']
-    x[:, 1:][inside] = bits[inside]
-    y = np.full((n_rows, row_len), -1, dtype=np.int16)
-    y[:, 1:][inside] = (np.cumsum(bits, axis=1) % 2)[inside]
-    return x, y
-
-
-def lengths_arg(text, name):
-    """'8' (train: every length 1..8; val, test: 8 alone) or a range '1-8': a list of ints."""
-    try:
-        low, _, high = text.partition('-')
-        low, high = (int(low), int(high)) if high else (1 if name == 'train' else int(low), int(low))
-    except ValueError:
-        raise UserError(f"--{name}_lengths {text!r}: a length (16) or a range (1-16)")
-    if not 1 <= low <= high:
-        raise UserError(f"--{name}_lengths {text!r}: lengths from 1, the low end first")
-    return list(range(low, high + 1))
-
-
-def prepare_task(args):
-    """Writes the task's rows for train, val and test into out_dir (meta.json last)."""
-    out_dir = args.out_dir or os.path.join('data', args.task)
-    splits = {split: (getattr(args, f'{split}_rows'), lengths_arg(getattr(args, f'{split}_lengths'), split))
-              for split in ('train', 'val', 'test')}
-    os.makedirs(out_dir, exist_ok=True)
-    if os.path.exists(os.path.join(out_dir, 'meta.json')):
-        os.remove(os.path.join(out_dir, 'meta.json'))
-    meta = dict(task=args.task, dataset=args.task, source=f'{args.task}, seed {args.seed}', seed=args.seed,
-                tokenizer=args.task, vocab=PARITY_VOCAB, vocab_size=len(PARITY_VOCAB), dtype='uint8',
-                targets_dtype='int16', lengths={}, row_len={}, rows={}, tokens={},
-                text='one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, -1 at bos and pads')
-    for i, (split, (n_rows, lengths)) in enumerate(splits.items()):
-        if n_rows < 1:
-            raise UserError(f"--{split}_rows must be >= 1; got {n_rows}")
-        row_len = max(lengths) + 1
-        x, y = parity_rows(np.random.default_rng([args.seed, i]), n_rows, lengths, row_len)
-        for part, a in (('', x), ('.targets', y)):
-            a.tofile(os.path.join(out_dir, f'{split}{part}.bin'))
-        meta['lengths'][split] = [lengths[0], lengths[-1]]
-        meta['row_len'][split], meta['rows'][split], meta['tokens'][split] = row_len, n_rows, n_rows * row_len
-        print(f"{split}: {n_rows:,} strings of {lengths[0]}-{lengths[-1]} bits, rows of {row_len} tokens")
-    with open(os.path.join(out_dir, 'meta.json.tmp'), 'w') as f:
-        json.dump(meta, f, indent=2)
-    os.replace(os.path.join(out_dir, 'meta.json.tmp'), os.path.join(out_dir, 'meta.json'))
-    print(f"wrote {out_dir}")
-    return meta
-
-
-# -----------------------------------------------------------------------------
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
@@ -300,21 +229,9 @@ def main(argv=None):
     p.add_argument('--out_dir', help='default: data/<name>, with -<tokenizer> appended unless gpt2')
     p.add_argument('--force', action='store_true', help='rewrite complete output')
     p.add_argument('--num_threads', type=int, default=os.cpu_count(), help='tokenizer threads')
-    p.add_argument('--task', help=f"a synthetic task written in rows instead of text: {' | '.join(TASKS)}")
-    p.add_argument('--seed', type=int, default=0, help='--task: seeds every split (each its own stream)')
-    for split, n_rows, lengths in (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32')):
-        p.add_argument(f'--{split}_rows', type=int, default=n_rows, help=f'--task: instances in the {split} split')
-        p.add_argument(f'--{split}_lengths', default=lengths,
-                       help=f'--task: string lengths of the {split} split, a range (1-16) or one length; '
-                            f"train's '8' is 1-8 (default {lengths})")
     args = p.parse_args(argv)
 
     try:
-        if args.task is not None:
-            if args.task not in TASKS:
-                raise UserError(f"unknown --task {args.task!r}: use {', '.join(TASKS)}")
-            prepare_task(args)
-            return
         try:
             tokenizer = get_tokenizer(args.tokenizer)
         except ValueError as e:

@@ -336,7 +336,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     torch.manual_seed(c.seed + rank)
 
     train_data, val_data, meta = load_splits(c.data_dir, c.dataset, c.block_size)
-    # a task in rows (prepare.py --task) is read a whole row at a time: its sequences are the rows
+    # a task in rows (data.Rows: beyond/parity.py) is read a whole row at a time: its sequences are the rows
     seq_len, n_train = (train_data.x.shape[1], train_data.x.size) if isinstance(train_data, Rows) else (c.block_size, len(train_data))
     tokens_per_iter = n_micro * world_size * c.batch_size * seq_len
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe

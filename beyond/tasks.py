@@ -1,6 +1,6 @@
 """
 Depth on a task whose longer instances need more loops (docs/tasks.md): trained runs on running parity
-(prepare.py --task parity), scored on fresh strings of each test length at each K.
+(python -m beyond.parity), scored on fresh strings of each test length at each K.
 
     python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=16,32,64 --loops=16,32,64,128,256 --seed=1 --out=eval-parity
 
@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 from configurator import UserError, error_line
 from model import LoopedGPT
-from prepare import parity_rows
+from beyond.parity import parity_rows
 
 INTERVENTIONS = ('clamp', 'direction', 'cap')
 

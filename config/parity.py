@@ -4,8 +4,8 @@
 # k ~ U[1, 12 - n] with one, per-loop CE on those), the norm readout with the paper's inter-loop norm
 # (the carried state at a fixed RMS, so the injected bits are not drowned as it grows), weights at
 # std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint of the best validation loss (16-bit strings).
-# Trains on strings of 1-8 bits (prepare.py's default). About 2 minutes on one core.
-#   python prepare.py --task parity
+# Trains on strings of 1-8 bits (beyond.parity's default). About 2 minutes on one core.
+#   python -m beyond.parity
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
 #   python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=8,16,32 --loops=8,12,16,32,64,128,256 --seed=1 --out=eval-parity

@@ -1,5 +1,5 @@
 """
-A task in rows (prepare.py --task parity), train.py reading it, the model's bounded work per loop (window,
+A task in rows (python -m beyond.parity), train.py reading it, the model's bounded work per loop (window,
 positions) and the progressive loss, and beyond/tasks.py's evaluation by depth (docs/tasks.md).
 
     python -m pytest -q tests/test_tasks.py
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import prepare
 import train
+from beyond import parity
 from conftest import HERE, TINY, assert_one_line_error, run_script
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from model import LoopedGPT, LoopedGPTConfig
@@ -24,7 +24,7 @@ TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--train_
 @pytest.fixture(scope='module')
 def parity_data(tmp_path_factory):
     root = tmp_path_factory.mktemp('parity')
-    prepare.main(['--task', 'parity', '--out_dir', str(root / 'parity'), '--seed', '3', *TASK])
+    parity.main(['--out_dir', str(root / 'parity'), '--seed', '3', *TASK])
     return root
 
 
@@ -42,7 +42,7 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
     assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12]}
     assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13}
-    V = prepare.PARITY_VOCAB
+    V = parity.VOCAB
     for split in ('train', 'val', 'test'):
         rows = load_rows(str(folder), split)
         assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
@@ -56,15 +56,18 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
             assert y[0] == -1 and all(y[1 + n:] == -1)  # nothing scored at bos or a pad
         assert min(seen) >= meta['lengths'][split][0] and max(seen) == meta['lengths'][split][1]
     # the seed decides the strings: another seed, other strings
-    prepare.main(['--task', 'parity', '--out_dir', str(parity_data / 'other'), '--seed', '4', *TASK])
+    parity.main(['--out_dir', str(parity_data / 'other'), '--seed', '4', *TASK])
     assert not np.array_equal(load_rows(str(parity_data / 'other'), 'train').x, load_rows(str(folder), 'train').x)
 
 
-def test_bad_task_input_is_one_line(tmp_path):
-    assert_one_line_error(run_script('prepare.py', '--task', 'sorting', '--out_dir', tmp_path / 'x'), 'prepare.py',
-                          "unknown --task 'sorting'", 'parity')
-    assert_one_line_error(run_script('prepare.py', '--task', 'parity', '--out_dir', tmp_path / 'x', '--val_lengths',
-                                     '12-6'), 'prepare.py', '--val_lengths')
+def test_bad_task_input_is_one_line_and_leaves_no_data(tmp_path):
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--val_lengths', '12-6'),
+                          'beyond.parity', '--val_lengths', 'the low end first')
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--train_lengths', 'eight'),
+                          'beyond.parity', '--train_lengths', 'a range (1-16)')
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--test_rows', '0'),
+                          'beyond.parity', '--test_rows must be >= 1')
+    assert not (tmp_path / 'x' / 'meta.json').exists()
 
 
 def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):

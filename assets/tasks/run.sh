@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Depth that pays? (docs/tasks.md): running parity (prepare.py --task parity: train strings of 1-8 bits),
+# Depth that pays? (docs/tasks.md): running parity (python -m beyond.parity: train strings of 1-8 bits),
 # the recipe of config/parity.py (window 2, no positions, injection, the progressive loss) with each design
 # of CONDITIONS and each seed of SEEDS, two runs at once on one thread each, then every run scored by
 # beyond.tasks at each test length and K.
@@ -9,8 +9,8 @@
 #
 # Settings (environment variables; the defaults are the study as it was run; relative paths are from the
 # repo root):
-#   DATA_DIR     where prepare.py writes the task (data); TASK_DATASET its folder there (parity)
-#   PREP_ARGS    extra prepare.py --task parity settings (the CI's tiny sizes: fewer rows)
+#   DATA_DIR     where beyond.parity writes the task (data); TASK_DATASET its folder there (parity)
+#   PREP_ARGS    extra python -m beyond.parity settings (the CI's tiny sizes: fewer rows)
 #   CONDITIONS   the designs trained, each READOUT[-il][-pen][-damp][-noinj][-fixed]: a --readout, with the
 #                inter-loop norm (--interloop_norm=True, else False), the norm penalty (--norm_penalty=0.01),
 #                damping (--damping=True), no injection (--inject=False), per-loop CE at a fixed K=12 instead
@@ -29,7 +29,7 @@ mkdir -p "$OUT/logs"
 DATASET=$TASK_DATASET
 . assets/study.sh  # train
 
-[ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python prepare.py --task parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
+[ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
 design() {  # design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop norm off unless -il)
   local parts part il=False
