@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import UserError, check_ranges, configure, error_line
 from data import Rows, eval_batches, load_splits, train_batches
+from depth import deepest, step_depth
 from linear_ce import PATHS as LOSS_PATHS
 from model import LoopedGPT, diagnostics
 from report import accumulate, eval_line, log, log_train, perplexity, start_log
@@ -54,7 +55,7 @@ dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
 batch_size = 64               # sequences per micro-step (per GPU with DDP); block_size, the tokens per sequence, is the model's
 gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
 # the model: every field of LoopedGPTConfig (model.py), listed under it below, but vocab_size (the data's)
-# random depth (docs/depth.md; config/random_depth.py): K drawn per iteration, the same on every rank and after a resume
+# random depth (depth.py; docs/depth.md): K drawn per iteration, the same on every rank and after a resume
 random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with mean n_loops - 1 (Huginn's draw): mean K = n_loops
 depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
 max_loops = 16                # the cap on a drawn K, and the deepest K evaluated during training with random_depth
@@ -109,27 +110,6 @@ def get_lr(it, *, learning_rate, min_lr, warmup_iters, max_iters, lr_decay):
         return learning_rate
     progress = min(1.0, (it - warmup_iters) / max(1, max_iters - warmup_iters))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
-
-
-def draw_depth(seed, it, *, mean, cap, sigma):
-    """K for iteration `it` of random-depth training: 1 + Poisson(lambda) with lambda log-normal of mean
-    mean - 1 (Huginn's draw, Geiping et al. 2025: a Poisson's mean drawn per step gives a heavy tail of
-    deep draws, which train the loops past the mean), capped at cap. Drawn from (seed, it) alone, so
-    every rank runs the same K (DDP needs one graph shape) and a resumed run draws what it would have."""
-    rng = np.random.default_rng([seed, it, 2])
-    lam = (mean - 1) * math.exp(sigma * rng.standard_normal() - sigma ** 2 / 2)  # E[lam] = mean - 1
-    return int(min(cap, 1 + rng.poisson(lam)))
-
-
-def draw_progressive(seed, it, *, cap):
-    """(K, graph loops) for iteration `it` of the progressive loss (Bansal et al. 2022, DeepThinking): n ~ U[0, cap)
-    loops run without a graph, then k ~ U[1, cap - n] with one, so K = n + k <= cap. The loss reads the k graph
-    loops (truncated backprop through k): a loop learns to improve whatever state it is handed, not to reach
-    the answer from the embedding in a fixed number of loops. From (seed, it) alone, as draw_depth."""
-    rng = np.random.default_rng([seed, it, 3])
-    n = int(rng.integers(0, cap))
-    k = int(rng.integers(1, cap - n + 1))
-    return n + k, k
 
 
 def seed_step(seed, it, rank):
@@ -305,8 +285,7 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
     always_save_checkpoint). Returns (whether the val loss is finite, the best val loss).
     The val loss that decides is the trained K's (with random depth: the mean K's)."""
-    K = c.max_loops if c.random_depth else raw_model.config.n_loops
-    ev = evaluate(raw_model, val_batches, ctx, K, c.diag_tokens)
+    ev = evaluate(raw_model, val_batches, ctx, deepest(c), c.diag_tokens)
     log(c.out_dir, dict(kind='eval', iter=iter_num, **ev), eval_line(iter_num, ev))
     finite = all(math.isfinite(v) for v in ev['val_loss'])
     val_loss = ev['val_loss'][raw_model.config.n_loops - 1]
@@ -373,8 +352,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
     # per log line; `finite` is checked there too, so a NaN costs no sync per step.
-    cap = c.max_loops if c.random_depth else c.n_loops  # the deepest K a step can run
-    acc = (torch.zeros((), device=device), *(torch.zeros(cap, device=device) for _ in range(4)))
+    acc = (torch.zeros((), device=device), *(torch.zeros(deepest(c), device=device) for _ in range(4)))
     finite = torch.ones((), dtype=torch.bool, device=device)
     acc_iters, acc_flops, t0 = 0, 0, time.time()
     while True:
@@ -410,11 +388,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,
                                block_size=c.block_size, device=device)
         seed_step(c.seed, iter_num, rank)
-        K, bptt = None, c.bptt
-        if c.random_depth and c.depth_draw == 'progressive':
-            K, bptt = draw_progressive(c.seed, iter_num, cap=c.max_loops)
-        elif c.random_depth:
-            K = draw_depth(c.seed, iter_num, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma)
+        K, bptt = step_depth(c, iter_num)  # (None, c.bptt): the trained K; with random_depth, K drawn (depth.py)
         try:
             step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp,
                               n_loops=K, bptt=bptt)

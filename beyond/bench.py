@@ -50,6 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import train
 from configurator import UserError, one_line_errors
 from data import load_meta
+from depth import draw_depth
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 
@@ -289,7 +290,7 @@ def main(argv):
 
 
 def random_depth_side_by_side(c, device, ctx):
-    """--random_depth: the fixed-K step and the random-depth step, one of each in turn (train.py's
+    """--random_depth: the fixed-K step and the random-depth step, one of each in turn (depth.py's
     draw for iteration it, truncated as its bptt), each compiled as train.py would (wrap_for_training)."""
     xs, ys = random_batches(c, device)
     compiled = use_compile(c.compile, device)
@@ -301,7 +302,7 @@ def random_depth_side_by_side(c, device, ctx):
         steps[name] = (step_model, opt, scaler, random)
     times, drawn = {name: 0.0 for name in steps}, []
     for it in range(c.warmup + c.steps):
-        K = train.draw_depth(c.seed, it, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma)
+        K = draw_depth(c.seed, it, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma)
         if it >= c.warmup:
             drawn.append(K)
         for name, (step_model, opt, scaler, random) in steps.items():

@@ -17,7 +17,7 @@ from conftest import train_in_process
 from model import block, token_diagnostics
 from test_model import batch, tiny
 from test_train import read_log
-from train import draw_depth
+from depth import draw_depth
 
 
 def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():

@@ -992,13 +992,13 @@ def past_best(name, trained=4):
 
 
 def draws(name):
-    """A random-depth run's draws of K (train.draw_depth over its iterations): their number, mean K, then the
+    """A random-depth run's draws of K (depth.draw_depth over its iterations): their number, mean K, then the
     share of K <= 2, K = 1, K >= 4, 8, 16, in %."""
     import numpy as np
-    import train
+    import depth
     run = json_run(DEPTH, name)
     d, iters = run['depth']['draw'], jsonl(f'depth/logs/{name[4:]}.jsonl')[-1]['iter']
-    k = np.array([train.draw_depth(run['seed'], it, mean=d['n_loops'], cap=d['max_loops'], sigma=d['depth_sigma'])
+    k = np.array([depth.draw_depth(run['seed'], it, mean=d['n_loops'], cap=d['max_loops'], sigma=d['depth_sigma'])
                   for it in range(iters)])
     return [iters, k.mean()] + [100 * x for x in ((k <= 2).mean(), (k == 1).mean(), (k >= 4).mean(), (k >= 8).mean(),
                                            (k >= 16).mean())]

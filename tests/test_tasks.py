@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import depth
 import train
 from beyond import parity
 from conftest import HERE, TINY, assert_one_line_error, run_script
@@ -121,7 +122,7 @@ def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_
 
 def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
     cap = 8
-    draws = np.array([train.draw_progressive(5, it, cap=cap) for it in range(4000)])
+    draws = np.array([depth.draw_progressive(5, it, cap=cap) for it in range(4000)])
     K, k = draws[:, 0], draws[:, 1]
 
     def follows_the_rule(K, k):  # n = K - k ~ U[0, cap), then k ~ U[1, cap - n]
@@ -138,7 +139,7 @@ def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
     assert not follows_the_rule(K, K)                                  # a wrong rule: every loop with a graph
     rng = np.random.default_rng(0)
     assert not follows_the_rule(rng.integers(1, cap + 1, 4000), np.ones(4000, dtype=int))  # or one graph loop alone
-    assert train.draw_progressive(5, 17, cap=cap) == train.draw_progressive(5, 17, cap=cap)
+    assert depth.draw_progressive(5, 17, cap=cap) == depth.draw_progressive(5, 17, cap=cap)
 
 
 # -----------------------------------------------------------------------------
