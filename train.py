@@ -424,6 +424,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     if ddp:
         barrier()  # rank 0 may still be evaluating or saving; no rank leaves before it is done
         destroy_process_group()
+        exit_process(0)  # here, while the DDP model is still alive: freeing it can hang (runtime.exit_process)
 
 
 def cli(model_class=LoopedGPT, script='train.py'):

@@ -3,9 +3,13 @@ Shared test fixtures (run the tests from the repository root: python -m pytest -
 Nothing here needs the network or anything outside the repo.
 """
 
+import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -89,3 +93,131 @@ def train_in_process(data_dir, out_dir, *extra):
         train.main(train_args(data_dir, out_dir, *extra))
     finally:
         torch.set_flush_denormal(False)
+
+
+# -----------------------------------------------------------------------------
+# python for the scripts: a stand-in that forks from a server holding the imports. Importing torch
+# (with the torch._dynamo that an optimizer imports) costs a process 2-4 s here; the scripts the studies
+# and the GPU job run start dozens. The stand-in (SHIM) hands its command line, working directory,
+# environment and standard streams to a server that did those imports once; the server forks, and the
+# child runs the script or module as `python` would (runpy), with sys.executable the stand-in (so the
+# steps a script starts as `sys.executable -m ...` fork too), and sends back its exit code. Anything
+# else (`python -c`, a file outside the repository such as inductor's compile workers, which are handed
+# pipes besides the three streams) runs the real interpreter. The children save figures at 20 dpi
+# without the tight bounding box (a second drawing): half of what drawing them costs.
+# STUDIES_PYTHON=real gives the scripts the real interpreter instead (minutes).
+
+SHIM = '''#!{python} -S
+import json, os, socket, sys
+args = sys.argv[1:]
+path = os.path.abspath(args[0]) if args and not args[0].startswith('-') else ''
+if not (args[:1] == ['-m'] and len(args) > 1 and not args[1].startswith('torch')
+        or path.startswith({root!r} + os.sep) and 'site-packages' not in path):  # (a venv may sit in the repo)
+    os.execv({python!r}, [{python!r}, *args])  # (not `python -m MODULE ...` or `python REPO_FILE ...`)
+s = socket.socket(socket.AF_UNIX)
+s.connect({sock!r})
+msg = json.dumps(dict(argv=args, cwd=os.getcwd(), env=dict(os.environ), python=os.path.abspath(sys.argv[0]))).encode()
+socket.send_fds(s, [len(msg).to_bytes(8, 'big') + msg], [0, 1, 2])
+code = b''
+while chunk := s.recv(64):
+    code += chunk
+sys.exit(int(code) if code else 1)  # (no code: the child died)
+'''
+
+
+def serve(path):
+    """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
+    returns."""
+    import signal
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.figure
+    import matplotlib.pyplot  # noqa: F401
+    import numpy  # noqa: F401
+    import torch
+    import torch._dynamo  # noqa: F401  (torch.optim imports it on first use: ~2 s more)
+    save = matplotlib.figure.Figure.savefig  # figures at 20 dpi, without a second drawing for a tight box
+    matplotlib.figure.Figure.savefig = lambda fig, path, **kw: save(fig, path, **{**kw, 'dpi': 20,
+                                                                                   'bbox_inches': None})
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(64)
+    print('ready', flush=True)
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            child(conn)
+        conn.close()
+
+
+def child(conn):
+    """Runs the shim's `python FILE ARGS` or `python -m MODULE ARGS` with its streams, directory and
+    environment, and sends back the exit code."""
+    import runpy
+    import signal
+    import traceback
+    import torch
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], 'big'):
+        more = conn.recv(1 << 20)
+        if not more:  # the shim went away
+            os._exit(1)
+        data += more
+    msg = json.loads(data[8:])
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+        os.close(fd)
+    os.chdir(msg['cwd'])
+    os.environ.clear()
+    os.environ.update(msg['env'])
+    if os.environ.get('OMP_NUM_THREADS'):  # (read by OpenMP when torch was imported, so set here)
+        torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    argv, code, sys.executable = msg['argv'], 0, msg['python']
+
+    def leave(code, _exit=os._exit):  # the exit code to the shim, also where the script itself calls os._exit
+        sys.stdout.flush()            # (runtime.exit_process does, under torchrun)
+        sys.stderr.flush()
+        conn.sendall(str(code).encode())
+        _exit(code)
+    os._exit = leave
+    try:
+        if argv[0] == '-m':
+            sys.argv, sys.path[0] = argv[1:], msg['cwd']
+            runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
+        else:
+            sys.argv, sys.path[0] = argv, os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name='__main__')
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    leave(code)
+
+
+@pytest.fixture(scope='session')
+def python_bin(tmp_path_factory):
+    """A folder whose `python` the scripts run (the shim, or the real interpreter: STUDIES_PYTHON=real),
+    and a function that waits for the server to be ready (its imports overlap what a test does first)."""
+    folder = tmp_path_factory.mktemp('bin')
+    if os.environ.get('STUDIES_PYTHON') == 'real':
+        (folder / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
+        (folder / 'python').chmod(0o755)
+        yield folder, lambda: True
+        return
+    sock = os.path.join(tempfile.mkdtemp(prefix='python-'), 'server')  # (a socket's path: at most 107 bytes)
+    server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
+                               f'import conftest; conftest.serve({sock!r})'],
+                              stdout=subprocess.PIPE, cwd=HERE)
+    (folder / 'python').write_text(SHIM.format(python=sys.executable, sock=sock, root=HERE))
+    (folder / 'python').chmod(0o755)
+    said = []  # (the server says it once; every later caller is told what it said)
+    yield folder, lambda: said[0] if said else said.append(server.stdout.readline() == b'ready\n') or said[0]
+    server.kill()
+    server.wait()
+    shutil.rmtree(os.path.dirname(sock))

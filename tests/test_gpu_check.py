@@ -14,6 +14,7 @@ check's parent and the settings' checks run in-process.
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -53,13 +54,17 @@ def check(capsys, *argv):
     return capsys.readouterr().out, error
 
 
-def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys):
+def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys, monkeypatch,
+                                                                                        python_bin):
     # every kind of step, once (a process each costs seconds): a training row (every training step is
     # train_row at its shape, vocabulary and loss path: the padded one here), decoding through the
     # compiled loop (decode-graphs: on a CPU the same compile as decode-compiled, without graphs) with
     # speculative decoding on it, and the correctness row; the eager decode row runs in the next test.
     # Listed out of order: the summary keeps the check's order.
     out = tmp_path / 'check'
+    folder, ready = python_bin  # (each step's process forked from one that imported torch: conftest's stand-in)
+    assert ready(), 'the server for the scripts did not start'
+    monkeypatch.setattr(sys, 'executable', str(folder / 'python'))
     steps = ['correctness', 'decode-graphs', 'train-44m-padded']
     stdout, error = check(capsys, '--cpu', f'--out={out}', '--steps=1', '--warmup=0', f"--only={','.join(steps)}")
     assert not error, stdout[-3000:] + error
@@ -300,12 +305,15 @@ def test_the_gpu_jobs_estimate_is_gpu_checks_and_fits_8_minutes():
     assert f"| {est['CUDA_TESTS']} s |" in readme
 
 
-def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path):
+def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path, python_bin):
     # bash assets/gpu/run.sh --cpu OUT: gpu_check (compile off: its compiled rows skipped) and the CUDA tests
-    # (skipped without CUDA), four files in OUT and nothing elsewhere
+    # (skipped without CUDA), four files in OUT and nothing elsewhere; its `python` is conftest's stand-in
     out = tmp_path / 'job'
+    folder, ready = python_bin
+    assert ready(), 'the server for the scripts did not start'
+    env = dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(['bash', 'assets/gpu/run.sh', '--cpu', str(out)], cwd=gpu_check.ROOT, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(os.listdir(out)) == ['cpu-only.md', 'cuda-tests.log', gpu_check.LOG, 'run.log']  # (at most 8)
     est = run_sh_estimates()

@@ -6,23 +6,15 @@ here once (in-process). beyond.exit_tables and beyond.depth_costs run in-process
 
     python -m pytest -q tests/test_studies.py
 
-The scripts start some fifty Python processes, and importing torch (with the torch._dynamo that
-an optimizer imports) costs each 2-4 s here. So their `python` is a stand-in (SHIM) that hands
-its command line, working directory, environment and standard streams to a server that did
-those imports once; the server forks, and the child runs the script or module as `python`
-would (runpy) and sends back its exit code. The children save figures at 20 dpi without the
-tight bounding box (a second drawing): half of what drawing them costs. STUDIES_PYTHON=real
-gives the scripts the real interpreter instead (minutes).
+The scripts start some fifty Python processes; their `python` is conftest's stand-in (python_bin),
+which forks each from a server that imported torch once. STUDIES_PYTHON=real gives the scripts the
+real interpreter instead (minutes).
 """
 
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
-import sys
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -100,118 +92,6 @@ STUDIES = {
                'tables.md', 'designs.md', 'ppl_vs_k.png', 'logs/raw_perloop-rd1.5m3-cpu-long-s1.jsonl',
                'logs/alpha_perloop-cpu-long-s1.eval.log', 'logs/bench-random-depth.log']),
 }
-
-
-# -----------------------------------------------------------------------------
-# python for the scripts: a stand-in that forks from a server holding the imports
-
-SHIM = '''#!{python} -S
-import json, os, socket, sys
-args = sys.argv[1:]
-if not args or (args[0].startswith('-') and args[0] != '-m'):  # not `python FILE ...` or `python -m MODULE ...`
-    os.execv({python!r}, [{python!r}, *args])
-s = socket.socket(socket.AF_UNIX)
-s.connect({sock!r})
-msg = json.dumps(dict(argv=args, cwd=os.getcwd(), env=dict(os.environ))).encode()
-socket.send_fds(s, [len(msg).to_bytes(8, 'big') + msg], [0, 1, 2])
-code = b''
-while chunk := s.recv(64):
-    code += chunk
-sys.exit(int(code) if code else 1)  # (no code: the child died)
-'''
-
-
-def serve(path):
-    """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
-    returns."""
-    import signal
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.figure
-    import matplotlib.pyplot  # noqa: F401
-    import numpy  # noqa: F401
-    import torch
-    import torch._dynamo  # noqa: F401  (torch.optim imports it on first use: ~2 s more)
-    save = matplotlib.figure.Figure.savefig  # figures at 20 dpi, without a second drawing for a tight box
-    matplotlib.figure.Figure.savefig = lambda fig, path, **kw: save(fig, path, **{**kw, 'dpi': 20,
-                                                                                   'bbox_inches': None})
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(64)
-    print('ready', flush=True)
-    while True:
-        conn, _ = server.accept()
-        if os.fork() == 0:
-            server.close()
-            child(conn)
-        conn.close()
-
-
-def child(conn):
-    """Runs the shim's `python FILE ARGS` or `python -m MODULE ARGS` with its streams, directory and
-    environment, and sends back the exit code."""
-    import runpy
-    import signal
-    import traceback
-    import torch
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], 'big'):
-        more = conn.recv(1 << 20)
-        if not more:  # the shim went away
-            os._exit(1)
-        data += more
-    msg = json.loads(data[8:])
-    for i, fd in enumerate(fds):
-        os.dup2(fd, i)
-        os.close(fd)
-    os.chdir(msg['cwd'])
-    os.environ.clear()
-    os.environ.update(msg['env'])
-    if os.environ.get('OMP_NUM_THREADS'):  # (read by OpenMP when torch was imported, so set here)
-        torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
-    argv, code = msg['argv'], 0
-    try:
-        if argv[0] == '-m':
-            sys.argv, sys.path[0] = argv[1:], msg['cwd']
-            runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
-        else:
-            sys.argv, sys.path[0] = argv, os.path.dirname(os.path.abspath(argv[0]))
-            runpy.run_path(argv[0], run_name='__main__')
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    conn.sendall(str(code).encode())
-    os._exit(code)
-
-
-@pytest.fixture(scope='session')
-def python_bin(tmp_path_factory):
-    """A folder whose `python` the scripts run (the shim, or the real interpreter: STUDIES_PYTHON=real),
-    and a function that waits for the server to be ready."""
-    folder = tmp_path_factory.mktemp('bin')
-    if os.environ.get('STUDIES_PYTHON') == 'real':
-        (folder / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
-        (folder / 'python').chmod(0o755)
-        yield folder, lambda: True
-        return
-    sock = os.path.join(tempfile.mkdtemp(prefix='studies-'), 'server')  # (a socket's path: at most 107 bytes)
-    server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
-                               f'import test_studies; test_studies.serve({sock!r})'],
-                              stdout=subprocess.PIPE, cwd=HERE)
-    (folder / 'python').write_text(SHIM.format(python=sys.executable, sock=sock))
-    (folder / 'python').chmod(0o755)
-    yield folder, lambda: server.stdout.readline() == b'ready\n'  # (its imports overlap the shared runs' training)
-    server.kill()
-    server.wait()
-    shutil.rmtree(os.path.dirname(sock))
 
 
 # -----------------------------------------------------------------------------

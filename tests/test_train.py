@@ -131,9 +131,11 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
 
 
-def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
+def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, python_bin):
     # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
-    # diverges after a resume if rank 1's dropout masks do not replay those of the full run
+    # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
+    # run is torchrun's; the split one's ranks are conftest's stand-in for `python train.py` (forked
+    # from a process that imported torch), each given the environment torchrun gives a rank
     common = ('--eval_interval=4', '--dropout=0.2', '--gradient_accumulation_steps=2')
 
     def torchrun(out, *extra):  # as a user launches it
@@ -146,12 +148,13 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
-        procs = []
+        procs, python = [], python_bin[0] / 'python'
+        assert python_bin[1](), 'the server for the scripts did not start'
         for rank in (0, 1):
             env = dict(os.environ, OMP_NUM_THREADS='1', RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
                        LOCAL_WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
             log = open(tmp_path / f'rank{rank}.log', 'w')  # (a file, not a pipe: a full pipe could stall a rank)
-            procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, 'train.py'),
+            procs.append((subprocess.Popen([python, os.path.join(HERE, 'train.py'),
                                             *train_args(tiny_data, out, *common, *extra)],
                                            stdout=log, stderr=subprocess.STDOUT, env=env), log))
         for proc, log in procs:
