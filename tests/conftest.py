@@ -3,8 +3,10 @@ Shared test fixtures (run the tests from the repository root: python -m pytest -
 Nothing here needs the network or anything outside the repo.
 """
 
+import atexit
 import json
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -28,13 +30,18 @@ TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=
 
 def run_script(script, *args, cwd=None, env=None, timeout=300):
     """A script from the outside, as a user runs it: `python train.py ...` from the top level, or
-    `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path)."""
+    `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path). Its
+    `python` is the stand-in (below) unless env is given."""
+    python = sys.executable
+    if env is None:  # (the stand-in's child has the server's imports: a test that sets the environment gets the real one)
+        folder, ready = stand_in()
+        python = str(folder / 'python') if ready() else python
     if script.startswith('beyond/'):
-        cmd = [sys.executable, '-m', 'beyond.' + os.path.basename(script)[:-3]]
+        cmd = [python, '-m', 'beyond.' + os.path.basename(script)[:-3]]
         env = dict(env or os.environ)
         env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH'), HERE) if p)  # (the root, after any given)
     else:
-        cmd = [sys.executable, os.path.join(HERE, script)]
+        cmd = [python, os.path.join(HERE, script)]
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd or HERE, env=env,
                           timeout=timeout)
 
@@ -173,6 +180,7 @@ def child(conn):
     os.chdir(msg['cwd'])
     os.environ.clear()
     os.environ.update(msg['env'])
+    sys.path[1:1] = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]  # (after the script's folder)
     if os.environ.get('OMP_NUM_THREADS'):  # (read by OpenMP when torch was imported, so set here)
         torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     argv, code, sys.executable = msg['argv'], 0, msg['python']
@@ -200,24 +208,46 @@ def child(conn):
     leave(code)
 
 
+ENVIRON = dict(os.environ)  # the environment the tests started with
+STAND_IN = {}  # this process's stand-in: its folder and its server (one a test process, made on first use)
+
+
+def stand_in():
+    """(a folder whose `python` is the stand-in (STUDIES_PYTHON=real: the real interpreter), a function
+    that waits for its server to be ready and says whether it is): started once a process, so that the
+    server's imports overlap what a test does first."""
+    if not STAND_IN:
+        folder = tempfile.mkdtemp(prefix='python-')  # (it holds the socket, whose path is at most 107 bytes)
+        if os.environ.get('STUDIES_PYTHON') == 'real':
+            with open(os.path.join(folder, 'python'), 'w') as f:  # (a link would lose the venv)
+                f.write(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+            server, said = None, [True]
+        else:
+            sock = os.path.join(folder, 'server')
+            server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
+                                       f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE, cwd=HERE,
+                                      env=ENVIRON)  # (not a test's monkeypatched one: torch reads some at import)
+            with open(os.path.join(folder, 'python'), 'w') as f:
+                f.write(SHIM.format(python=sys.executable, sock=sock, root=HERE))
+            said = []  # (the server says it once; every later caller is told what it said)
+        os.chmod(os.path.join(folder, 'python'), 0o755)
+
+        def ready():
+            if not said:
+                said.append(server.stdout.readline() == b'ready\n')
+            return said[0]
+
+        def stop():
+            if server:
+                server.kill()
+                server.wait()
+            shutil.rmtree(folder)
+        atexit.register(stop)
+        STAND_IN.update(folder=pathlib.Path(folder), ready=ready)
+    return STAND_IN['folder'], STAND_IN['ready']
+
+
 @pytest.fixture(scope='session')
-def python_bin(tmp_path_factory):
-    """A folder whose `python` the scripts run (the shim, or the real interpreter: STUDIES_PYTHON=real),
-    and a function that waits for the server to be ready (its imports overlap what a test does first)."""
-    folder = tmp_path_factory.mktemp('bin')
-    if os.environ.get('STUDIES_PYTHON') == 'real':
-        (folder / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
-        (folder / 'python').chmod(0o755)
-        yield folder, lambda: True
-        return
-    sock = os.path.join(tempfile.mkdtemp(prefix='python-'), 'server')  # (a socket's path: at most 107 bytes)
-    server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
-                               f'import conftest; conftest.serve({sock!r})'],
-                              stdout=subprocess.PIPE, cwd=HERE)
-    (folder / 'python').write_text(SHIM.format(python=sys.executable, sock=sock, root=HERE))
-    (folder / 'python').chmod(0o755)
-    said = []  # (the server says it once; every later caller is told what it said)
-    yield folder, lambda: said[0] if said else said.append(server.stdout.readline() == b'ready\n') or said[0]
-    server.kill()
-    server.wait()
-    shutil.rmtree(os.path.dirname(sock))
+def python_bin():
+    """stand_in() for a test that takes it as a fixture."""
+    return stand_in()
