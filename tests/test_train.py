@@ -389,6 +389,15 @@ def test_batches_are_a_function_of_the_iteration():
     assert x.shape == (2, 4, 8) and torch.equal(y[..., :-1], x[..., 1:])  # targets: the inputs shifted by one
 
 
+def test_train_windows_are_drawn_from_the_whole_split():
+    # data[i] = i, so a window's first input is its start: over 200 iterations (1,600 windows of a
+    # 1,000-token split) the starts reach both ends of the split, up to its last full windows
+    data = np.arange(1000, dtype=np.uint16)
+    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
+    starts = torch.stack([train_module.train_batches(data, it, 0, seed=1, **shape)[0] for it in range(200)])[..., 0]
+    assert starts.min() < 20 and starts.max() > len(data) - 8 - 1 - 20  # both ends (a uniform draw: ~1e-14 to miss)
+
+
 def tiny_model(**kw):
     torch.manual_seed(0)
     return LoopedGPT(LoopedGPTConfig(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
