@@ -136,10 +136,12 @@ def peak_memory_gib(device):
 
 # -----------------------------------------------------------------------------
 
-def matmul_peak(dtype, device, seconds=1.0, size=0):
+def matmul_peak(dtype, device, seconds=1.0, size=0, most=1000):
     """The best FLOP/s of square matmuls in the run's dtype on this device: the ceiling that
     the achieved FLOP/s is compared with (on a GPU, MFU uses the spec sheet instead). size: the
-    one matrix size to time (0: the default sizes)."""
+    one matrix size to time (0: the default sizes). Each size is timed for seconds/2 or `most`
+    products, whichever comes first (a 2048 product takes tens of ms on a CPU, an 8192 one 1 ms
+    on an H100: both run for the time; a small --peak_size stops at the count)."""
     dt = getattr(torch, dtype)
     best = 0.0
     for n in ((size,) if size else (2048, 4096) if device == 'cpu' else (8192,)):
@@ -147,7 +149,7 @@ def matmul_peak(dtype, device, seconds=1.0, size=0):
         a @ b
         sync(device)
         reps, t0 = 0, time.perf_counter()
-        while reps == 0 or time.perf_counter() - t0 < seconds / 2:  # at least one timed product
+        while reps == 0 or reps < most and time.perf_counter() - t0 < seconds / 2:  # at least one timed product
             a @ b
             reps += 1
             sync(device)

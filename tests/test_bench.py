@@ -125,3 +125,21 @@ def test_the_cast_census_sees_each_weight_cast_once_a_step(capsys):
     bench.print_casts(cached)
     out = capsys.readouterr().out
     assert 'casts in one per-loop step' in out and '| forward | weights, in total | | | ' in out
+
+
+def test_the_matmul_peak_stops_at_its_count_of_products_or_its_time():
+    # a small matrix stops at `most` timed products (after one untimed), long before its time; a large
+    # budget of products stops at the time, with at least one product however short the time
+    class Products(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.n += getattr(func, '__name__', '') == 'matmul'  # (a @ b)
+            return func(*args, **(kwargs or {}))
+
+    with Products() as count:
+        count.n = 0
+        assert bench.matmul_peak('float32', 'cpu', seconds=4.0, size=8, most=5) > 0
+    assert count.n == 1 + 5
+    with Products() as count:
+        count.n = 0
+        bench.matmul_peak('float32', 'cpu', seconds=0.0, size=8, most=10 ** 9)
+    assert count.n == 1 + 1
