@@ -183,6 +183,9 @@ def child(conn):
     sys.path[1:1] = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]  # (after the script's folder)
     if os.environ.get('OMP_NUM_THREADS'):  # (read by OpenMP when torch was imported, so set here)
         torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    if os.environ.get('CXX') != ENVIRON.get('CXX'):  # (inductor reads CXX when its config is imported, as here)
+        import torch._inductor.config
+        torch._inductor.config.cpp.cxx = (None, os.environ.get('CXX', 'g++'))
     argv, code, sys.executable = msg['argv'], 0, msg['python']
 
     def leave(code, _exit=os._exit):  # the exit code to the shim, also where the script itself calls os._exit

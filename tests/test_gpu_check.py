@@ -120,7 +120,10 @@ def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_n
 
 
 def test_a_compiler_inductor_cannot_use_skips_the_compiled_rows_and_the_eager_ones_still_run(tmp_path, capsys,
-                                                                                            monkeypatch):
+                                                                                            monkeypatch, python_bin):
+    folder, ready = python_bin  # (the steps' processes: conftest's stand-in, which reads CXX as inductor does)
+    assert ready(), 'the server for the scripts did not start'
+    monkeypatch.setattr(sys, 'executable', str(folder / 'python'))
     monkeypatch.setenv('CXX', str(tmp_path / 'no-such-g++'))  # (for the steps' processes)
     monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path / 'inductor'))
     stdout, error = check(capsys, '--cpu', f'--out={tmp_path / "check"}', '--only=decode-eager,decode-compiled')
