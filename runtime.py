@@ -163,7 +163,7 @@ def exit_process(status):
     one of gloo's worker threads frees its last tensor after the interpreter has begun to shut
     down, the rank aborts ("terminate called without an active exception", pytorch/pytorch#179291;
     9 of 260 two-rank runs here). Freeing the DDP model earlier can hang instead: its process group's
-    destructor, holding the GIL, joins a gloo thread that waits for the GIL to free a tensor (2 of 5
+    destructor, holding the GIL, joins a gloo thread that waits for the GIL to free a tensor (4 of 11
     two-rank runs on a busy 2-core machine). So train.main ends a rank's process here before its
     model is freed. Every file is written and closed by then."""
     if under_torchrun():

@@ -32,10 +32,8 @@ def run_script(script, *args, cwd=None, env=None, timeout=300):
     """A script from the outside, as a user runs it: `python train.py ...` from the top level, or
     `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path). Its
     `python` is the stand-in (below) unless env is given."""
-    python = sys.executable
-    if env is None:  # (the stand-in's child has the server's imports: a test that sets the environment gets the real one)
-        folder, ready = stand_in()
-        python = str(folder / 'python') if ready() else python
+    # (the stand-in's child has the server's imports: a test that sets the environment gets the real one)
+    python = str(stand_in_python()) if env is None else sys.executable
     if script.startswith('beyond/'):
         cmd = [python, '-m', 'beyond.' + os.path.basename(script)[:-3]]
         env = dict(env or os.environ)
@@ -212,33 +210,27 @@ def child(conn):
 
 
 ENVIRON = dict(os.environ)  # the environment the tests started with
-STAND_IN = {}  # this process's stand-in: its folder and its server (one a test process, made on first use)
+STAND_IN = {}  # this process's stand-in: its path and whether its server started (one a test process)
 
 
-def stand_in():
-    """(a folder whose `python` is the stand-in (STUDIES_PYTHON=real: the real interpreter), a function
-    that waits for its server to be ready and says whether it is): started once a process, so that the
-    server's imports overlap what a test does first."""
+def stand_in_python():
+    """The stand-in's path (STUDIES_PYTHON=real: a wrapper of the real interpreter), once its server is
+    ready; the server starts on the first call in a process and serves every later one."""
     if not STAND_IN:
         folder = tempfile.mkdtemp(prefix='python-')  # (it holds the socket, whose path is at most 107 bytes)
+        python = os.path.join(folder, 'python')
+        server = None
         if os.environ.get('STUDIES_PYTHON') == 'real':
-            with open(os.path.join(folder, 'python'), 'w') as f:  # (a link would lose the venv)
+            with open(python, 'w') as f:  # (a link would lose the venv)
                 f.write(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-            server, said = None, [True]
         else:
             sock = os.path.join(folder, 'server')
             server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
                                        f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE, cwd=HERE,
                                       env=ENVIRON)  # (not a test's monkeypatched one: torch reads some at import)
-            with open(os.path.join(folder, 'python'), 'w') as f:
+            with open(python, 'w') as f:
                 f.write(SHIM.format(python=sys.executable, sock=sock, root=HERE))
-            said = []  # (the server says it once; every later caller is told what it said)
-        os.chmod(os.path.join(folder, 'python'), 0o755)
-
-        def ready():
-            if not said:
-                said.append(server.stdout.readline() == b'ready\n')
-            return said[0]
+        os.chmod(python, 0o755)
 
         def stop():
             if server:
@@ -246,11 +238,7 @@ def stand_in():
                 server.wait()
             shutil.rmtree(folder)
         atexit.register(stop)
-        STAND_IN.update(folder=pathlib.Path(folder), ready=ready)
-    return STAND_IN['folder'], STAND_IN['ready']
-
-
-@pytest.fixture(scope='session')
-def python_bin():
-    """stand_in() for a test that takes it as a fixture."""
-    return stand_in()
+        ready = server is None or server.stdout.readline() == b'ready\n'
+        STAND_IN.update(python=pathlib.Path(python), ready=ready)
+    assert STAND_IN['ready'], 'the server for the scripts did not start'
+    return STAND_IN['python']

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from beyond import gpu_check
-from conftest import assert_one_line_error, run_script
+from conftest import assert_one_line_error, run_script, stand_in_python
 from configurator import UserError
 
 # the order the docstring promises (most needed first); the summary must keep it
@@ -54,17 +54,15 @@ def check(capsys, *argv):
     return capsys.readouterr().out, error
 
 
-def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys, monkeypatch,
-                                                                                        python_bin):
+def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_numbers(tmp_path, capsys, monkeypatch):
     # every kind of step, once (a process each costs seconds): a training row (every training step is
     # train_row at its shape, vocabulary and loss path: the padded one here), decoding through the
     # compiled loop (decode-graphs: on a CPU the same compile as decode-compiled, without graphs) with
     # speculative decoding on it, and the correctness row; the eager decode row runs in the next test.
     # Listed out of order: the summary keeps the check's order.
     out = tmp_path / 'check'
-    folder, ready = python_bin  # (each step's process forked from one that imported torch: conftest's stand-in)
-    assert ready(), 'the server for the scripts did not start'
-    monkeypatch.setattr(sys, 'executable', str(folder / 'python'))
+    # (each step's process forked from one that imported torch: conftest's stand-in)
+    monkeypatch.setattr(sys, 'executable', str(stand_in_python()))
     steps = ['correctness', 'decode-graphs', 'train-44m-padded']
     stdout, error = check(capsys, '--cpu', f'--out={out}', '--steps=1', '--warmup=0', f"--only={','.join(steps)}")
     assert not error, stdout[-3000:] + error
@@ -120,10 +118,9 @@ def test_cpu_mode_runs_every_kind_of_step_and_the_summary_keeps_the_order_with_n
 
 
 def test_a_compiler_inductor_cannot_use_skips_the_compiled_rows_and_the_eager_ones_still_run(tmp_path, capsys,
-                                                                                            monkeypatch, python_bin):
-    folder, ready = python_bin  # (the steps' processes: conftest's stand-in, which reads CXX as inductor does)
-    assert ready(), 'the server for the scripts did not start'
-    monkeypatch.setattr(sys, 'executable', str(folder / 'python'))
+                                                                                            monkeypatch):
+    # (the steps' processes: conftest's stand-in, which reads CXX as inductor does)
+    monkeypatch.setattr(sys, 'executable', str(stand_in_python()))
     monkeypatch.setenv('CXX', str(tmp_path / 'no-such-g++'))  # (for the steps' processes)
     monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path / 'inductor'))
     stdout, error = check(capsys, '--cpu', f'--out={tmp_path / "check"}', '--only=decode-eager,decode-compiled')
@@ -308,13 +305,11 @@ def test_the_gpu_jobs_estimate_is_gpu_checks_and_fits_8_minutes():
     assert f"| {est['CUDA_TESTS']} s |" in readme
 
 
-def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path, python_bin):
+def test_the_gpu_job_in_cpu_mode_writes_every_output_in_its_folder(tmp_path):
     # bash assets/gpu/run.sh --cpu OUT: gpu_check (compile off: its compiled rows skipped) and the CUDA tests
     # (skipped without CUDA), four files in OUT and nothing elsewhere; its `python` is conftest's stand-in
     out = tmp_path / 'job'
-    folder, ready = python_bin
-    assert ready(), 'the server for the scripts did not start'
-    env = dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
+    env = dict(os.environ, PATH=f"{stand_in_python().parent}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(['bash', 'assets/gpu/run.sh', '--cpu', str(out)], cwd=gpu_check.ROOT, capture_output=True,
                        text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

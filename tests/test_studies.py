@@ -6,7 +6,7 @@ here once (in-process). beyond.exit_tables and beyond.depth_costs run in-process
 
     python -m pytest -q tests/test_studies.py
 
-The scripts start some fifty Python processes; their `python` is conftest's stand-in (python_bin),
+The scripts start some fifty Python processes; their `python` is conftest's stand-in (stand_in_python),
 which forks each from a server that imported torch once. STUDIES_PYTHON=real gives the scripts the
 real interpreter instead (minutes).
 """
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import HERE, TINY, train_in_process
+from conftest import HERE, TINY, stand_in_python, train_in_process
 
 TRAIN = ' '.join(TINY + ['--max_iters=2', '--eval_interval=1'])
 SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes the ones it uses)
@@ -120,12 +120,12 @@ def shared_runs(tiny_data, tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
-def studies(python_bin, tiny_data, shared_runs, tmp_path_factory):
+def studies(tiny_data, shared_runs, tmp_path_factory):
     """Every study's run.sh, two at a time (the shared runs train in one lane while the first
     study runs): study -> (its CompletedProcess, its OUT), and the files of assets/ (with their
     times) before and after."""
     root = tmp_path_factory.mktemp('studies')
-    bin_folder, ready = python_bin
+    bin_folder = stand_in_python().parent
 
     def run(study):
         settings, reads, _ = STUDIES[study]
@@ -135,7 +135,6 @@ def studies(python_bin, tiny_data, shared_runs, tmp_path_factory):
         return subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
                               timeout=600), root / study
 
-    assert ready(), 'the server for the scripts did not start'
     before = listing(os.path.join(HERE, 'assets'))
     with ThreadPoolExecutor(2) as pool:
         shared = pool.submit(shared_runs.folder)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import train as train_module
-from conftest import HERE, assert_one_line_error, run_script, train_args, train_in_process
+from conftest import HERE, assert_one_line_error, run_script, stand_in_python, train_args, train_in_process
 from configurator import UserError, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
@@ -131,7 +131,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
 
 
-def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, python_bin):
+def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
     # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
     # run is torchrun's; the split one's ranks are conftest's stand-in for `python train.py` (forked
@@ -148,8 +148,7 @@ def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path, p
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
-        procs, python = [], python_bin[0] / 'python'
-        assert python_bin[1](), 'the server for the scripts did not start'
+        procs, python = [], stand_in_python()
         for rank in (0, 1):
             env = dict(os.environ, OMP_NUM_THREADS='1', RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
                        LOCAL_WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))

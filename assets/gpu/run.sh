@@ -12,8 +12,9 @@
 #      arithmetic: 5 s a process, 25 s the preflight, 126 s the training row (a 120 s compile and 23 steps
 #      of 24.1 TFLOP at 40% of 989 TFLOP/s), 9 s eager decoding (480 tokens at 8 ms), 49 s decode-graphs
 #      (a 40 s compile and 480 tokens), 127 s correctness (three 40 s compiles, 4 x 64 tokens)).
-#   2. python -m pytest of the CUDA-only tests, in one process (-n 0: a few tests, one GPU; tests/test_decode.py -k on_cuda: the bf16 decoder is the
-#      forward, and one case per decoding setting, CUDA graphs against eager). Estimate: EST_CUDA_TESTS
+#   2. python -m pytest of the CUDA-only tests (tests/test_decode.py -k on_cuda: the bf16 decoder is the
+#      forward, and one case per decoding setting, CUDA graphs against eager), in one process (-n 0: a few
+#      tests, one GPU). Estimate: EST_CUDA_TESTS
 #      below: 10 s for pytest's start and collection (torch's import), then nine compiles of the tiny test
 #      model (per setting one in bf16 and one in float32; the speculative one's bf16 case two: its draft's
 #      loop and the K-loop token), 6 blocks a token (3 loops x 2 layers): 4 s fixed + 1.25 s a block
