@@ -141,6 +141,9 @@ def serve(path):
     import numpy  # noqa: F401
     import torch
     import torch._dynamo  # noqa: F401  (torch.optim imports it on first use: ~2 s more)
+    import torch._inductor.compile_fx  # noqa: F401  (a process's first compile: ~0.8 s)
+    from torch._inductor import cpu_vec_isa
+    cpu_vec_isa.valid_vec_isa_list()  # (its first compile probes each ISA in a process of its own: ~0.9 s)
     save = matplotlib.figure.Figure.savefig  # figures at 20 dpi, without a second drawing for a tight box
     matplotlib.figure.Figure.savefig = lambda fig, path, **kw: save(fig, path, **{**kw, 'dpi': 20,
                                                                                    'bbox_inches': None})
@@ -183,7 +186,10 @@ def child(conn):
         torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     if os.environ.get('CXX') != ENVIRON.get('CXX'):  # (inductor reads CXX when its config is imported, as here)
         import torch._inductor.config
+        from torch._inductor import cpu_vec_isa
         torch._inductor.config.cpp.cxx = (None, os.environ.get('CXX', 'g++'))
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()  # (the server's ISA probes used its compiler)
+        cpu_vec_isa.VecISA._VecISA__bool__impl.cache_clear()
     argv, code, sys.executable = msg['argv'], 0, msg['python']
 
     def leave(code, _exit=os._exit):  # the exit code to the shim, also where the script itself calls os._exit
