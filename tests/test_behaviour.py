@@ -95,8 +95,8 @@ def test_the_validation_loss_during_training_is_the_val_splits(short_run):
         assert ev['val_loss'][K - 1] == pytest.approx(val, abs=1e-4)
 
 
-def test_gradient_accumulation_logs_the_loss_of_the_whole_batch_whatever_its_micro_steps(split_data, short_run,
-                                                                                         tmp_path):
+def test_gradient_accumulation_logs_the_loss_ce_and_norms_of_the_whole_batch_whatever_its_micro_steps(
+        split_data, short_run, tmp_path):
     _, log = short_run
     train_in_process(split_data, tmp_path, *SHORT, '--batch_size=4', '--gradient_accumulation_steps=2')
     a = [r for r in log if r['kind'] == 'train']
@@ -105,6 +105,7 @@ def test_gradient_accumulation_logs_the_loss_of_the_whole_batch_whatever_its_mic
     for one, two in zip(a, b):  # every window is the same, so the draw does not matter, only the sum
         assert two['loss'] == pytest.approx(one['loss'], rel=1e-5)  # not twice it
         assert two['ce'] == pytest.approx(one['ce'], rel=1e-5)
+        assert two['h_norm'] == pytest.approx(one['h_norm'], rel=1e-5)  # a mean over the micro-steps, not their sum
 
 
 def test_gradient_accumulation_steps_with_the_gradient_of_the_whole_batch():

@@ -549,6 +549,17 @@ def test_evaluation_scores_no_more_batches_than_the_split_holds():
     assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
 
 
+def test_validation_windows_are_spread_evenly_over_the_whole_split():
+    # data[i] = i, so a window's first input is its start: the 24 windows run from the split's first token
+    # to its last full window, evenly spaced, each a different one
+    data = np.arange(1000)
+    x, y = train_module.eval_batches(data, eval_iters=3, batch_size=8, block_size=32, device='cpu')
+    starts = x[..., 0].flatten()
+    assert starts[0] == 0 and y[-1, -1, -1] == len(data) - 1  # both ends: the last target is the split's last token
+    gaps = starts.diff()
+    assert gaps.min() >= 42 and gaps.max() <= 43  # (1000 - 32 - 1) / 23 = 42.04 apart: evenly, in whole tokens
+
+
 def test_the_evaluation_runs_its_float64_diagnostics_on_the_first_windows_only():
     from contextlib import nullcontext
     from model import diagnostics
