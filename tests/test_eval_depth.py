@@ -340,14 +340,15 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
     (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())
     (no_evals / 'log.jsonl').write_text(json.dumps(dict(kind='train', iter=1, h_norm=[1.0])) + '\n')
     assert 'no eval lines' in fails(no_evals, '--curves', *out)
-    # data made with another tokenizer, under the name the run was trained on
-    other = tmp_path / 'data' / 'tiny-bytes'
-    other.mkdir(parents=True)
-    np.arange(5000, dtype=np.uint16).tofile(other / 'val.bin')
-    (other / 'meta.json').write_text(json.dumps(dict(tokenizer='gpt2', vocab_size=50257, dtype='uint16',
-                                                     tokens=dict(val=5000))))
-    message = fails(runs[0], f'--data_dir={tmp_path / "data"}', *out)
-    assert 'vocab 256' in message and 'vocab 50257' in message
+    # data made with another tokenizer, under the name the run was trained on: a larger vocabulary or a smaller one
+    for vocab in (50257, 50):
+        other = tmp_path / f'data-{vocab}' / 'tiny-bytes'
+        other.mkdir(parents=True)
+        (np.arange(5000) % vocab).astype(np.uint16).tofile(other / 'val.bin')
+        (other / 'meta.json').write_text(json.dumps(dict(tokenizer='gpt2' if vocab > 256 else 'parity', vocab_size=vocab,
+                                                         dtype='uint16', tokens=dict(val=5000))))
+        message = fails(runs[0], f'--data_dir={other.parent}', *out)
+        assert 'vocab 256' in message and f'vocab {vocab} ' in message, vocab
     assert not (tmp_path / 'eval-out').exists()  # nothing written by any of them
 
 
