@@ -28,12 +28,13 @@ TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=
         '--learning_rate=3e-3', '--init_std=0.02']
 
 
-def run_script(script, *args, cwd=None, env=None, timeout=300):
+def run_script(script, *args, cwd=None, env=None, timeout=300, stand_in=None):
     """A script from the outside, as a user runs it: `python train.py ...` from the top level, or
     `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path). Its
-    `python` is the stand-in (below) unless env is given."""
+    `python` is the stand-in (below) unless env is given; stand_in=True: the stand-in with env too, for
+    variables that nothing the server imported reads."""
     # (the stand-in's child has the server's imports: a test that sets the environment gets the real one)
-    python = str(stand_in_python()) if env is None else sys.executable
+    python = str(stand_in_python()) if env is None or stand_in else sys.executable
     if script.startswith('beyond/'):
         cmd = [python, '-m', 'beyond.' + os.path.basename(script)[:-3]]
         env = dict(env or os.environ)

@@ -33,7 +33,7 @@ def write_texts(folder, names=('train.txt', 'valid.txt', 'test.txt'), splits=('t
 
 
 def run(*args, cwd=None, env=None):
-    return run_script('prepare.py', *args, cwd=cwd, env=env)
+    return run_script('prepare.py', *args, cwd=cwd, env=env, stand_in=True)  # (env: datasets' variables, read as it is imported)
 
 
 def prepare_in_process(*args):
