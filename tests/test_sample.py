@@ -8,6 +8,7 @@ from beyond/ (the cached sampler, python -m beyond.sample, is tests/test_beyond_
 
 import contextlib
 import io
+import itertools
 import re
 
 import pytest
@@ -47,29 +48,30 @@ def test_samples_at_the_trained_and_a_deeper_k_with_the_summary_line(run):
 
 
 def test_generate_is_the_k_loop_forward_token_by_token(run):
-    # generate draws each token from forward's last-position logits at K, the context cropped to
-    # block_size as in nanoGPT (36 new tokens pass block_size 32); the same seed, the same draws
-    model, _ = sample.load(dict(sample.SETTINGS, out_dir=str(run)), 'cpu')
-    x = torch.tensor([list(b'the norm')])
-    texts = {}
-    for K in (1, 3, 5):
-        torch.manual_seed(3)
-        texts[K] = y = sample.generate(model, x, 36, n_loops=K, temperature=1.0)
-        torch.manual_seed(3)
-        ref = x
-        with torch.no_grad():
-            for _ in range(36):
-                logits = model(ref[:, -model.config.block_size:], n_loops=K)[0][:, -1]
-                ref = torch.cat((ref, sample.draw(torch.softmax(logits, -1))), 1)
-        assert torch.equal(y, ref), K
-    # the loops matter: from one seed, K = 1, 3 and 5 sample different text (a sampler that ignored
-    # n_loops would not), here on an untrained model of PyTorch's init, whose logits are sharp
-    # (the tiny run's are near uniform after 20 steps, so its draws barely depend on them)
+    # generate draws each token from forward's last-position logits at K, the context cropped to the last
+    # block_size tokens as in nanoGPT (36 new tokens pass block_size 32; a 45-token prompt is past it at
+    # once); the same seed, the same draws. Also on an untrained model of PyTorch's init, whose logits
+    # are sharp: the tiny run's are near uniform after 20 steps, so its draws barely depend on them
+    trained, _ = sample.load(dict(sample.SETTINGS, out_dir=str(run)), 'cpu')
     torch.manual_seed(0)
-    model = LoopedGPT(LoopedGPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=2, n_embd=32, dropout=0.0))
-    for K in (1, 3, 5):
-        torch.manual_seed(3)
-        texts[K] = sample.generate(model.eval(), x, 36, n_loops=K)
+    sharp = LoopedGPT(LoopedGPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=2, n_embd=32, dropout=0.0))
+    prompts = [b'the norm', b'the loop reads out every state and carries it']
+    texts = {}
+    for model, prompt in itertools.product((trained, sharp.eval()), prompts):
+        x = torch.tensor([list(prompt)])
+        for K in (1, 3, 5):
+            torch.manual_seed(3)
+            texts[model, prompt, K] = y = sample.generate(model, x, 36, n_loops=K, temperature=1.0)
+            torch.manual_seed(3)
+            ref = x
+            with torch.no_grad():
+                for _ in range(36):
+                    logits = model(ref[:, -model.config.block_size:], n_loops=K)[0][:, -1]
+                    ref = torch.cat((ref, sample.draw(torch.softmax(logits, -1))), 1)
+            assert torch.equal(y, ref), K
+    # the loops matter: from one seed, K = 1, 3 and 5 sample different text (a sampler that ignored
+    # n_loops would not), on the sharp model
+    texts = {K: texts[sharp, prompts[0], K] for K in (1, 3, 5)}
     assert not torch.equal(texts[1], texts[5]) and not torch.equal(texts[3], texts[5])
 
 
