@@ -20,7 +20,7 @@ import torch
 
 import train as train_module
 from conftest import HERE, assert_one_line_error, run_script, stand_in_python, train_args, train_in_process
-from configurator import UserError, configure
+from configurator import UserError, check_ranges, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
 
@@ -252,6 +252,31 @@ def test_settings_that_make_no_sense_are_refused(bad, needle):
     with pytest.raises(UserError) as e:
         settings(*bad)
     assert needle in str(e.value)
+
+
+def test_every_range_rule_accepts_its_bounds_and_refuses_what_lies_past_them():
+    # each rule of train.RANGES at its edges, in the setting's own type: '>= x' takes x and not below it,
+    # '> x' not x, '[a, b)' a and not b, a tuple its values and nothing else
+    def ok(key, value):
+        try:
+            check_ranges({key: value}, {key: train_module.RANGES[key]})
+            return True
+        except UserError as e:
+            assert f"'{key}'" in str(e)
+            return False
+    for key, rule in train_module.RANGES.items():
+        if isinstance(rule, tuple):
+            assert all(ok(key, v) for v in rule) and not ok(key, 'no-such-value'), key
+            continue
+        step = 1 if type(train_module.SETTINGS[key]) is int else 1e-6
+        kind = type(train_module.SETTINGS[key])
+        if rule.startswith('['):
+            low, high = (kind(float(v)) for v in rule.strip('[)').split(','))
+            assert ok(key, low) and ok(key, high - step) and not ok(key, high) and not ok(key, low - step), key
+        else:
+            op, bound = rule.split()
+            bound = kind(float(bound))
+            assert ok(key, bound + step) and not ok(key, bound - step) and ok(key, bound) == (op == '>='), key
 
 
 def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
