@@ -1,7 +1,8 @@
 """
 Numbers written by hand, where the decoder's equivalence tests run the same code on both sides (the
 criteria, the gate, block()'s add_product): max_prob, entropy, the gate's exit probability, the
-sandwich norm's gain, and the ignore index's edge (a real target 0 is scored; -1 is not).
+sandwich norm's gain, the ignore index's edge (a real target 0 is scored; -1 is not), and the logged
+per-loop norm and angular change.
 
     python -m pytest -q tests/test_hand_values.py
 """
@@ -100,3 +101,14 @@ def test_a_real_target_0_is_scored_and_only_minus_1_is_ignored(loss_path):
     # the per-loop loss divides by the tokens scored: 13 of the 16 in each loop, target 0 among them
     assert loss.item() == pytest.approx((perloop.sum() / (2 * keep.sum())).item(), rel=1e-5)
     assert keep.sum().item() == 13
+
+
+def test_the_per_loop_norm_and_angular_change_by_hand():
+    # two tokens, H_0 -> H_1 -> H_2 in the plane: token 0 turns 45 degrees then 135 more, token 1 only grows
+    from model import token_diagnostics
+    states = [torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 1.0], [0.0, 3.0]]),
+              torch.tensor([[-1.0, 0.0], [0.0, 6.0]])]
+    got = token_diagnostics(None, [h[None] for h in states], torch.zeros(1, 2, dtype=torch.long), radial=False)
+    s = 1 / math.sqrt(2)
+    assert torch.allclose(got['norm'], torch.tensor([[math.sqrt(2), 3.0], [1.0, 6.0]]))  # (K, tokens)
+    assert torch.allclose(got['angular'], torch.tensor([[1 - s, 0.0], [1 + s, 0.0]]), atol=1e-7)  # 1 - cos(H_k, H_k-1)
