@@ -106,6 +106,18 @@ def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
 
 
+@pytest.mark.parametrize('threads', [1, 2])
+def test_a_split_of_many_chunks_is_written_in_the_order_of_its_lines(tmp_path, monkeypatch, threads):
+    # three lines a chunk: dozens of chunks, more than the threads keep pending, each line numbered
+    text = ''.join(f'line {i}\n' for i in range(200))
+    write_texts(tmp_path / 't')
+    (tmp_path / 't' / 'train.txt').write_text(text)
+    monkeypatch.setattr(prepare, 'LINES_PER_CHUNK', 3)
+    prepare_in_process('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out',
+                       '--num_threads', threads)
+    assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == text
+
+
 @pytest.mark.parametrize('existing', [False, True])
 def test_an_interruption_leaves_no_complete_looking_output(tmp_path, monkeypatch, existing):
     write_texts(tmp_path / 't')
