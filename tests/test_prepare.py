@@ -96,12 +96,14 @@ def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == TEXT['train']
 
 
-def test_a_truncated_bin_is_not_taken_for_complete(tmp_path):
+@pytest.mark.parametrize('size', ['shorter', 'longer'])
+def test_a_bin_of_another_size_than_meta_records_is_not_taken_for_complete(tmp_path, size):
     write_texts(tmp_path / 't')
     args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
     prepare_in_process(*args)
-    with open(tmp_path / 'out' / 'val.bin', 'r+b') as f:
-        f.truncate(10)
+    with open(tmp_path / 'out' / 'val.bin', 'r+b' if size == 'shorter' else 'ab') as f:
+        f.truncate(10) if size == 'shorter' else f.write(b'\0')  # (a token more than meta's count)
+    assert not prepare.is_complete(tmp_path / 'out')
     assert 'already complete' not in prepare_in_process(*args)
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'val')[0]) == TEXT['val']
 
