@@ -6,6 +6,7 @@ subprocess would only add an interpreter start and a torch import; and configura
     python -m pytest -q tests/test_train.py
 """
 
+import itertools
 import json
 import math
 import os
@@ -277,6 +278,18 @@ def test_every_range_rule_accepts_its_bounds_and_refuses_what_lies_past_them():
             op, bound = rule.split()
             bound = kind(float(bound))
             assert ok(key, bound + step) and not ok(key, bound - step) and ok(key, bound) == (op == '>='), key
+
+
+def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on_a_cpu(monkeypatch):
+    import runtime
+    for cpu_bf16, gpu_bf16 in itertools.product((True, False), repeat=2):
+        monkeypatch.setattr(runtime, 'cpu_has_bf16', lambda: cpu_bf16)
+        monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda including_emulation=True: gpu_bf16)
+        want = {('cpu', True): 'bfloat16' if cpu_bf16 else 'float32', ('cpu', False): 'float32',
+                ('cuda', True): 'bfloat16' if gpu_bf16 else 'float16', ('cuda', False): 'bfloat16' if gpu_bf16 else 'float16'}
+        for (device, training), dtype in want.items():
+            assert runtime.resolve_dtype('auto', device, training=training) == dtype, (device, training, cpu_bf16, gpu_bf16)
+            assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
 
 
 def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
