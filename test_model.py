@@ -169,21 +169,6 @@ def test_flops_estimate_matches_a_counted_forward():
         assert per_token + attention == model.flops_per_token(training=False, supervised_loops=sup, T=T)
 
 
-def test_training_flops_estimate_matches_a_counted_forward_and_backward():
-    # a training step's matmuls, counted (the fused CE makes its gradients in the forward), with truncated
-    # backprop too: only the last bptt loops have a backward. Attention added as the estimate counts it,
-    # 2*T*d FLOPs twice per token, layer and loop, forward, and twice that in the backward of a loop with a graph
-    for loss, bptt in [('perloop', 0), ('terminal', 0), ('perloop', 2), ('terminal', 2)]:
-        model = tiny(loss=loss).train()
-        x, y = batch()
-        with FlopCounterMode(display=False) as counter:
-            model(x, y, bptt=bptt)[1].backward()
-        per_token = counter.get_total_flops() / x.numel()
-        graph_loops = bptt or 3
-        attention = 2 * (2 * T * D * 2) * (3 + 2 * graph_loops)
-        assert per_token + attention == model.flops_per_token(T=T, bptt=bptt), (loss, bptt)
-
-
 def test_loss_at_init_is_ln_vocab_with_small_init():
     x, y = batch()
     for readout in ('norm', 'raw'):
