@@ -273,6 +273,8 @@ def test_lemma_and_curves_are_written_per_run(evaluated, runs):
         lem = run['lemma']
         assert lem['loops'] == 6 and lem['tokens'] == 256
         assert len(lem['s']) == 6 and len(lem['radial_increment']) == len(lem['angular_step']) == 5
+        # c, the angular step's c / s_k constant: the median of s_k x step over the second half of the loops
+        assert lem['c'] == np.median(lem['s_times_angular'][2:]) != np.median(lem['s_times_angular'][:3])
         log = [json.loads(line) for line in open(path / 'log.jsonl')]
         evals = [e for e in log if e['kind'] == 'eval']
         assert run['curve']['iter'] == [e['iter'] for e in evals]
