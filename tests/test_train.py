@@ -587,6 +587,18 @@ def test_evaluation_scores_no_more_batches_than_the_split_holds():
     assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
 
 
+@pytest.mark.parametrize('kw,n_loops,bptt', [
+    (dict(), 2, 0), (dict(interloop_norm=True), 2, 0), (dict(interloop_norm=True, n_loops=1), 1, 0),
+    (dict(damping=True, n_loops=1), 1, 0), (dict(positions='none'), 2, 0), (dict(window=4), 2, 0),
+    (dict(), 3, 1)])  # the last: random depth's truncated backprop, loop 1 without a graph
+def test_ddp_is_told_of_unused_parameters_exactly_where_a_step_leaves_one_without_a_gradient(kw, n_loops, bptt):
+    model = tiny_model(**kw)
+    x, y = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1))
+    model(x, y, n_loops=n_loops, bptt=bptt)[1].backward()
+    unused = [name for name, p in model.named_parameters() if p.grad is None]
+    assert model.may_skip_parameters(varying_depth=bool(bptt)) == bool(unused), unused
+
+
 def test_validation_windows_are_spread_evenly_over_the_whole_split():
     # data[i] = i, so a window's first input is its start: the 24 windows run from the split's first token
     # to its last full window, evenly spaced, each a different one
