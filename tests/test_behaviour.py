@@ -190,28 +190,6 @@ def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(l
         assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(bptt=bptt, T=T), bptt
 
 
-def test_every_reported_mfu_is_the_estimates_flops_times_tokens_per_second_over_the_peak(split_data, tmp_path,
-                                                                                          monkeypatch):
-    # a CPU has no peak (MFU None), so one is given: train.py's log counts a training step (forward and
-    # backward), eval_depth's depth table a forward at each K
-    peak = 1e9
-    monkeypatch.setattr(train, 'peak_flops', lambda device, dtype: peak)
-    monkeypatch.setattr(eval_depth, 'peak_flops', lambda device, dtype: peak)
-    train_in_process(split_data, tmp_path / 'run', '--max_iters=2', '--eval_interval=2', '--dtype=float32')
-    model, _ = LoopedGPT.from_checkpoint(str(tmp_path / 'run'))
-    block = model.config.block_size
-    for r in (r for r in read_log(tmp_path / 'run') if r['kind'] == 'train'):
-        assert r['mfu'] == pytest.approx(model.flops_per_token(T=block) * r['tok_per_s'] / peak, rel=1e-6)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        eval_depth.main(['--device=cpu', str(tmp_path / 'run'), '--max_tokens=256', '--bench_iters=1',
-                         '--lemma_loops=0', '--out', str(tmp_path / 'eval')])
-    rows = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs'][0]['per_K']
-    assert len(rows) == 4
-    for row in rows:
-        want = model.flops_per_token(row['K'], training=False, T=block) * row['tok_per_s'] / peak
-        assert row['mfu'] == pytest.approx(want, rel=1e-6), row['K']
-
-
 # -------------------------------------------------------------------------------------
 # the learned gate's sign: a confident gate exits
 

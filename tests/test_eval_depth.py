@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from beyond import eval_decode, exits
 import eval_depth
+import train
 import data as runs_module  # (loading runs and their windows)
 from conftest import assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
@@ -27,11 +28,16 @@ from report import mean_std
 from data import Scoring, score_windows
 
 
+PEAK = 1e9  # FLOP/s: a CPU has none (MFU None), so the runs here and their evaluation are given one
+
+
 @pytest.fixture(scope='module')
 def runs(tiny_data, tmp_path_factory):
     root = tmp_path_factory.mktemp('runs')
-    for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
-        train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
+        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
+            train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
     return root / 'norm-perloop', root / 'raw-terminal'
 
 
@@ -54,8 +60,10 @@ def evaluate(*argv, main=eval_decode.main):
 @pytest.fixture(scope='module')
 def evaluated(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp('eval')
-    r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
-                 '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
+        r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
+                     '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
     with open(out / 'results.json') as f:
         return r, out, json.load(f)['runs']
 
@@ -265,6 +273,21 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
     monkeypatch.setattr(eval_decode, 'causal_exit', dip)
     got = eval_decode.calibrate(sc, 4, [0.01], ['copy'], 16, 'x')
     assert [c['threshold'] for c in got] == [1e-6] * n
+
+
+def test_every_reported_mfu_is_the_estimates_flops_times_tokens_per_second_over_the_peak(runs, evaluated):
+    # train.py's log counts a training step (forward and backward), the depth table a forward at each K
+    _, _, results = evaluated
+    for path, run in zip(runs, results):
+        model, _ = LoopedGPT.from_checkpoint(str(path))
+        block = model.config.block_size
+        log = [json.loads(line) for line in open(path / 'log.jsonl')]
+        for r in (r for r in log if r['kind'] == 'train'):
+            assert r['mfu'] == pytest.approx(model.flops_per_token(T=block) * r['tok_per_s'] / PEAK, rel=1e-6)
+        assert [row['K'] for row in run['per_K']] == [1, 2, 3, 4]
+        for row in run['per_K']:
+            want = model.flops_per_token(row['K'], training=False, T=block) * row['tok_per_s'] / PEAK
+            assert row['mfu'] == pytest.approx(want, rel=1e-6), row['K']
 
 
 def test_lemma_and_curves_are_written_per_run(evaluated, runs):
