@@ -208,6 +208,25 @@ def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_da
     assert_one_line_error(r, 'beyond.tasks', '--loops')
 
 
+def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
+    from beyond.tasks import trajectory
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=4,
+                                      dropout=0.0)).eval()
+    x = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        free = [h.pow(2).mean(-1).sqrt() for h in trajectory(model, x, 4)][1:]  # each loop's RMS, (B, T)
+        rms = float(torch.cat([r.flatten() for r in free]).median())  # some states above it, some below
+        capped = list(trajectory(model, x, 4, 'cap', rms))[1:]
+    first = capped[0].pow(2).mean(-1).sqrt()
+    assert (first <= rms * (1 + 1e-5)).all()
+    below = free[0] < rms  # loop 1 from the same H_0: the tokens under the cap are left as they are
+    assert below.any() and (~below).any()
+    assert torch.allclose(first[below], free[0][below]) and torch.allclose(first[~below], torch.full_like(first[~below], rms))
+    for h in capped[1:]:
+        assert (h.pow(2).mean(-1).sqrt() <= rms * (1 + 1e-5)).all()
+
+
 def test_designs_average_a_design_over_its_seeds_only():
     from beyond.tasks import designs
     def row(run, exact, K=4):

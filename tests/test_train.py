@@ -292,6 +292,14 @@ def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on
             assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
 
 
+def test_each_gpu_name_torch_reports_finds_its_own_peak():
+    from runtime import peak_flops_of
+    names = {'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
+             'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12, 'NVIDIA A100-SXM4-80GB': 312e12,
+             'NVIDIA L40S': 362e12, 'NVIDIA A10G': 70e12, 'NVIDIA GeForce RTX 4090': 165e12, 'Tesla T4': None}
+    assert {name: peak_flops_of(name) for name in names} == names
+
+
 def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
     from runtime import setup_device
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
