@@ -107,6 +107,7 @@ def test_each_bad_setting_is_one_clear_line(run, tmp_path):
         sample.prompt_ids(f'FILE:{tmp_path / "none.txt"}', ByteTokenizer())
     (tmp_path / 'prompt.txt').write_text('the loop')
     assert sample.prompt_ids(f'FILE:{tmp_path / "prompt.txt"}', ByteTokenizer()) == list(b'the loop')
+    assert sample.prompt_ids('FILES prompt.txt', ByteTokenizer()) == list(b'FILES prompt.txt')  # text: 'FILE:' is the mark
     config = dict(sample.SETTINGS, out_dir=str(tmp_path / 'nowhere'))
     with pytest.raises(UserError, match='no checkpoint'):
         sample.load(config, 'cpu')
