@@ -561,11 +561,10 @@ def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_pa
     # for the GIL the joining thread holds; seen once in a full run here)
     if not torch.distributed.is_available():
         pytest.skip('this torch has no torch.distributed')
-    code = ("import os, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import test_train; "
-            "test_train.ddp_wrap_checks(sys.argv[3]); print('checked', flush=True); os._exit(0)")
-    r = subprocess.run([sys.executable, '-c', code, os.path.dirname(os.path.abspath(__file__)), HERE,
-                        str(tmp_path / 'store')], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, OMP_NUM_THREADS='1'))
+    # (the process: this file run as a script, by conftest's stand-in, forked from a process that imported torch)
+    r = subprocess.run([str(stand_in_python()), os.path.abspath(__file__), 'ddp_wrap_checks', str(tmp_path / 'store')],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(filter(None, (os.environ.get('PYTHONPATH'), HERE)))))
     assert r.returncode == 0 and r.stdout.strip() == 'checked', r.stderr[-3000:]
 
 
@@ -656,3 +655,9 @@ def test_the_first_compiled_step_is_its_own_line_not_the_first_log_lines_speed(t
         assert all(m == pytest.approx(1.0, rel=1e-3) for m in ms), ms
     else:
         assert ms[0] == pytest.approx(1000 * 100.001 / 2, rel=1e-3) and ms[1] == pytest.approx(1.0, rel=1e-3)
+
+
+if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
+    ddp_wrap_checks(sys.argv[2])
+    print('checked', flush=True)
+    os._exit(0)
