@@ -4,10 +4,13 @@ Nothing here needs the network or anything outside the repo.
 """
 
 import atexit
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -217,35 +220,67 @@ def child(conn):
 
 
 ENVIRON = dict(os.environ)  # the environment the tests started with
-STAND_IN = {}  # this process's stand-in: its path and whether its server started (one a test process)
+STAND_IN = {}  # this process's stand-in: its path and whether its server started
 
 
 def stand_in_python():
     """The stand-in's path (STUDIES_PYTHON=real: a wrapper of the real interpreter), once its server is
-    ready; the server starts on the first call in a process and serves every later one."""
+    ready. One server serves every process of a run (pytest-xdist's workers share it by the run's id):
+    the first call of the run starts it, and the last process of the run to leave stops it."""
     if not STAND_IN:
-        folder = tempfile.mkdtemp(prefix='python-')  # (it holds the socket, whose path is at most 107 bytes)
-        python = os.path.join(folder, 'python')
-        server = None
-        if os.environ.get('STUDIES_PYTHON') == 'real':
-            with open(python, 'w') as f:  # (a link would lose the venv)
-                f.write(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        else:
-            sock = os.path.join(folder, 'server')
-            server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
-                                       f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE, cwd=HERE,
-                                      env=ENVIRON)  # (not a test's monkeypatched one: torch reads some at import)
-            with open(python, 'w') as f:
-                f.write(SHIM.format(python=sys.executable, sock=sock, root=HERE))
-        os.chmod(python, 0o755)
-
-        def stop():
-            if server:
-                server.kill()
-                server.wait()
-            shutil.rmtree(folder)
-        atexit.register(stop)
-        ready = server is None or server.stdout.readline() == b'ready\n'
-        STAND_IN.update(python=pathlib.Path(python), ready=ready)
-    assert STAND_IN['ready'], 'the server for the scripts did not start'
+        run = os.environ.get('PYTEST_XDIST_TESTRUNUID')  # (the same in every worker of one run)
+        folder = os.path.join(tempfile.gettempdir(), f'python-{run}') if run else tempfile.mkdtemp(prefix='python-')
+        os.makedirs(os.path.join(folder, 'users'), exist_ok=True)  # (the folder holds the socket: <= 107 bytes)
+        python, ready = os.path.join(folder, 'python'), os.path.join(folder, 'ready')
+        with stand_in_lock(folder):
+            open(os.path.join(folder, 'users', str(os.getpid())), 'w').close()
+            if not os.path.exists(ready):
+                start_server(folder, python, ready)
+        atexit.register(leave_stand_in, folder)
+        STAND_IN.update(python=pathlib.Path(python), ready=os.path.exists(ready))
+    assert STAND_IN['ready'], ('the server for the scripts did not start: '
+                               + open(os.path.join(STAND_IN['python'].parent, 'server.log')).read()[-2000:])
     return STAND_IN['python']
+
+
+@contextlib.contextmanager
+def stand_in_lock(folder):
+    with open(os.path.join(folder, 'lock'), 'a') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def start_server(folder, python, ready):
+    """The server (or, with STUDIES_PYTHON=real, a wrapper) and the shim at `python`; `ready` is written
+    once the server has done its imports."""
+    if os.environ.get('STUDIES_PYTHON') == 'real':
+        with open(python, 'w') as f:  # (a link would lose the venv)
+            f.write(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    else:
+        sock = os.path.join(folder, 'server')
+        with open(os.path.join(folder, 'server.log'), 'w') as log:
+            server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
+                                       f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE,
+                                      stderr=log, cwd=HERE, env=ENVIRON)  # (ENVIRON: torch reads some at import)
+        if server.stdout.readline() != b'ready\n':
+            return
+        with open(os.path.join(folder, 'pid'), 'w') as f:
+            f.write(str(server.pid))
+        with open(python, 'w') as f:
+            f.write(SHIM.format(python=sys.executable, sock=sock, root=HERE))
+    os.chmod(python, 0o755)
+    open(ready, 'w').close()
+
+
+def leave_stand_in(folder):
+    """This process is done with the stand-in; the last of the run stops the server and removes the folder."""
+    with stand_in_lock(folder):
+        os.remove(os.path.join(folder, 'users', str(os.getpid())))
+        if os.listdir(os.path.join(folder, 'users')):
+            return
+        try:
+            with open(os.path.join(folder, 'pid')) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        shutil.rmtree(folder)
