@@ -230,9 +230,10 @@ def stand_in_python():
     if not STAND_IN:
         run = os.environ.get('PYTEST_XDIST_TESTRUNUID')  # (the same in every worker of one run)
         folder = os.path.join(tempfile.gettempdir(), f'python-{run}') if run else tempfile.mkdtemp(prefix='python-')
-        os.makedirs(os.path.join(folder, 'users'), exist_ok=True)  # (the folder holds the socket: <= 107 bytes)
+        os.makedirs(folder, exist_ok=True)  # (it holds the socket, whose path is at most 107 bytes)
         python, ready = os.path.join(folder, 'python'), os.path.join(folder, 'ready')
         with stand_in_lock(folder):
+            os.makedirs(os.path.join(folder, 'users'), exist_ok=True)  # (again: the last user may have just left)
             open(os.path.join(folder, 'users', str(os.getpid())), 'w').close()
             if not os.path.exists(ready):
                 start_server(folder, python, ready)
