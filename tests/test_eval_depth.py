@@ -95,6 +95,7 @@ def test_the_papers_evaluation_alone_has_none_of_the_decoding_studies(runs, eval
     assert written['command'].startswith('eval_depth.py ')
     beyond_keys = {'early_exit', 'exit_frontier', 'speculative', 'gates', 'stand_in_error', 'calibrated'}
     assert not beyond_keys & set(results[0]) and beyond_keys & set(decoded[0])
+    assert '\nearly exit, ' in r.stdout and '\nearly exit, ' not in paper.stdout and '| run | K | ppl |' in paper.stdout
     strip = lambda rows: [{k: v for k, v in row.items() if k not in ('tok_per_s', 'mfu')} for row in rows]  # noqa: E731
     assert strip(results[0]['per_K']) == strip(decoded[0]['per_K'])  # (the same numbers: the studies only add)
     with pytest.raises(SystemExit):
