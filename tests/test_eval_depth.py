@@ -265,6 +265,16 @@ def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
         assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
         assert c['speedup'] == pytest.approx(4 / (1 + 3 * c['threshold']))
 
+    # the limit is full depth's perplexity on the calibration half: here the held-back half is harder (CE 0.5
+    # more at every threshold), and a limit from its perplexity would admit thresholds far below 0.95
+    def harder_later(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+        ce, loops = fake_exit(ev, K, criterion, threshold, stand_in, windows, desc)
+        return (ce if windows[0][0] == 0 else ce + 0.5), loops
+    monkeypatch.setattr(eval_decode, 'causal_exit', harder_later)
+    got = eval_decode.calibrate(sc, 4, [0.1], ['copy'], 16, 'x')
+    assert [c['threshold'] for c in got] == [0.95] * n
+    assert got[0]['full_ppl_pick'] == pytest.approx(math.exp(2.0)) and got[0]['full_ppl'] == pytest.approx(math.exp(2.5))
+
     # causal exits need not improve with the threshold: here exiting everything after loop 1 is
     # as good as full depth, and middling thresholds are worse. The fewest loops win.
     def dip(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
