@@ -319,7 +319,10 @@ def test_lemma_and_curves_are_written_per_run(evaluated, runs):
 
 def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
     base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
-    configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'), dict(base, seed=3, out_dir='a-s3'),
+    # a-s3 was made after the window and positions fields (at their defaults): the older runs, which lack
+    # them, read as those defaults, so the three are one condition
+    configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'),
+               dict(base, seed=3, out_dir='a-s3', window=0, positions='learned'),
                dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1'), {}]  # {}: no config saved
     ppl = [10.0, 12.0, 17.0, 20.0, 30.0, 40.0]
     runs = [dict(name=c.get('out_dir', 'd'), path=c.get('out_dir', 'd'), seed=c.get('seed'), per_K=[dict(K=1, ppl=p)])
