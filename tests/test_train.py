@@ -381,6 +381,39 @@ def test_the_cpu_44m_overlay_keeps_the_papers_recipe():
     assert (cpu['n_embd'], cpu['n_layer'], cpu['n_head'], cpu['n_loops'], cpu['block_size']) == (512, 8, 8, 4, 256)
 
 
+ALTERED = dict(block_size=16, n_layer=2, n_head=4, n_embd=64, dropout=0.1, n_loops=3, readout='raw', loss='terminal',
+               norm_penalty=0.01, interloop_norm=True, sandwich_norm=True, inject=True, damping=True, init_std=0.05,
+               window=4, positions='none')  # a value other than TINY's for every model field but exit_train, which
+                                            # LoopedGPT refuses before any checkpoint is read (beyond/exit_train.py's)
+
+
+def test_resume_refuses_a_checkpoint_that_differs_in_any_model_field(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    tiny_checkpoint(out, tiny_data)
+    assert set(ALTERED) | {'exit_train'} == set(train_module.model_fields())  # (a new field needs its value here)
+    for field, value in ALTERED.items():
+        c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', f'--{field}={value}')))
+        with pytest.raises(UserError, match=rf"does not match this config: {field}="):
+            train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+
+
+def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
+    from data import load_splits
+    for n, refused in ((33, True), (34, False)):  # block_size 32: a window and its targets span 33, and the starts
+        # are drawn from [0, n - 33): at least one
+        folder = tmp_path / str(n) / 'd'
+        folder.mkdir(parents=True)
+        for split in ('train', 'val'):
+            np.zeros(n if split == 'val' else 1000, dtype=np.uint16).tofile(folder / f'{split}.bin')
+        (folder / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint16',
+                                                          tokens=dict(train=1000, val=n))))
+        if refused:
+            with pytest.raises(UserError, match=f'the val split of d has {n} tokens, too few for block_size 32'):
+                load_splits(str(tmp_path / str(n)), 'd', 32)
+        else:
+            assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
+
+
 def test_configurator_types():
     s = dict(lr=3e-4, n=4, flag=False, name='a')
     assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
