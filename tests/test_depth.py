@@ -191,6 +191,9 @@ def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
     assert rows['raw'].endswith('| visible |') and rows['norm'].endswith('| hidden, drifted |')
     assert rows['sandwich'].endswith('| hidden, held |')  # (no sweep: nothing says the scale stays put)
     assert rows['interloop'].endswith('| removed |')  # hidden from the loss, and the loops leave it alone
+    edge = depth_table.table({'groups': [group('above', 2 * depth_table.VISIBLE, large, growing),
+                                         group('below', depth_table.VISIBLE / 2, large, growing)]})
+    assert '| visible |' in edge.splitlines()[2] and '| hidden, drifted |' in edge.splitlines()[3]  # at the threshold
     assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
     drawn = group('raw', 2e-2, large, still)
     drawn['mean'].update(random_depth=True, depth=dict(draw=dict(n_loops=4, depth_sigma=1.5)))

@@ -300,6 +300,17 @@ def test_each_gpu_name_torch_reports_finds_its_own_peak():
     assert {name: peak_flops_of(name) for name in names} == names
 
 
+def test_the_cpu_device_flushes_denormals_to_zero():
+    from runtime import setup_device
+    tiny = torch.tensor([1e-39])  # below float32's smallest normal, 1.2e-38
+    try:
+        torch.set_flush_denormal(False)
+        assert (tiny * 2).item() != 0  # a denormal, kept without flushing
+        assert setup_device('cpu') == 'cpu' and (tiny * 2).item() == 0
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
     from runtime import setup_device
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
