@@ -1,8 +1,8 @@
 """
 Numbers written by hand, where the decoder's equivalence tests run the same code on both sides (the
 criteria, the gate, block()'s add_product): max_prob, entropy, the gate's exit probability, the
-sandwich norm's gain, the ignore index's edge (a real target 0 is scored; -1 is not), and the logged
-per-loop norm and angular change.
+sandwich norm's gain, the ignore index's edge (a real target 0 is scored; -1 is not), the logged
+per-loop norm and angular change, and perplexity at its edges.
 
     python -m pytest -q tests/test_hand_values.py
 """
@@ -112,3 +112,10 @@ def test_the_per_loop_norm_and_angular_change_by_hand():
     s = 1 / math.sqrt(2)
     assert torch.allclose(got['norm'], torch.tensor([[math.sqrt(2), 3.0], [1.0, 6.0]]))  # (K, tokens)
     assert torch.allclose(got['angular'], torch.tensor([[1 - s, 0.0], [1 + s, 0.0]]), atol=1e-7)  # 1 - cos(H_k, H_k-1)
+
+
+def test_perplexity_by_hand_with_its_overflow_and_nan():
+    from report import perplexity
+    assert perplexity(0.0) == 1.0 and perplexity(1.0) == pytest.approx(math.e) and perplexity(699.0) == math.exp(699)
+    assert perplexity(700.0) == math.inf and perplexity(1e9) == math.inf  # (exp overflows: inf, not an error)
+    assert math.isnan(perplexity(float('nan')))  # a NaN loss stays NaN, not inf

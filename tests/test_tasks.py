@@ -172,8 +172,11 @@ def test_without_positions_any_length_runs_and_learned_positions_refuse():
     cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
     nope = LoopedGPT(LoopedGPTConfig(**cfg, positions='none')).eval()
     assert nope(torch.zeros(1, 50, dtype=torch.long))[0].shape == (1, 50, 4)
-    with pytest.raises(ValueError, match='exceeds block_size 8'):
-        LoopedGPT(LoopedGPTConfig(**cfg)).eval()(torch.zeros(1, 50, dtype=torch.long))
+    learned = LoopedGPT(LoopedGPTConfig(**cfg)).eval()
+    assert learned(torch.zeros(1, 8, dtype=torch.long))[0].shape == (1, 8, 4)  # block_size itself runs
+    for n in (9, 50):  # one past it, and far past it: the clear error, not a broadcast one
+        with pytest.raises(ValueError, match=f'sequence of length {n} exceeds block_size 8'):
+            learned(torch.zeros(1, n, dtype=torch.long))
     with pytest.raises(ValueError, match="'positions' must be one of"):
         LoopedGPTConfig(**cfg, positions='rope')
     with pytest.raises(ValueError, match="'window' must be >= 0"):
