@@ -33,15 +33,17 @@ TINY = ['--device=cpu', '--compile=off', '--n_layer=1', '--n_head=2', '--n_embd=
 
 def run_script(script, *args, cwd=None, env=None, timeout=300, stand_in=None):
     """A script from the outside, as a user runs it: `python train.py ...` from the top level, or
-    `python -m beyond.bench ...` for beyond/'s (those run from the root, with it on the path). Its
-    `python` is the stand-in (below) unless env is given; stand_in=True: the stand-in with env too, for
-    variables that nothing the server imported reads."""
+    `python -m beyond.bench ...` for beyond/'s; a file in a folder (beyond/'s, tests/') runs with the
+    root on the path. Its `python` is the stand-in (below) unless env is given; stand_in=True: the
+    stand-in with env too, for variables that nothing the server imported reads or that its child
+    applies (OMP_NUM_THREADS, CXX, PYTHONPATH)."""
     # (the stand-in's child has the server's imports: a test that sets the environment gets the real one)
     python = str(stand_in_python()) if env is None or stand_in else sys.executable
-    if script.startswith('beyond/'):
-        cmd = [python, '-m', 'beyond.' + os.path.basename(script)[:-3]]
+    if '/' in script:
         env = dict(env or os.environ)
         env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH'), HERE) if p)  # (the root, after any given)
+    if script.startswith('beyond/'):
+        cmd = [python, '-m', 'beyond.' + os.path.basename(script)[:-3]]
     else:
         cmd = [python, os.path.join(HERE, script)]
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd or HERE, env=env,
@@ -137,7 +139,6 @@ sys.exit(int(code) if code else 1)  # (no code: the child died)
 def serve(path):
     """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
     returns."""
-    import signal
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.figure
@@ -168,7 +169,6 @@ def child(conn):
     """Runs the shim's `python FILE ARGS` or `python -m MODULE ARGS` with its streams, directory and
     environment, and sends back the exit code."""
     import runpy
-    import signal
     import traceback
     import torch
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -269,8 +269,8 @@ def test_every_range_rule_accepts_its_bounds_and_refuses_what_lies_past_them():
         if isinstance(rule, tuple):
             assert all(ok(key, v) for v in rule) and not ok(key, 'no-such-value'), key
             continue
-        step = 1 if type(train_module.SETTINGS[key]) is int else 1e-6
         kind = type(train_module.SETTINGS[key])
+        step = 1 if kind is int else 1e-6
         if rule.startswith('['):
             low, high = (kind(float(v)) for v in rule.strip('[)').split(','))
             assert ok(key, low) and ok(key, high - step) and not ok(key, high) and not ok(key, low - step), key
@@ -606,9 +606,8 @@ def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_pa
     if not torch.distributed.is_available():
         pytest.skip('this torch has no torch.distributed')
     # (the process: this file run as a script, by conftest's stand-in, forked from a process that imported torch)
-    r = subprocess.run([str(stand_in_python()), os.path.abspath(__file__), 'ddp_wrap_checks', str(tmp_path / 'store')],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(filter(None, (os.environ.get('PYTHONPATH'), HERE)))))
+    r = run_script('tests/test_train.py', 'ddp_wrap_checks', tmp_path / 'store', env=dict(os.environ, OMP_NUM_THREADS='1'),
+                   stand_in=True)
     assert r.returncode == 0 and r.stdout.strip() == 'checked', r.stderr[-3000:]
 
 
