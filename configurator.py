@@ -21,6 +21,7 @@ import difflib
 import inspect
 import io
 import os
+import pathlib
 import sys
 import tokenize
 import types
@@ -148,61 +149,36 @@ def configure(settings, argv, scripts=None):
 # --help: the settings block of each script's source, as written
 
 def settings_block(path):
-    """The lines between the first two `# ---` lines of a Python file, as (name or None, value
-    text, comment): a setting `name = value  # comment`, or a comment line on its own (a heading).
-    path may also be a dataclass (a model's config): its fields `name: type = value  # comment`,
-    a comment line under a field continuing its comment."""
-    if isinstance(path, type):
-        return fields_block(path)
+    """The settings of a script (the lines between the first two `# ---` lines of its file) or of a
+    dataclass (a model's config, its fields), in order, as (name or None, value text, comment): a
+    setting `name = value  # comment` or a field `name: type = value  # comment`, or a comment line of
+    its own: a heading, or, indented past the settings and under one, that setting's comment going on."""
     try:
-        with open(path) as f:
-            source = f.read()
+        source = inspect.getsource(path) if isinstance(path, type) else pathlib.Path(path).read_text()
     except OSError:
         return []
     lines = source.splitlines()
     marks = [i for i, line in enumerate(lines) if line.startswith('# ---')][:2]
-    if len(marks) < 2:
-        return []
-    first, last = marks[0] + 1, marks[1]  # 0-based line indices of the block
-    comments = {}  # line number (1-based) -> the comment on it; tokenize knows a '#' inside a string
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip('#').strip()
+    first, last = (1, len(lines)) if isinstance(path, type) else (marks[0] + 1, marks[1]) if len(marks) == 2 else (0, 0)
+    indent = 4 if isinstance(path, type) else 0  # where a setting's line starts
+    comments = {tok.start[0]: (tok.start[1], tok.string.lstrip('#').strip())  # (tokenize knows a '#' in a string)
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
     rows = []
     for i in range(first, last):
-        line = lines[i]
-        if line.startswith('#'):
-            rows.append((None, '', comments.get(i + 1, '')))
-            continue
-        try:
-            node = ast.parse(line).body[0] if line.strip() else None
-        except SyntaxError:
-            node = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = ast.get_source_segment(line, node.value)
-            rows.append((node.targets[0].id, value, comments.get(i + 1, '')))
-    return rows
-
-
-def fields_block(cls):
-    """settings_block's rows of a dataclass's fields, in its source's order, with their comments."""
-    source = inspect.getsource(cls)
-    comments = {tok.start[0]: (tok.start[1], tok.string.lstrip('#').strip())
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    rows, lines = [], source.splitlines()
-    for i, line in enumerate(lines, 1):
-        try:  # (a field is one line of the class's body)
-            node = ast.parse(line.strip()).body[0] if line.startswith('    ') and line[4:5].isalpha() else None
-        except SyntaxError:
-            node = None
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            rows.append((node.target.id, ast.get_source_segment(line.strip(), node.value), comments.get(i, (0, ''))[1]))
-        elif line.strip().startswith('#') and i in comments:
-            column, text = comments[i]
-            if rows and rows[-1][0] and column > 4 and lines[i - 2].strip():  # (indented under a field: its comment goes on)
-                rows[-1] = (*rows[-1][:2], f"{rows[-1][2]} {text}")
+        line, (column, comment) = lines[i], comments.get(i + 1, (0, ''))
+        if line.strip().startswith('#'):
+            if rows and rows[-1][0] and column > indent and lines[i - 1].strip():
+                rows[-1] = (*rows[-1][:2], f"{rows[-1][2]} {comment}")
             else:
-                rows.append((None, '', text))
+                rows.append((None, '', comment))
+            continue
+        try:  # (a setting is one line, at the settings' indent)
+            node = ast.parse(line.strip()).body[0] if line[:indent + 1].strip().isalpha() else None
+        except SyntaxError:
+            node = None
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, 'target', None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and node.value is not None:
+            rows.append((target.id, ast.get_source_segment(line.strip(), node.value), comment))
     return rows
 
 

@@ -149,20 +149,6 @@ def load_rows(data_dir, split):
                   for part, dt in (('', meta['dtype']), ('.targets', meta['targets_dtype']))))
 
 
-def gather_chunks(data, starts, length):
-    """data[s:s+length+1] for every s in starts (any shape), in one vectorised read from a
-    memmap: one contiguous int64 tensor (*starts.shape, length + 1), to move to a device
-    whole (pinned) and split there into inputs [..., :-1] and targets [..., 1:]."""
-    return torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
-
-
-def gather_windows(data, starts, length):
-    """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
-    data[s+1:s+1+length] for every s in starts (any shape), as int64 tensors (*starts.shape, length)."""
-    chunk = gather_chunks(data, starts, length)
-    return chunk[..., :-1], chunk[..., 1:]
-
-
 # -----------------------------------------------------------------------------
 # train.py's batches: random windows a step (a function of the seed, rank and iteration), fixed ones to validate
 
@@ -175,7 +161,7 @@ def train_batches(data, it, rank, *, seed, n_micro, batch_size, block_size, devi
     if isinstance(data, Rows):
         return rows(data, rng.integers(0, len(data.x), size=(n_micro, batch_size)), device)
     starts = rng.integers(0, len(data) - block_size - 1, size=(n_micro, batch_size))
-    return windows(data, starts, block_size, device)
+    return token_windows(data, starts, block_size, device)
 
 
 def eval_batches(data, *, eval_iters, batch_size, block_size, device):
@@ -187,7 +173,7 @@ def eval_batches(data, *, eval_iters, batch_size, block_size, device):
         return rows(data, np.arange(n_batches * batch_size).reshape(n_batches, -1) % len(data.x), device)
     n_batches = max(1, min(eval_iters, (len(data) - 1) // block_size // batch_size))
     starts = np.linspace(0, len(data) - block_size - 1, n_batches * batch_size).astype(np.int64)
-    return windows(data, starts.reshape(n_batches, batch_size), block_size, device)
+    return token_windows(data, starts.reshape(n_batches, batch_size), block_size, device)
 
 
 def rows(data, index, device):
@@ -195,8 +181,10 @@ def rows(data, index, device):
     return tuple(torch.from_numpy(part[np.asarray(index)].astype(np.int64)).to(device) for part in data)
 
 
-def windows(data, starts, block_size, device):
-    chunk = gather_chunks(data, starts, block_size)  # (..., T+1), contiguous
+def token_windows(data, starts, length, device):
+    """Token windows from a memmap in one vectorised read: inputs data[s:s+length] and targets
+    data[s+1:s+1+length] for every s in starts (any shape), int64 (*starts.shape, length) on device."""
+    chunk = torch.from_numpy(data[np.asarray(starts)[..., None] + np.arange(length + 1)].astype(np.int64))
     if device.startswith('cuda'):  # pinned, so the copy is asynchronous (a view would be copied pageable)
         chunk = chunk.pin_memory().to(device, non_blocking=True)
     else:
@@ -250,8 +238,7 @@ def batches(data, windows, batch_size, device):
         groups.setdefault(n, []).append(s)
     for n, starts in sorted(groups.items(), reverse=True):
         for i in range(0, len(starts), batch_size):
-            x, y = gather_windows(data, starts[i:i + batch_size], n)
-            yield x.to(device), y.to(device)
+            yield token_windows(data, starts[i:i + batch_size], n, device)
 
 
 def progress(windows, batch_size, desc):

@@ -103,12 +103,9 @@ def attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     as fast in a training step: assets/speed/roofline.md)."""
     if torch.is_autocast_enabled('cpu') and q.device.type == 'cpu':
         q, k, v = q.float(), k.float(), v.float()
+        mask = mask.float() if mask is not None and mask.is_floating_point() else mask  # (an additive mask, too)
         with torch.autocast('cpu', enabled=False):
             return attention(q, k, v, mask, is_causal, dropout_p)
-    if k.dtype != q.dtype:  # (a cache kept in another dtype; no call at all where they agree: decoding speed)
-        k, v = k.to(q.dtype), v.to(q.dtype)
-    if mask is not None and mask.dtype != q.dtype and mask.is_floating_point():  # (an additive mask: q's dtype)
-        mask = mask.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
 
 
@@ -127,14 +124,11 @@ def causal_attention(dropout_p, window=0):
     return attend
 
 
-def add_product(x, a, w, fused=False, dropout=0.0, post=None, eps=None):
+def add_product(x, a, w, dropout=0.0, post=None, eps=None):
     """x + dropout(a @ w.T), a residual update. The product runs in autocast's dtype where it is on and
-    is added to the stream in the stream's dtype (float32). fused (no autocast, no dropout: one
-    dtype): the add inside the matmul, one addmm (under autocast that would make the stream bf16).
-    post: the sandwich norm's gain, x + RMSNorm(a @ w.T): every update has a bounded size (RMS the
-    gain), however large the state (Huginn, Geiping et al. 2025; Ouro)."""
-    if fused and post is None:
-        return torch.addmm(x, a, w.t())
+    is added to the stream in the stream's dtype (float32). post: the sandwich norm's gain,
+    x + RMSNorm(a @ w.T): every update has a bounded size (RMS the gain), however large the state
+    (Huginn, Geiping et al. 2025; Ouro)."""
     y = F.linear(a, w)
     if post is not None:
         y = F.rms_norm(y, (y.size(-1),), post, eps)
@@ -143,14 +137,11 @@ def add_product(x, a, w, fused=False, dropout=0.0, post=None, eps=None):
 
 def swiglu(h, gate_up):
     """SwiGLU's hidden activation silu(h W_gate) * (h W_up), (N, C) -> (N, 4C)."""
-    if isinstance(gate_up, tuple):
-        gate, up = (F.linear(h, w) for w in gate_up)
-    else:
-        gate, up = F.linear(h, gate_up).chunk(2, dim=-1)
+    gate, up = (F.linear(h, w) for w in gate_up) if isinstance(gate_up, tuple) else F.linear(h, gate_up).chunk(2, -1)
     return F.silu(gate) * up
 
 
-def block(x, w, n_head, attend, dropout=0.0, fused=False):
+def block(x, w, n_head, attend, dropout=0.0):
     """One pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)). x (B, T, C), the residual
     stream, is never normalized itself, so whatever scale it has is carried from loop to loop
     (the paper's activity lemma). w: the layer's BlockWeights. attend(qkv), qkv (3, B, nh, T, hs)
@@ -161,8 +152,8 @@ def block(x, w, n_head, attend, dropout=0.0, fused=False):
     x = x.reshape(B * T, C)  # (B*T, C) rows
     qkv = F.linear(F.rms_norm(x, (C,), w.ln_1, w.eps), w.qkv)  # (B*T, 3C)
     y = attend(qkv.view(B, T, 3, n_head, C // n_head).permute(2, 0, 3, 1, 4))  # (B, nh, T, hs)
-    x = add_product(x, y.transpose(1, 2).reshape(B * T, C), w.proj, fused, post=w.post_attn, eps=w.eps)
-    x = add_product(x, swiglu(F.rms_norm(x, (C,), w.ln_2, w.eps), w.gate_up), w.down, fused, dropout, w.post_mlp, w.eps)
+    x = add_product(x, y.transpose(1, 2).reshape(B * T, C), w.proj, post=w.post_attn, eps=w.eps)
+    x = add_product(x, swiglu(F.rms_norm(x, (C,), w.ln_2, w.eps), w.gate_up), w.down, dropout, w.post_mlp, w.eps)
     return x.view(B, T, C)
 
 

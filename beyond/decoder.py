@@ -136,28 +136,28 @@ def run_loop(w, n_head, x, attend):
     """One loop, every layer of the shared stack, for the new tokens x (B, T, C) entering it.
     w: the Stepper's Weights; attend: this loop's CachedAttention (or its static twin)."""
     for layer in w.layers:
-        x = block(x, layer, n_head, attend, fused=w.fused)
+        x = block(x, layer, n_head, attend)
     return x
 
 
-def static_loop(layers, n_head, x, pos, kv, fused):
+def static_loop(layers, n_head, x, pos, kv):
     """One loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,)
     and kv the loop's cache (a view of the same shape at every loop, K and batch aside), so one
     graph serves every position, every loop and every K: fixed K, exits, drafts."""
     attend = StaticCachedAttention(kv, pos)
     for layer in layers:
-        x = block(x, layer, n_head, attend, fused=fused)
+        x = block(x, layer, n_head, attend)
     return x
 
 
-def static_token(model, layers, n_head, x, pos, kv, fused, K):
+def static_token(model, layers, n_head, x, pos, kv, K):
     """A whole fixed-K token for torch.compile: the model's loop input and static_loop K times, one
     graph for this K where static_loop takes K calls of its one graph. Faster where each compiled call
     costs: on the CPU inductor, 1.51x a token at the demo shape and 1.07x at 44M (assets/speed/
     roofline.md); on a GPU one CUDA graph a token instead of K, with the launches between them."""
     e = x
     for k in range(K):
-        x = static_loop(layers, n_head, model.loop_input(x, k + 1, e), pos, kv[k], fused)
+        x = static_loop(layers, n_head, model.loop_input(x, k + 1, e), pos, kv[k])
     return x
 
 
@@ -167,9 +167,9 @@ class Weights:
     large part of a step, and no casts: autocast re-casts a weight it is handed at every call
     unless it is a leaf parameter), with SwiGLU's gate and up side by side, one matmul instead of
     two; the LM head; the 'project' matrix. The norms' gains stay in the stream's dtype, as their
-    input (a bf16 gain on a float32 input runs RMSNorm unfused). fused: no autocast (model.add_product)."""
+    input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
 
-    def __init__(self, model, dtype, autocast, static):
+    def __init__(self, model, dtype, static):
         def cast(w):
             return w.detach().to(dtype)
         self.layers = [w._replace(qkv=cast(w.qkv), proj=cast(w.proj), gate_up=cast(torch.cat(w.gate_up)), down=cast(w.down))
@@ -181,7 +181,6 @@ class Weights:
         C = model.config.n_embd
         self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
                                   for b in model.transformer.h], dim=1).detach().to(dtype)
-        self.fused = not autocast
         if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
             for w in [self.head, self.kv_proj] + [t for layer in self.layers for t in layer if torch.is_tensor(t)]:
                 torch._dynamo.mark_static_address(w, guard=False)
@@ -236,7 +235,7 @@ class Stepper:
         w = self.cast.get(key)
         if w is None:
             dtype = compute_dtype(self.model, self.device_type)
-            w = self.cast[key] = Weights(self.model, dtype, key is not None, self.graphs)
+            w = self.cast[key] = Weights(self.model, dtype, self.graphs)
         return w
 
     def loops(self, x, t0, cache, first, last, running=None, e=None):
@@ -250,12 +249,12 @@ class Stepper:
         if static:
             self.pos.fill_(t0)
         if static and first == 0 and last > 1:  # a whole token of `last` loops: one graph (static_token)
-            x = self.token(self.model, w.layers, self.nh, x, self.pos, cache.kv, w.fused, last)
+            x = self.token(self.model, w.layers, self.nh, x, self.pos, cache.kv, last)
             return x.clone() if self.graphs else x
         for k in range(first, last):
             x = self.model.loop_input(x, k + 1, e)  # (the inter-loop norm, damping, injection, where the model has them)
             if static:
-                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k], w.fused)
+                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k])
                 if self.graphs:  # a CUDA graph's output is overwritten at its next replay (gpt-fast clones too)
                     x = x.clone()
             else:
