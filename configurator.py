@@ -130,8 +130,7 @@ def configure(settings, argv, scripts=None):
             raise UserError(f"unknown option '{arg}': settings are --key=value (`{script} --help`)")
         else:
             try:
-                with open(arg) as f:
-                    source = f.read()
+                source = pathlib.Path(arg).read_text()
             except OSError as e:
                 raise UserError(f"cannot read config file {arg}: {e.strerror}")
             assigned = {}
@@ -193,8 +192,7 @@ def help_text(settings, scripts):
     """usage, the script's one-line summary, and every setting with its default and comment."""
     out = [f"usage: {command(scripts[0])} [config.py ...] [--key=value ...]"]
     try:
-        with open(scripts[0]) as f:
-            summary = ast.get_docstring(ast.parse(f.read())) or ''
+        summary = ast.get_docstring(ast.parse(pathlib.Path(scripts[0]).read_text())) or ''
         out += ['', summary.strip().split('\n\n')[0]]
     except (OSError, SyntaxError):
         pass

@@ -195,8 +195,6 @@ def token_windows(data, starts, length, device):
 # -----------------------------------------------------------------------------
 # a trained run and the tokens it is scored on
 
-
-
 def run_folder(path):
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
@@ -217,6 +215,8 @@ def load_run(path, device, split, data_dir=None, model_class=LoopedGPT):
     if meta['vocab_size'] != model.config.vocab_size:
         raise UserError(f"{path} was trained with vocab {model.config.vocab_size}, but {folder} has vocab "
                         f"{meta['vocab_size']} ({meta['tokenizer']}): evaluate on the data it was trained on")
+    if len(data) < 2:
+        raise UserError(f"the {split} split of {folder} has {len(data)} token(s): scoring needs a token and its next")
     return model.eval(), config, data
 
 
@@ -241,13 +241,6 @@ def batches(data, windows, batch_size, device):
             yield token_windows(data, starts[i:i + batch_size], n, device)
 
 
-def progress(windows, batch_size, desc):
-    from tqdm import tqdm
-    total = sum(math.ceil(count / batch_size) for count in Counter(n for _, n in windows).values())
-    return tqdm(total=total, desc=desc, unit='batch', leave=False, file=sys.stderr,
-                disable=None)  # (None: only on a terminal)
-
-
 @dataclass
 class Scoring:
     """A model and the windows of a split it is scored on: what every study of a run needs."""
@@ -263,7 +256,10 @@ class Scoring:
                        self.device)
 
     def progress(self, windows, desc):
-        return progress(windows, self.batch_size, desc)
+        from tqdm import tqdm
+        total = sum(math.ceil(count / self.batch_size) for count in Counter(n for _, n in windows).values())
+        return tqdm(total=total, desc=desc, unit='batch', leave=False, file=sys.stderr,
+                    disable=None)  # (None: only on a terminal)
 
     def first_batch(self, windows=None, batch_size=None):
         """The first (x, y) batch of windows (default: the first batch_size windows)."""

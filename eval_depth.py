@@ -27,9 +27,9 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from configurator import UserError, error_line
+from configurator import UserError, one_line_errors
 from model import LoopedGPT, LoopedGPTConfig, lemma_sums, summarize, token_diagnostics
-from report import FIGURES, all_plots, label, mean_std, perplexity, pm, settings_of, write_json
+from report import FIGURES, all_plots, label, mean_std, num, perplexity, pm, settings_of, write_json
 from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, sync, use_compile
 from data import Scoring, load_run, run_folder, score_windows
 
@@ -133,8 +133,8 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
     windows = score_windows(len(data), cfg.block_size, args.max_tokens)
     last = min(cfg.n_loops, max_loops)  # the trained K, or the deepest loop evaluated if fewer
     name = os.path.basename(os.path.normpath(run_folder(path)))
-    run = dict(name=name, path=path, model=asdict(cfg), trained_K=cfg.n_loops, random_depth=bool(config.get('random_depth')), depth=learned_depth_settings(model, config),
-               seed=config.get('seed'), config=config, split=args.split,
+    run = dict(name=name, path=path, model=asdict(cfg), trained_K=cfg.n_loops, random_depth=bool(config.get('random_depth')),
+               depth=learned_depth_settings(model, config), seed=config.get('seed'), config=config, split=args.split,
                tokens_scored=int(sum(n for _, n in windows)), batch_size=batch_size, device=device, dtype=dtype)
 
     sc = Scoring(model, data, windows, batch_size, device, ctx)  # what each study of this run needs
@@ -249,10 +249,9 @@ def read_curve(folder):
     trains = [r for r in records if r.get('kind') == 'train']
     if not evals:
         raise UserError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
-    nan = float('nan')  # (a diverged run logs null losses)
     return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][-1] for r in evals],
-                val_loss_1=[nan if r['val_loss'][0] is None else r['val_loss'][0] for r in evals],
-                val_loss_K=[nan if r['val_loss'][-1] is None else r['val_loss'][-1] for r in evals],
+                val_loss_1=num([r['val_loss'][0] for r in evals]),  # (NaN: a diverged run logs null losses)
+                val_loss_K=num([r['val_loss'][-1] for r in evals]),
                 train_iter=[evals[0]['iter']] + [r['iter'] for r in trains],
                 norm_mean=[evals[0]['norm_mean'][-1]] + [r['h_norm'][-1] for r in trains])
 
@@ -329,10 +328,7 @@ def evaluate_runs(args, studies=(), model_class=LoopedGPT):
     check_settings(args, studies)
     if not args.runs:
         raise UserError("no runs given: name run folders (or checkpoint files), or --from_results")
-    try:
-        device = setup_device(args.device)
-    except ValueError as e:
-        raise UserError(str(e))
+    device = setup_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     loaded = [(path, *load_run(path, device, args.split, args.data_dir, model_class)) for path in args.runs]  # fail early
     if args.curves:
@@ -411,7 +407,7 @@ def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = p.parse_args(argv)
     changed = not args.from_results or ',' in args.from_results  # (several: merged, grouped anew)
-    try:
+    with one_line_errors(script):
         if args.from_results:
             runs, groups, notes = from_results(args.from_results, args.runs)
             make_out(args.out)
@@ -420,8 +416,6 @@ def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
                 groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
             runs, groups, notes = evaluate_runs(args, studies, model_class)
-    except UserError as e:
-        sys.exit(error_line(script, e))
     for note in notes:
         print(f"{script}: note: {note}", file=sys.stderr)
     print(render(groups, runs, studies), end='')

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from configurator import UserError, error_line
-from data import bin_dtype, get_tokenizer
+from data import bin_dtype, get_tokenizer, load_meta
 
 DATASETS = {  # --dataset name -> (hub dataset, config)
     'wikitext-103': ('Salesforce/wikitext', 'wikitext-103-raw-v1'),
@@ -127,8 +127,7 @@ def hf_sources(dataset):
 def is_complete(out_dir):
     """meta.json present, and every bin it lists has exactly the size it records."""
     try:
-        with open(os.path.join(out_dir, 'meta.json')) as f:
-            meta = json.load(f)
+        meta = load_meta(out_dir)
         itemsize = np.dtype(meta['dtype']).itemsize
         return all(os.path.getsize(os.path.join(out_dir, f'{s}.bin')) == n * itemsize
                    for s, n in meta['tokens'].items())
@@ -143,41 +142,37 @@ def write_bin(path, tokenizer, dtype, source, desc, num_threads):
     from tqdm import tqdm
     label, total_rows, chunks = source
     size = os.path.getsize(label) if total_rows is None else None
-    bar = tqdm(total=total_rows or size, unit='row' if total_rows else 'B', unit_scale=True, desc=desc)
-    n, sha = 0, hashlib.sha256()
-    tmp = path + '.tmp'
-    try:
-        with open(tmp, 'wb') as f, ThreadPoolExecutor(num_threads) as pool:
-            pending = []
-            for chunk in itertools.chain(chunks(), [None]):
-                if chunk is not None:
-                    lines, done = chunk
-                    pending.append((pool.submit(tokenizer.encode_lines, lines), done))
-                while pending and (chunk is None or len(pending) > 2 * num_threads):
-                    future, done = pending.pop(0)
-                    ids = future.result().astype(dtype)
-                    f.write(ids.tobytes())
-                    sha.update(ids.tobytes())
-                    n += len(ids)
-                    bar.update(done)
-            f.flush()
-            os.fsync(f.fileno())
-        if n == 0:
-            raise UserError(f"{label} holds no text")
-    except BaseException:
-        bar.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    bar.close()
+    n, sha, tmp = 0, hashlib.sha256(), path + '.tmp'
+    with tqdm(total=total_rows or size, unit='row' if total_rows else 'B', unit_scale=True, desc=desc) as bar:
+        try:
+            with open(tmp, 'wb') as f, ThreadPoolExecutor(num_threads) as pool:
+                pending = []
+                for chunk in itertools.chain(chunks(), [None]):
+                    if chunk is not None:
+                        lines, done = chunk
+                        pending.append((pool.submit(tokenizer.encode_lines, lines), done))
+                    while pending and (chunk is None or len(pending) > 2 * num_threads):
+                        future, done = pending.pop(0)
+                        ids = future.result().astype(dtype)
+                        f.write(ids)
+                        sha.update(ids)
+                        n += len(ids)
+                        bar.update(done)
+                f.flush()
+                os.fsync(f.fileno())
+            if n == 0:
+                raise UserError(f"{label} holds no text")
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
     return n, sha.hexdigest()
 
 
 def prepare(sources, tokenizer, out_dir, meta_base, force, num_threads):
     meta_path = os.path.join(out_dir, 'meta.json')
     if is_complete(out_dir) and not force:
-        with open(meta_path) as f:
-            old = json.load(f)
+        old = load_meta(out_dir)
         if (old['tokenizer'], old['source']) != (tokenizer.name, meta_base['source']):
             raise UserError(f"{out_dir} already holds {old['tokenizer']} tokens of {old['source']}: "
                                "use --force to replace them, or another --out_dir")
@@ -228,7 +223,7 @@ def main(argv=None):
     p.add_argument('--tokenizer', default='gpt2', help="a tiktoken encoding name, or 'bytes' (256 symbols)")
     p.add_argument('--out_dir', help='default: data/<name>, with -<tokenizer> appended unless gpt2')
     p.add_argument('--force', action='store_true', help='rewrite complete output')
-    p.add_argument('--num_threads', type=int, default=os.cpu_count(), help='tokenizer threads')
+    p.add_argument('--num_threads', type=int, default=os.cpu_count() or 1, help='tokenizer threads')
     args = p.parse_args(argv)
 
     try:

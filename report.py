@@ -107,13 +107,17 @@ def log(out_dir, record, line):
 
 def trim_log(out_dir, iter_num):
     """On resume: keep the log up to the checkpoint (train lines through iter_num, evals before
-    it), so that no iteration appears twice once the run continues."""
+    it), so that no iteration appears twice once the run continues; a last line cut short (the run
+    killed as it wrote) is dropped."""
     path = os.path.join(out_dir, 'log.jsonl')
     if not os.path.exists(path):
         return
     with open(path) as f:
-        keep = [line for line in f if (r := json.loads(line))['iter'] < iter_num
-                or (r['iter'] == iter_num and r['kind'] == 'train')]
+        lines = f.readlines()
+    if lines and not lines[-1].endswith('\n'):
+        lines.pop()
+    keep = [line for line in lines if (r := json.loads(line))['iter'] < iter_num
+            or (r['iter'] == iter_num and r['kind'] == 'train')]
     with open(path + '.tmp', 'w') as f:
         f.writelines(keep)
     os.replace(path + '.tmp', path)

@@ -14,7 +14,7 @@ from configurator import UserError
 
 
 def setup_device(name='auto'):
-    """'auto' -> 'cuda', then 'mps', then 'cpu'; raises ValueError for a device that is not there.
+    """'auto' -> 'cuda', then 'mps', then 'cpu'; a UserError for a device that is not there.
     Also sets the process-wide math modes: TF32 matmuls on CUDA; on the CPU, denormal floats
     flushed to zero (the default init's saturated softmax is full of them, and arithmetic on them
     made the 44M step several times slower, with the same losses: assets/speed/denormals.md)."""
@@ -26,12 +26,11 @@ def setup_device(name='auto'):
     try:
         kind = torch.device(name).type
     except RuntimeError:
-        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps")
+        raise UserError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps")
     if (kind == 'cuda' and not torch.cuda.is_available()) or (kind == 'mps' and not torch.backends.mps.is_available()):
-        raise ValueError(f"device {name!r} is not available on this machine: use device='auto' or 'cpu'")
+        raise UserError(f"device {name!r} is not available on this machine: use device='auto' or 'cpu'")
     if kind == 'cuda':
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if kind == 'cpu':
         torch.set_flush_denormal(True)
     return name
@@ -120,10 +119,7 @@ GPU_PEAKS = (  # (substring of the device name, dense bf16/fp16 FLOP/s); the fir
 
 def peak_flops_of(name):
     """The dense 16-bit peak for a CUDA device name, or None where unknown."""
-    for key, flops in GPU_PEAKS:
-        if key.lower() in name.lower():
-            return flops
-    return None
+    return next((flops for key, flops in GPU_PEAKS if key.lower() in name.lower()), None)
 
 
 # -----------------------------------------------------------------------------
@@ -137,10 +133,7 @@ def start_process(device, gradient_accumulation_steps):
     """This process's part in a training run: (ddp, rank, world_size, device, n_micro), n_micro its
     micro-steps per optimizer step. Under torchrun one process per GPU (NCCL), or per CPU
     process (gloo: how the tests run two ranks); on one device none of the DDP part runs."""
-    try:
-        device = setup_device(device)
-    except ValueError as e:
-        raise UserError(str(e))
+    device = setup_device(device)
     if not under_torchrun():
         return False, 0, 1, device, gradient_accumulation_steps
     rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])

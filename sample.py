@@ -119,10 +119,7 @@ def generate(model, idx, max_new_tokens, n_loops=None, temperature=1.0, top_k=No
 def main(argv):
     config = configure(SETTINGS, argv)
     check_settings(config)
-    try:
-        dev = setup_device(config['device'])
-    except ValueError as e:
-        raise UserError(str(e))
+    dev = setup_device(config['device'])
     model, tokenizer = load(config, dev)
     x = torch.tensor([prompt_ids(config['start'], tokenizer)], dtype=torch.long, device=dev)
     K = config['n_loops'] or model.config.n_loops

@@ -75,10 +75,7 @@ def setup_bench(argv):
         if config[key] < lowest:
             raise UserError(f"setting '{key}' must be at least {lowest}; got {config[key]!r}")
     c = SimpleNamespace(**config)
-    try:
-        device = setup_device(c.device)
-    except ValueError as e:
-        raise UserError(str(e))
+    device = setup_device(c.device)
     if not c.vocab_size:
         try:
             c.vocab_size = load_meta(os.path.join(c.data_dir, c.dataset))['vocab_size']

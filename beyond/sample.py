@@ -91,10 +91,7 @@ def warm_up(model, x, kw, ctx, dev):
 def main(argv):
     config = configure(SETTINGS, argv, [__file__, sample.__file__])
     check_settings(config)
-    try:
-        dev = setup_device(config['device'])
-    except ValueError as e:
-        raise UserError(str(e))
+    dev = setup_device(config['device'])
     model, tokenizer = sample.load(config, dev)
     if model.config.window:
         raise UserError(WINDOWED)

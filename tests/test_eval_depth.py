@@ -388,6 +388,18 @@ def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
                                                          dtype='uint16', tokens=dict(val=5000))))
         message = fails(runs[0], f'--data_dir={other.parent}', *out)
         assert 'vocab 256' in message and f'vocab {vocab} ' in message, vocab
+    # a split with one token has no token to score (a window needs its next): one line, for one token
+    # and not for two
+    for n in (1, 2):
+        short = tmp_path / f'data-short-{n}' / 'tiny-bytes'
+        short.mkdir(parents=True)
+        np.zeros(n, dtype=np.uint8).tofile(short / 'val.bin')
+        (short / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint8', tokens=dict(val=n))))
+        if n == 1:
+            assert 'the val split' in fails(runs[0], f'--data_dir={short.parent}', *out)
+        else:
+            evaluate(runs[0], f'--data_dir={short.parent}', '--max_loops=1', '--bench_iters=1', '--out', tmp_path / 'two')
+            assert json.loads((tmp_path / 'two' / 'results.json').read_text())['runs'][0]['tokens_scored'] == 1
     assert not (tmp_path / 'eval-out').exists()  # nothing written by any of them
 
 

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from beyond.exit_train import ExitTrainedGPT
 from configurator import UserError
 from conftest import assert_one_line_error, run_script, train_args
-from model import LoopedGPT, LoopedGPTConfig
+from model import LoopedGPT
 from test_model import batch, manual_logits, tiny  # (the mechanism's tiny model and batch, with this file's class)
 
 def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_there():

@@ -115,6 +115,8 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     common = ('--eval_interval=6', '--dropout=0.1', '--max_iters=12')  # dropout: the torch RNG must resume too
     train_in_process(tiny_data, tmp_path / 'full', *common)
     train_in_process(tiny_data, tmp_path / 'split', *common[:2], '--max_iters=6')
+    with open(tmp_path / 'split' / 'log.jsonl', 'a') as f:
+        f.write('{"kind": "train", "it')  # a line cut short: the run killed as it wrote (resume drops it)
     torch.manual_seed(123)  # whatever the RNG holds before a resume, the run reseeds it
     train_in_process(tiny_data, tmp_path / 'split', *common, '--init_from=resume')
     full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
