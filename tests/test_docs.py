@@ -371,6 +371,18 @@ def demo_depth():
     return rows
 
 
+@check('docs/cpu-demo.md', 'condition', 'ppl K=1', 'ppl K=2', 'ppl K=4 (trained)', 'ppl K=8', 'best K', 'mean ‖H_4‖',
+       'radial frac', 'Δ loss, clamp at K=4')
+def heldout_depth():
+    rel = 'heldout/tables.md'
+    rows = {}
+    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'interloop_perloop'):
+        r = demo_run(c)
+        rows[c] = [Copied(depth(rel, r, K, 'ppl')) for K in (1, 2, 4, 8)] + [best_k(rel, r)] + [
+            Copied(depth(rel, r, 4, col)) for col in ('mean ‖H_K‖', 'radial frac', 'Δ loss clamp')]
+    return rows
+
+
 @check('docs/cpu-demo.md', 'condition (3 seeds)', 's_4', 's_29', 'a_4', 'a_29', 'step, loop 4', 'step, loop 29',
        's × step, loop 4', 'loop 29')
 def demo_lemma():

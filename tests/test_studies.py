@@ -76,6 +76,9 @@ STUDIES = {
     'cpu-demo': (dict(CONDITIONS='norm_perloop'), False,
                  ['results.json', 'tables.md', 'ppl_vs_k.png', 'lemma.png', 'drift.png', 'early_exit.png',
                   'logs/norm_perloop-cpu-s1.jsonl', 'logs/norm_perloop-cpu-s1.log']),
+    'heldout': (dict(CONDITIONS='norm_perloop raw_perloop', DATASET='pydoc-bytes'), False,  # (its own text: prepared here)
+                ['results.json', 'tables.md', 'ppl_vs_k.png', 'drift.png', 'logs/prepare.log',
+                 'logs/norm_perloop-cpu-s1.log', 'logs/raw_perloop-cpu-s1.jsonl']),
     'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
