@@ -157,9 +157,13 @@ def settings_block(path):
     except OSError:
         return []
     lines = source.splitlines()
-    marks = [i for i, line in enumerate(lines) if line.startswith('# ---')][:2]
-    first, last = (1, len(lines)) if isinstance(path, type) else (marks[0] + 1, marks[1]) if len(marks) == 2 else (0, 0)
-    indent = 4 if isinstance(path, type) else 0  # where a setting's line starts
+    if isinstance(path, type):  # the class's body, a field at indent 4
+        first, last, indent = 1, len(lines), 4
+    else:  # the block between the marks, a setting at indent 0
+        marks = [i for i, line in enumerate(lines) if line.startswith('# ---')][:2]
+        if len(marks) < 2:
+            return []
+        first, last, indent = marks[0] + 1, marks[1], 0
     comments = {tok.start[0]: (tok.start[1], tok.string.lstrip('#').strip())  # (tokenize knows a '#' in a string)
                 for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
     rows = []

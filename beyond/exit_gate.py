@@ -163,11 +163,8 @@ def check_settings(config):
 def main(argv):
     config = configure(SETTINGS, argv)
     check_settings(config)
-    try:
-        dev = setup_device(config['device'])
-        model, _, data = load_run(config['out_dir'], dev, 'train', config['data_dir'] or None)
-    except ValueError as e:
-        raise UserError(str(e))
+    dev = setup_device(config['device'])
+    model, _, data = load_run(config['out_dir'], dev, 'train', config['data_dir'] or None)
     if model.config.n_loops < 2:
         raise UserError(f"{config['out_dir']} was trained with one loop: there is no earlier loop to exit at")
     torch.manual_seed(config['seed'])
