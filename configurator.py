@@ -6,7 +6,10 @@ overrides, as in nanoGPT, plus --help, which lists the script's settings with th
     python train.py --help
 
 A config file is plain Python assignments, applied in order; it can read the settings
-before it (out_dir = out_dir + '-129m'). A value on the command line is a Python literal,
+before it (out_dir = out_dir + '-129m'). What it binds for its own use is not a setting: a
+name that starts with an underscore (_width = 512), a function it defines (def _f or def f)
+and a module it imports are its own, seen by the rest of the file and dropped after it; every
+other name it binds must be a setting. A value on the command line is a Python literal,
 or else taken as a string (--dataset=wikitext-2); `--key value` (with a space) works too.
 Unlike nanoGPT's, an unknown key or a value of the wrong type is one clear error that
 names the key and the script, and an int is accepted where a float is expected
@@ -133,12 +136,12 @@ def configure(settings, argv, scripts=None):
                 source = pathlib.Path(arg).read_text()
             except OSError as e:
                 raise UserError(f"cannot read config file {arg}: {e.strerror}")
-            assigned = {}
+            namespace = dict(settings)  # one namespace, as a module has: its functions see its own names
             try:
-                exec(compile(source, arg, 'exec'), dict(settings), assigned)
+                exec(compile(source, arg, 'exec'), namespace)
             except Exception as e:
                 raise UserError(f"config file {arg} failed: {type(e).__name__}: {e}")
-            for key, value in assigned.items():
+            for key, value in namespace.items():  # (the settings it left as they were, too: checked again)
                 if not key.startswith('_') and not isinstance(value, (types.ModuleType, types.FunctionType)):
                     settings[key] = check(settings, key, value, f"in {arg}", script)
     return settings

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from configurator import UserError
+from configurator import ROOT, UserError
 from model import LoopedGPT
 
 
@@ -83,8 +83,11 @@ def bin_dtype(vocab_size):
 # reading the bins
 
 def prepare_command(dataset):
-    """The prepare.py command that makes data/<dataset> (prepare.py names its output
+    """The command that makes data/<dataset>: a task beyond the paper is written by the module of beyond/
+    named for it (python -m beyond.parity writes data/parity), text by prepare.py (which names its output
     <dataset> for GPT-2 tokens and <dataset>-<tokenizer> otherwise)."""
+    if os.path.isfile(os.path.join(ROOT, 'beyond', f'{dataset}.py')):
+        return f"python -m beyond.{dataset}"
     for base, flag in (('wikitext-103', ''), ('wikitext-2', ' --dataset wikitext-2')):
         if dataset == base:
             return f"python prepare.py{flag}"

@@ -36,9 +36,11 @@ def json_safe(v):
 
 
 def write_json(path, obj):
-    """Writes obj (NaN and inf as null) to a temporary file and renames it: never a half-written file."""
+    """Writes obj (NaN and inf as null) to a temporary file and renames it: never a half-written file.
+    allow_nan=False: a non-finite number json_safe did not reach is an error, never an `Infinity` or `NaN`
+    token that strict JSON parsers refuse."""
     with open(path + '.tmp', 'w') as f:
-        json.dump(json_safe(obj), f, indent=1)
+        json.dump(json_safe(obj), f, indent=1, allow_nan=False)
     os.replace(path + '.tmp', path)
 
 
@@ -102,7 +104,7 @@ def label(group, settings=False):
 def log(out_dir, record, line):
     print(line, flush=True)
     with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
-        f.write(json.dumps(json_safe(record)) + '\n')
+        f.write(json.dumps(json_safe(record), allow_nan=False) + '\n')
 
 
 def trim_log(out_dir, iter_num):

@@ -19,7 +19,6 @@ and DIR/accuracy.png (exact match against K, one line per design with its seeds'
 """
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -29,8 +28,10 @@ import torch
 from torch.nn import functional as F
 
 from configurator import UserError, error_line
+from data import load_meta
 from model import LoopedGPT
-from beyond.parity import parity_rows
+from report import write_json
+from beyond.parity import VOCAB, parity_rows
 
 INTERVENTIONS = ('clamp', 'direction', 'cap')
 
@@ -49,6 +50,21 @@ def test_strings(seed, length, rows):
     """rows fresh strings of exactly `length` bits, from (seed, length) alone: (x, y) int64 (rows, length + 1)."""
     x, y = parity_rows(np.random.default_rng([seed, length, 4]), rows, [length], length + 1)
     return torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+
+
+def check_parity_run(run, model, ckpt):
+    """Refuses a run not trained on running parity (a text run would be scored as if its tokens were bits): its
+    vocabulary must be parity's, and its data, where the run's data folder is at hand, a parity task's (meta.json:
+    task 'parity', as beyond.parity writes it)."""
+    config = ckpt.get('config', {})
+    try:
+        meta = load_meta(os.path.join(config.get('data_dir', 'data'), config.get('dataset', '')))
+    except FileNotFoundError:
+        meta = {}
+    if model.config.vocab_size != len(VOCAB) or meta and meta.get('task') != 'parity':
+        raise UserError(f"{run} was trained on {config.get('dataset', 'unknown data')} (vocab "
+                        f"{model.config.vocab_size}), not on running parity (vocab {len(VOCAB)}, made by "
+                        "python -m beyond.parity): beyond.tasks scores parity runs only")
 
 
 def trajectory(model, x, K, intervention=None, rms=None):
@@ -91,6 +107,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
             model, ckpt = LoopedGPT.from_checkpoint(run, device)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(str(e))
+        check_parity_run(run, model, ckpt)
         model.eval()
         cfg = model.config
         if cfg.positions == 'learned' and max(lengths) + 1 > cfg.block_size:
@@ -197,9 +214,9 @@ def main(argv=None):
     groups = designs(results)
     print(render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'results.json'), 'w') as f:
-        json.dump(dict(seed=args.seed, rows=args.rows, runs=list(dict.fromkeys(r['run'] for r in results)),
-                       results=results, designs=groups), f, indent=1)
+    write_json(os.path.join(args.out, 'results.json'),  # (a diverged run's NaN and inf as null)
+               dict(seed=args.seed, rows=args.rows, runs=list(dict.fromkeys(r['run'] for r in results)),
+                    results=results, designs=groups))
     plot(groups, os.path.join(args.out, 'accuracy.png'))
 
 

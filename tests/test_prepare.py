@@ -206,6 +206,27 @@ def test_clear_errors(tmp_path):
                   'already holds', '--force')
 
 
+
+def test_the_same_text_with_another_tokenizer_does_not_keep_the_old_bins(tmp_path, monkeypatch):
+    # the same source into the same folder with another tokenizer: refused in one line and the bins left as
+    # they are; with --force, rewritten in the new tokens (a tokenizer of its own: bytes shifted up by 256)
+    class Shifted(ByteTokenizer):
+        name, n_vocab = 'shifted', 512
+
+        def encode_lines(self, lines):
+            return super().encode_lines(lines).astype(np.uint16) + 256
+    monkeypatch.setattr(prepare, 'get_tokenizer', lambda name: Shifted() if name == 'shifted' else ByteTokenizer())
+    write_texts(tmp_path / 't')
+    args = ['--text_dir', tmp_path / 't', '--out_dir', tmp_path / 'out']
+    prepare_in_process(*args, '--tokenizer', 'bytes')
+    before = {f: (tmp_path / 'out' / f).read_bytes() for f in os.listdir(tmp_path / 'out')}
+    prepare_error([*args, '--tokenizer', 'shifted'], 'already holds bytes tokens', '--force')
+    assert {f: (tmp_path / 'out' / f).read_bytes() for f in os.listdir(tmp_path / 'out')} == before
+    prepare_in_process(*args, '--tokenizer', 'shifted', '--force')
+    ids, meta = read_split(tmp_path / 'out', 'train')
+    assert meta['tokenizer'] == 'shifted' and meta['vocab_size'] == 512
+    assert ByteTokenizer().decode(ids - 256) == TEXT['train']
+
 def test_no_network_suggests_text_dir(tmp_path):
     pytest.importorskip('datasets')
     env = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', HF_HOME=str(tmp_path / 'hf'))
