@@ -186,7 +186,7 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
     if args.lemma_loops:
         run['lemma'] = lemma(sc, args.lemma_loops, args.lemma_tokens, name)
     if args.curves:
-        run['curve'] = read_curve(run_folder(path))
+        run['curve'] = read_curve(run_folder(path), cfg.n_loops)
     return run
 
 
@@ -234,11 +234,12 @@ def group_runs(runs, configs):
 # -----------------------------------------------------------------------------
 # the drift over training, from each run's log.jsonl
 
-def read_curve(folder):
+def read_curve(folder, K):
     """From out_dir/log.jsonl: per eval line, the iteration, p99 ||H_K|| and the validation loss
-    at K=1 and at the trained K (the last loop logged); per train line (denser), the mean ||H_K||
-    over the training batches since the line before, starting from the first eval line's mean
-    (on its validation batch, before the first step)."""
+    at K=1 and at the trained K (n_loops: with random depth the lines log every loop to max_loops,
+    its mean K is the trained one); per train line (denser), the mean ||H_K|| over the training
+    batches since the line before, starting from the first eval line's mean (on its validation
+    batch, before the first step)."""
     path = os.path.join(folder, 'log.jsonl')
     try:
         with open(path) as f:
@@ -249,11 +250,11 @@ def read_curve(folder):
     trains = [r for r in records if r.get('kind') == 'train']
     if not evals:
         raise UserError(f"{path} has no eval lines: --curves needs a run that train.py evaluated at least once")
-    return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][-1] for r in evals],
+    return dict(iter=[r['iter'] for r in evals], norm_p99=[r['norm_p99'][K - 1] for r in evals],
                 val_loss_1=num([r['val_loss'][0] for r in evals]),  # (NaN: a diverged run logs null losses)
-                val_loss_K=num([r['val_loss'][-1] for r in evals]),
+                val_loss_K=num([r['val_loss'][K - 1] for r in evals]),
                 train_iter=[evals[0]['iter']] + [r['iter'] for r in trains],
-                norm_mean=[evals[0]['norm_mean'][-1]] + [r['h_norm'][-1] for r in trains])
+                norm_mean=[evals[0]['norm_mean'][K - 1]] + [r['h_norm'][K - 1] for r in trains])
 
 
 # -----------------------------------------------------------------------------
@@ -332,8 +333,8 @@ def evaluate_runs(args, studies=(), model_class=LoopedGPT):
     dtype = resolve_dtype(args.dtype, device)
     loaded = [(path, *load_run(path, device, args.split, args.data_dir, model_class)) for path in args.runs]  # fail early
     if args.curves:
-        for path, *_ in loaded:
-            read_curve(run_folder(path))
+        for path, model, *_ in loaded:
+            read_curve(run_folder(path), model.config.n_loops)
     states = list(zip(*[study.prepare(loaded, args) for study in studies])) or [()] * len(loaded)
     make_out(args.out)
     runs = []
