@@ -14,9 +14,13 @@ script's own command line: configurator's settings or the argparse parser that t
 --help reaches, run in this process (the scripts are imported, torch with them; nothing is trained,
 read or downloaded): its script or module exists, its config files exist and load, and each --flag
 is a setting of the script, with a value of its type. A study's `bash assets/<study>/run.sh` sets
-every variable that the script's own usage line sets. Numbers in the prose are checked where PROSE
-names their sentence (a `#` where each stands), as a table's cells are. No network, no data, about
-two seconds.
+every variable that the script's own usage line sets.
+
+Numbers in the prose are checked the same way, in fragments of its sentences: PROSE holds each
+fragment with a `#` where a stored number stands and the function that computes those numbers from
+the stored files; a number of the prose that no fragment holds fails test_every_prose_number_is_checked,
+unless it is a setting (K=4, seed 1) or NOT_STORED says why it is no stored result. No network, no
+data, a few seconds.
 """
 import argparse
 import contextlib
@@ -28,6 +32,7 @@ import os
 import re
 import runpy
 import shlex
+import statistics
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -975,17 +980,70 @@ def test_every_command_runs_as_written(page):
 
 
 # ---------------------------------------------------------------------------------------------
-# numbers in the prose: each sentence below, with `#` where a stored number stands, is found once
-# on its page (its lines joined) and its numbers are checked as a table's cells are
+# numbers in the prose. A page's prose is its text outside code blocks, tables and figures, its
+# lines joined. PROSE maps (page, fragment) to the function that computes, from the stored files,
+# the numbers that the fragment's `#`s stand for; the fragment is found once on its page, and its
+# numbers are checked as a table's cells are (each the stored number rounded as shown). Digits
+# written out in a fragment are its text (a setting: K=8, seed 1). NOT_STORED names the fragments
+# whose numbers are no stored result, and why (a setting, the paper's, arithmetic), as UNCHECKED
+# does for tables; SETTINGS the words that make a number a setting wherever it stands (K=4, loop 4,
+# seed 1). Every other number of the prose must stand in a fragment of PROSE
+# (test_every_prose_number_is_checked). The fragments follow the pages, each page's after the
+# helpers it shares with the others.
 
-PROSE = {}
+PROSE = {}        # (page, fragment) -> a function: the stored numbers its `#`s show, in order
+NOT_STORED = {}   # (page, fragment) -> why its numbers are no stored result
 
 
-def prose(page, sentence):
+def prose(page, fragment):
+    """Registers the decorated function as the check of a fragment (for those longer than a lambda)."""
     def register(fn):
-        PROSE[(page, sentence)] = fn
+        PROSE[(page, fragment)] = fn
         return fn
     return register
+
+
+def ppl(rel, run, K):
+    """A stored tables.md's mean perplexity of run at K."""
+    return nums(depth(rel, run, K, 'ppl'))[0]
+
+
+def group_k(rel, name, K, key='ppl'):
+    """A group's mean of key at K in a results.json."""
+    return [r[key] for r in json_group(rel, name)[0]['per_K'] if r['K'] == K][0]
+
+
+def change(new, old):
+    """new against old, in %."""
+    return 100 * (new / old - 1)
+
+
+def log_values(logs, kind, key, k=3, it=None):
+    """The values of key (at loop k+1; k=None: a number) in the log.jsonl records of a kind, at iteration it or at
+    every one."""
+    return [r[key] if k is None else r[key][k] for rel in logs for r in jsonl(rel)
+            if r['kind'] == kind and it in (None, r['iter'])]
+
+
+def demo_logs(c):
+    return [f'cpu-demo/logs/{c}-cpu-s{s}.jsonl' for s in (1, 2, 3)]
+
+
+def log_line_number(rel, pattern):
+    """The number a log's line shows after pattern (`number of parameters: 0.56M`)."""
+    return float(re.search(pattern + r'\s*([\d.]+)', (ASSETS / rel).read_text()).group(1))
+
+
+LONG, LONG_RUN = 'cpu-long/tables.md', 'out-{}-cpu-long (3 seeds)'
+
+
+def long_ppl(c, K):
+    """The 4-epoch study's mean perplexity of condition c at K (penalty_terminal: cpu-long-more)."""
+    return ppl(four_epoch_file(c), LONG_RUN.format(c), K)
+
+
+def long_best(c):
+    return min(long_ppl(c, K) for K in range(1, 5))
 
 
 DEPTH = 'depth/results.json'
@@ -993,7 +1051,13 @@ DEPTH = 'depth/results.json'
 
 def depth_ppl(name):
     """{K: ppl} of a run or a group (the mean over its seeds) of the depth study."""
-    return {r['K']: r['ppl'] for r in json_group(DEPTH, name)[0]['per_K']}
+    return {r['K']: r['ppl'] for r in depth_result(name)['per_K']}
+
+
+def depth_result(name):
+    """A group's means, or a seed's run, of the depth study's results.json."""
+    groups = [g['mean'] for g in results(DEPTH)['groups'] if g['name'] == name]
+    return groups[0] if groups else json_run(DEPTH, name)
 
 
 def past_best(name, trained=4):
@@ -1016,7 +1080,666 @@ def draws(name):
                                            (k >= 16).mean())]
 
 
-@prose('docs/depth.md', 'finalnorm_perloop (per-loop CE through the final norm) is best at K=# (#; # at K=4), # at K=8 '
+HELD = 'heldout/tables.md'
+
+
+def prepared(rel, split):
+    """The tokens prepare.py wrote for a split, from its log."""
+    return nums(re.search(split + r': ([\d,]+) tokens', (ASSETS / rel).read_text()).group(1))[0]
+
+
+def tokens_scored(rel):
+    """The validation tokens every run of a results.json scored: one number."""
+    scored = {run['tokens_scored'] for run in results(rel)['runs']}
+    assert len(scored) == 1, f'{rel}: {scored}'
+    return scored.pop()
+
+
+def train_seconds(rel):
+    """A run's training time from its log.jsonl: each train record's ms_per_iter stands for the iterations since the
+    one before."""
+    its = [r for r in jsonl(rel) if r['kind'] == 'train']
+    return sum(r['ms_per_iter'] * (r['iter'] - prev) for r, prev in zip(its, [0] + [r['iter'] for r in its])) / 1000
+
+
+def lemma_mean(rel, c, key, loop):
+    """A group's Lemma 2 mean at a loop (1-based) from a results.json."""
+    return json_group(rel, c)[0]['lemma'][key][loop - 1]
+
+
+def normalized_radial(rel, conditions):
+    """The radial fraction at K=4 of every normalized readout (all but the raw ones) of a tables.md of
+    3-seed groups: one value, as stored."""
+    cells = {depth(rel, demo_run(c), 4, 'radial frac') for c in conditions if 'raw' not in c}
+    assert len(cells) == 1, f'{rel}: {cells}'
+    return nums(cells.pop())[0]
+
+
+def design(row, col):
+    """A cell of the depth study's designs.md (docs/depth.md's table), its first number."""
+    return nums(stored_row('depth/designs.md', (row,), header0='design')[col])[0]
+
+
+def design_names():
+    return [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[0] == 'design' for r in rows]
+
+
+def per_loop_best():
+    """The last of the per-loop designs' best K up to 3; no K past 3 beats any of them by 0.1%."""
+    best = []
+    for g in (g['name'] for g in results(DEPTH)['groups'] if 'perloop' in g['name']):
+        p = depth_ppl(g)
+        k = min((k for k in p if k <= 3), key=p.get)
+        assert min(p[k2] for k2 in p if k2 > 3) > p[k] * (1 - 0.001), g
+        best.append(k)
+    return [max(best)]
+
+
+def criteria_cell(decoded, criterion, column):
+    """A cell of cpu-long-criteria/exit_tables.md: teacher-forced loops, or decoded picks (its numbers)."""
+    return exit_tables_rows(5 if decoded else 7)[criterion][column]
+
+
+def decoded_speedup(cell):
+    return float(re.search(r'([\d.]+)x', cell).group(1))
+
+
+# README.md ------------------------------------------------------------------------------------
+
+R = 'README.md'
+
+
+@prose(R, 'norm_perloop reaches #–# by iteration 50, a raw readout keeps #–#.')
+def readme_figure():
+    raw = [v for c in ('raw_perloop', 'raw_terminal', 'finalnorm_perloop')
+           for v in log_values(demo_logs(c), 'train', 'h_norm')]
+    return span(log_values(demo_logs('norm_perloop'), 'train', 'h_norm', it=50)) + span(raw)
+
+
+@prose(R, "The normalized model's states are # times larger, its loss has no radial gradient, and its extra loops barely "
+          "help (#% from K=1 to K=4); the raw model's pay (#%).")
+def readme_intro_prose():
+    h = [group_k('cpu-demo/results.json', f'out-{c}-cpu', 4, 'norm_mean') for c in ('norm_perloop', 'raw_perloop')]
+    return [h[0] / h[1]] + [change(ppl(DEMO, demo_run(c), 4), ppl(DEMO, demo_run(c), 1))
+                            for c in ('norm_perloop', 'raw_perloop')]
+
+
+@prose(R, 'the raw readout and the norm penalty beat it by #% and #% at their best depth, while its perplexity stays #–# '
+          'from K=1 to K=4.')
+def readme_four_epochs_intro():
+    norm = [long_ppl('norm_perloop', K) for K in range(1, 5)]
+    return [-change(long_best(c), min(norm)) for c in ('raw_perloop', 'penalty_perloop')] + span(norm)
+
+
+@prose(R, 'the losses moved by up to #.')
+def readme_other_machine():
+    def last(rel):   # a train.py log's last validation line: the losses at K=1..4
+        return nums(re.findall(r'val loss K=1\.\.4 ([\d. ]+)', (ASSETS / rel).read_text())[-1])
+    return [max(abs(a - b) for c in ('norm_perloop', 'raw_perloop') for d in ('bfloat16', 'float32') for a, b in
+                zip(last(f'quickstart/logs/{c}-cpu.log'), last(f'quickstart/logs/xeon/{c}-cpu-{d}.log')))]
+
+
+PROSE[R, 'A `train.py` run took #–# s in the CPU demo'] = lambda: span(
+    [train_seconds(rel) for c in CONDITIONS for rel in demo_logs(c)])
+
+
+PROSE[R, '`config/cpu.py` (#M parameters'] = lambda: [log_line_number('quickstart/logs/norm_perloop-cpu.log',
+                                                                       'number of parameters:')]
+
+
+@prose(R, 'Norms grow only where the readout hides them (#–#; #–# wherever a loss sees the scale), and the radial '
+          "fraction is #, float64's zero, for every normalized readout.")
+def readme_norms():
+    h = {c: nums(depth(DEMO, demo_run(c), 4, 'mean ‖H_K‖'))[0] for c in CONDITIONS}
+    hidden, seen = ('norm_perloop', 'norm_terminal'), ('raw_perloop', 'raw_terminal', 'finalnorm_perloop',
+                                                       'penalty_perloop', 'penalty_terminal')
+    return span([h[c] for c in hidden]) + span([h[c] for c in seen]) + [normalized_radial(DEMO, CONDITIONS)]
+
+
+PROSE[R, "changes norm_perloop's loss by # only"] = lambda: mean(depth(DEMO, demo_run('norm_perloop'), 4, 'Δ loss clamp'))
+PROSE[R, "the penalty's loops help (#% at K=2;"] = lambda: [change(ppl(HELD, demo_run('penalty_perloop'), 2),
+                                                                   ppl(HELD, demo_run('penalty_perloop'), 1))]
+
+
+@prose(R, "norm_perloop's `s` grows #x from loop 4 to 29 while its step `‖u_k+1 − u_k‖` falls #x")
+def readme_lemma():
+    lem = lambda key, k: lemma_mean('cpu-demo/results.json', 'out-norm_perloop-cpu', key, k)
+    return [lem('s', 29) / lem('s', 4), lem('angular_step', 4) / lem('angular_step', 29)]
+
+
+PROSE[R, '(`s` = # at loop 4, where its state turns by 1 − cos #); the raw readout gains #% from K=1 to K=3; the penalty '
+         'with terminal CE is the best model (#).'] = lambda: [
+    nums(lemma_row(LONG, LONG_RUN.format('norm_perloop'), 4)['s_k'])[0],
+    nums(depth(LONG, LONG_RUN.format('norm_perloop'), 4, '1-cos'))[0],
+    -change(long_ppl('raw_perloop', 3), long_ppl('raw_perloop', 1)), long_ppl('penalty_terminal', 4)]
+
+PROSE[R, 'The drift takes minutes (# at init, # at iteration 20); the readouts end #x apart; the penalty is #x below the '
+         'drift'] = lambda: [
+    log_values(['cpu-44m/logs/norm_perloop-cpu44m-s1.jsonl'], 'eval', 'norm_mean', it=0)[0],
+    log_values(['cpu-44m/logs/norm_perloop-cpu44m-s1.jsonl'], 'train', 'h_norm', it=20)[0],
+    nums(m44('norm_perloop', 'mean ‖H_K‖'))[0] / nums(m44('raw_perloop', 'mean ‖H_K‖'))[0],
+    nums(m44('norm_perloop', 'mean ‖H_K‖'))[0] / nums(m44('penalty_perloop', 'mean ‖H_K‖'))[0]]
+PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"] = lambda: [
+    log_line_number('cpu-44m/logs/norm_perloop-cpu44m-s1.log', 'number of parameters:')]
+PROSE[R, '"44M"/"129M" shapes have #M/'] = PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"]
+PROSE[R, '~# where the paper has ~1e-9'] = lambda: [nums(depth(DEMO, demo_run('norm_perloop'), 4, 'radial frac'))[0]]
+
+
+@prose(R, 'max_prob > 0.9 costs #% over full depth (copied stand-ins: #%)')
+def readme_exits():
+    run = 'out-penalty_perloop-cpu-long (3 seeds)'
+    row, full = exit_row(EXITS, run, 'max_prob', '0.9'), full_depth_ppl(EXITS, run)[0]
+    return [change(mean(row[7])[0], full), change(mean(row[5])[0], full)]
+
+
+@prose(R, 'stays within 1% at # loops, the top probability at # (oracle: #); decoded, stand-ins undo it: within +5%, the '
+          'best is two loops for every token (#x)')
+def readme_criteria():
+    best = max(exit_tables_rows(5), key=lambda c: decoded_speedup(criteria_cell(True, c, 1)))
+    assert nums(criteria_cell(True, best, 1))[0] == 2   # two loops, every token
+    return [nums(criteria_cell(False, c, 0))[0] for c in ('latent', 'max_prob', 'oracle')] + [
+        decoded_speedup(criteria_cell(True, best, 1))]
+
+
+@prose(R, 'where a readout costs # of a loop, deciding from the state takes an exit after 3 of 4 loops from #x to #x')
+def readme_44m_exit():
+    loop, readout = cost_nums(F32, 'part', ('one loop (the 8-layer stack, one token)', 'one readout (512 x 50257)'), 'ms')
+    cells = stored_cells(F32, 'exit after loop e', '3')
+    return [readout / loop, mean(cells[2])[0], mean(cells[4])[0]]
+
+
+def spec_speedup(c, mode, j=1, g=3, stop=0.0):
+    return [b['speedup'] for b in spec_run(c)['speculative_bench']
+            if (b['mode'], b['j'], b['g'], b['draft_stop']) == (mode, j, g, stop)][0]
+
+
+SPEC_ORDER = ('penalty_perloop', 'raw_perloop', 'norm_perloop')
+PROSE[R, '#x for penalty_perloop, #x for raw_perloop, #x for the drifted norm_perloop, whose loops agree (sampled: #x, #x, '
+         '#x); the best of # greedy settings'] = lambda: [spec_speedup(c, 'greedy') for c in SPEC_ORDER] + [
+    spec_speedup(c, 'sample') for c in SPEC_ORDER] + [
+    len([b for b in spec_run('raw_perloop')['speculative_bench'] if b['mode'] == 'greedy'])]
+PROSE[R, '--speculative`): #x, #x, #x.'] = lambda: [spec_best(c, 'greedy')['speedup'] for c in SPEC_ORDER]
+
+
+PROSE[R, 'All # paper conditions worsen past K=4.'] = lambda: [
+    sum(design(f'out-{c}-cpu-long-s1', 'K=8') > design(f'out-{c}-cpu-long-s1', 'K=4') for c in CONDITIONS)]
+PROSE[R, 'holds 4-epoch raw_perloop (3 seeds) at #%, #% over its best K at K=8, 16 (fixed: #%, #%).'] = lambda: [
+    design(r, col) for r in ('out-raw_perloop-rd-cpu-long (3 seeds)', 'out-raw_perloop-cpu-long-s1')
+    for col in ('K=8 vs best', 'K=16 vs best')]
+
+
+PROSE[R, 'Per-loop CE gains nothing past # loops here, at any draw.'] = per_loop_best
+PROSE[R, "A learned AlphaReadout sees some scale (α #), the study's best (#)"] = lambda: [
+    json_run(DEPTH, 'out-alpha_perloop-cpu-long-s1')['depth']['alpha'],
+    min(design(r, 'best K≤trained') for r in design_names())]
+PROSE[R, 'solves 32-bit strings: #% at K=12, #% at K=64-512 on these seeds'] = lambda: [
+    100 * task_designs()['norm-il', 32, 12]['exact'],
+    100 * min(task_designs()['norm-il', 32, K]['exact'] for K in (64, 96, 128, 256, 512))]
+PROSE[R, 'drifts (# at K=512), no readout >#%'] = lambda: [
+    task_designs()['norm', 32, 512]['h_norm'],
+    100 * max(g['exact'] for (d, n, K), g in task_designs().items() if d in ('norm', 'raw', 'alpha') and n == 32)]
+
+
+@prose(R, "a training step at the 44M shape is #x faster than the paper's released code (cloned at PATH) in fp32 (# "
+          "against # ms, one run), #x as shipped in bf16")
+def readme_speed():
+    cell = lambda step, i: nums(stored_cells('speed/logs/bench-44m.log', 'step', step)[i])[0]
+    ours, shipped, released = 'ours, float32, eager', 'ours as configured (bfloat16, eager)', 'released code, float32, eager'
+    return [cell(ours, 3), cell(ours, 1), cell(released, 1), cell(shipped, 3)]
+
+
+NOT_STORED.update({
+    (R, 'Sharma & Vu, 2026'): 'the paper',
+    (R, '(8 conditions, 3 seeds, 300 iterations)'): "the study's design",
+    (R, 'torch 2.13 or 2.14 (CI: 2.13.0)'): "requirements.txt's and CI's versions",
+    (R, "the CPU demo's 1–3"): 'seeds',
+    (R, '(rows 1 and 4;'): 'which rows are shown',
+    (R, 'The sample is 100 bytes'): "the command's --max_new_tokens",
+    (R, 'Over 30 loops'): "the command's --lemma_loops",
+    (R, '(4 x 256) and the length: 200 iterations, 204,800 tokens, 0.04% of the paper\'s'):
+        "config/cpu_44m.py's settings, and their product against the paper's 480M tokens (docs/paper-shape.md)",
+    (R, 'on 8,192 validation tokens (radial fraction: the first 1,024'): 'the evaluation\'s settings',
+    (R, 'At j=1, 3 drafts a pass'): "the command's settings",
+    (R, "Huginn's draw, mean 4"): "config/random_depth.py's setting",
+    (R, "not the paper's 20k-word one"): "the paper's tokenizer",
+    (R, '/151.86M parameters'): "config/129m.py's size: no run of it is stored",
+    (R, 'trained on ≤8 bits, ≤12 loops'): "the task's training settings",
+})
+
+
+# docs/cpu-demo.md -----------------------------------------------------------------------------
+
+C = 'docs/cpu-demo.md'
+
+
+def demo(c, K, col='ppl', rel=DEMO):
+    """A 3-seed group's mean in the CPU demo's tables.md (or the held-out study's)."""
+    return nums(depth(rel, demo_run(c), K, col))[0]
+
+
+PROSE[C, 'tiny model: 2 shared layers, d=128, 4 heads, K=4, #M parameters'] = PROSE[R, '`config/cpu.py` (#M parameters']
+PROSE[C, '(# and # bytes)'] = lambda: [prepared('quickstart/logs/prepare.log', s) for s in ('train', 'val')]
+
+
+@prose(C, 'The training logs show # to # ms an iteration, # ms in the median')
+def demo_ms_per_iter():
+    ms = [v for c in CONDITIONS for v in log_values(demo_logs(c), 'train', 'ms_per_iter', k=None)]
+    return span(ms) + [statistics.median(ms)]
+
+
+PROSE[C, 'The first # validation bytes'] = lambda: [tokens_scored('cpu-demo/results.json')]
+PROSE[C, 'end at mean ‖H_4‖ # (norm_perloop, drifted within 50 iterations) and # (norm_terminal, still growing at '
+         'iteration 300); every loss that sees the scale (a raw readout somewhere, or the penalty) ends at #–#.'] = lambda: [
+    demo('norm_perloop', 4, 'mean ‖H_K‖'), demo('norm_terminal', 4, 'mean ‖H_K‖')] + span(
+    [demo(c, 4, 'mean ‖H_K‖') for c in ('raw_perloop', 'raw_terminal', 'finalnorm_perloop', 'penalty_perloop',
+                                        'penalty_terminal')])
+PROSE[C, "(#, float64 rounding; the paper's ~1e-9 is the same zero in float32) and about # for raw ones."] = lambda: [
+    normalized_radial(DEMO, CONDITIONS), (demo('raw_perloop', 4, 'radial frac') + demo('raw_terminal', 4, 'radial frac')) / 2]
+PROSE[C, 'barely moves from K=1 to K=4 (# → #, #%) and hardly turns (1 − cos # at loop 4, raw_perloop #); raw_perloop '
+         'gains #% (# → #).'] = lambda: [
+    demo('norm_perloop', 1), demo('norm_perloop', 4), change(demo('norm_perloop', 4), demo('norm_perloop', 1)),
+    demo('norm_perloop', 4, '1-cos'), demo('raw_perloop', 4, '1-cos'),
+    -change(demo('raw_perloop', 4), demo('raw_perloop', 1)), demo('raw_perloop', 1), demo('raw_perloop', 4)]
+PROSE[C, '(norm_perloop at K=1 is within #% of raw_perloop at K=4). The penalty holds ‖H_4‖ near # but its extra loops do '
+         "not help (# at K=1, # at K=4); the inter-loop norm's later loops hurt (# → #): its state freezes (1 − cos ≈ #)."] = \
+    lambda: [change(demo('norm_perloop', 1), demo('raw_perloop', 4)), demo('penalty_perloop', 4, 'mean ‖H_K‖'),
+             demo('penalty_perloop', 1), demo('penalty_perloop', 4), demo('interloop_perloop', 1),
+             demo('interloop_perloop', 4), demo('interloop_perloop', 4, '1-cos')]
+PROSE[C, "changes norm_perloop's loss by # only, as in the paper: the drifted scale carries little information. It costs "
+         'raw_perloop # and norm_terminal #.'] = lambda: [demo(c, 4, 'Δ loss clamp') for c in
+                                                          ('norm_perloop', 'raw_perloop', 'norm_terminal')]
+
+
+@prose(C, '`s_k` grows #x from loop 4 to 29 while the step falls #x. interloop_perloop, pinned at `s` = # by the norm')
+def demo_lemma_prose():
+    return readme_lemma() + [lemma_mean('cpu-demo/results.json', 'out-interloop_perloop-cpu', 's', 4)]
+
+
+PROSE[C, 'ships: # bytes to train, # to validate, every 8th topic'] = lambda: [
+    prepared('heldout/logs/prepare.log', s) for s in ('train', 'val')]
+PROSE[C, 'All # scored validation bytes'] = lambda: [tokens_scored('heldout/results.json')]
+
+
+@prose(C, 'the norm grows only where the readout hides it (# against #–#), the radial fraction is float64\'s zero for '
+          "every normalized readout, norm_perloop's extra loops do not pay (#% from K=1 to K=4) where the raw readout's do "
+          "(#%), the clamp barely moves norm_perloop (#; raw_perloop #), and the inter-loop norm's loops hurt. Two do not. "
+          "The raw readout is the best model (# at K=4, against norm_perloop's best, # at K=2): on this text the blind "
+          'spot costs final quality, not only depth (norm_perloop at K=1 is #% above raw_perloop at K=4). And the '
+          "penalty's loops help: # at K=2, #% from K=1 (#% at K=4).")
+def heldout_prose():
+    h = lambda c, K, col='ppl': demo(c, K, col, rel=HELD)
+    normalized_radial(HELD, ('norm_perloop', 'penalty_perloop', 'interloop_perloop'))   # (one value: float64's zero)
+    best = {c: min(h(c, K) for K in (1, 2, 4, 8)) for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop',
+                                                               'interloop_perloop')}
+    assert min(best, key=best.get) == 'raw_perloop' and best['raw_perloop'] == h('raw_perloop', 4)
+    assert h('interloop_perloop', 4) > h('interloop_perloop', 1)
+    return [h('norm_perloop', 4, 'mean ‖H_K‖')] + span([h(c, 4, 'mean ‖H_K‖') for c in (
+        'raw_perloop', 'penalty_perloop', 'interloop_perloop')]) + [
+        change(h(c, 4), h(c, 1)) for c in ('norm_perloop', 'raw_perloop')] + [
+        h(c, 4, 'Δ loss clamp') for c in ('norm_perloop', 'raw_perloop')] + [
+        h('raw_perloop', 4), best['norm_perloop'], change(h('norm_perloop', 1), h('raw_perloop', 4)),
+        h('penalty_perloop', 2), change(h('penalty_perloop', 2), h('penalty_perloop', 1)),
+        change(h('penalty_perloop', 4), h('penalty_perloop', 1))]
+
+
+NOT_STORED.update({
+    (C, 'on a CPU: 8 conditions'): "the study's design",
+    (C, '(the paper has 0.1), bytes as tokens, batch 16 x 128, lr 3e-3'): "config/cpu.py's settings, and the paper's",
+    (C, 'runs every model 30 loops'): "the command's --lemma_loops",
+})
+
+
+# docs/four-epochs.md --------------------------------------------------------------------------
+
+F = 'docs/four-epochs.md'
+PER_LOOP = ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'finalnorm_perloop')
+PROSE[F, 'on the first # validation bytes'] = lambda: [tokens_scored('cpu-long/results.json')]
+PROSE[F, 'norm_perloop is K-invariant (#, #, #, # at K=1..4). The raw readout gains #% from K=1 to K=3 and beats it at K=4 '
+         "(# against #); the penalty more (# at K=3, #% below norm_perloop's best)."] = lambda: [
+    long_ppl('norm_perloop', K) for K in range(1, 5)] + [
+    -change(long_ppl('raw_perloop', 3), long_ppl('raw_perloop', 1)), long_ppl('raw_perloop', 4),
+    long_ppl('norm_perloop', 4), long_ppl('penalty_perloop', 3), -change(long_best('penalty_perloop'),
+                                                                         long_best('norm_perloop'))]
+
+
+@prose(F, "norm_perloop's `s_4` is # and its state turns by # at loop 4; the other per-loop conditions hold `s_4` at #–# "
+          'and turn #–# times more')
+def four_epochs_turns():
+    turn = {c: group_k('cpu-long/results.json', f'out-{c}-cpu-long', 4, 'angular') for c in PER_LOOP}
+    s4 = {c: nums(lemma_row(LONG, LONG_RUN.format(c), 4)['s_k'])[0] for c in PER_LOOP}
+    others = PER_LOOP[1:]
+    return [s4['norm_perloop'], turn['norm_perloop']] + span([s4[c] for c in others]) + span(
+        [turn[c] / turn['norm_perloop'] for c in others])
+
+
+PROSE[F, 'get worse (K=8: # raw, # penalty); the frozen one hardly (#).'] = lambda: [
+    long_ppl(c, 8) for c in ('raw_perloop', 'penalty_perloop', 'norm_perloop')]
+
+
+def more_mean(c, K, key):
+    """The mean over a cpu-long-more condition's 3 seeds of key at K, from its results files (evaluated apart)."""
+    runs = [r for f in ('a', 'b', 's2', 's3') for r in results(f'cpu-long-more/results-{f}.json')['runs']
+            if re.fullmatch(f'out-{c}-cpu-long-s\\d', r['name'])]
+    assert len(runs) == 3
+    return sum(k[key] for r in runs for k in r['per_K'] if k['K'] == K) / 3
+
+
+@prose(F, 'the best model of all (# ± #). norm_terminal drifts (‖H_4‖ #) yet turns #x more than norm_perloop at loop 4.')
+def four_epochs_terminal():
+    more_run = LONG_RUN.format('norm_terminal')
+    best = nums(depth(MORE, LONG_RUN.format('penalty_terminal'), 4, 'ppl'))
+    assert all(long_ppl(c, K) > best[0] for c in CONDITIONS for K in range(1, 9) if (c, K) != ('penalty_terminal', 4))
+    return best + [nums(depth(MORE, more_run, 4, 'mean ‖H_K‖'))[0],
+                   more_mean('norm_terminal', 4, 'angular') / group_k('cpu-long/results.json', 'out-norm_perloop-cpu-long', 4,
+                                                                       'angular')]
+
+
+PROSE[F, 'yet its later loops hurt (# at K=2, # at K=4).'] = lambda: [long_ppl('interloop_perloop', K) for K in (2, 4)]
+PROSE[F, "The clamp at K=4 changes norm_perloop's loss by # and raw_perloop's by #"] = lambda: [
+    mean(depth(LONG, LONG_RUN.format(c), 4, 'Δ loss clamp'))[0] for c in ('norm_perloop', 'raw_perloop')]
+
+
+MORE = 'cpu-long-more/tables.md'
+
+
+def more(c, K, col='ppl'):
+    return nums(depth(MORE, f'out-{c}-cpu-long (3 seeds)', K, col))[0]
+
+
+@prose(F, 'useless at K=# (# and more) but not at K=# for the normalized readout (norm_terminal #, '
+                              '#% above its # at K=4; raw #, penalty #)')
+def terminal_before_k():
+    k1 = min(more(c, 1) for c in ('norm_terminal', 'raw_terminal', 'penalty_terminal'))
+    nt3, nt4 = more('norm_terminal', 3), more('norm_terminal', 4)
+    return [1, k1, 3, nt3, 100 * (nt3 / nt4 - 1), nt4, more('raw_terminal', 3), more('penalty_terminal', 3)]
+
+
+@prose(F, "The inter-loop norm is not frozen (1 − cos # at loop #, #x norm_perloop's)")
+def interloop_turns():
+    inter = more('interloop_perloop', 4, '1-cos')
+    norm = nums(depth('cpu-long/tables.md', 'out-norm_perloop-cpu-long (3 seeds)', 4, '1-cos'))[0]
+    return [inter, 4, inter / norm]
+
+
+# docs/depth.md -------------------------------------------------------------------------------
+
+DP = 'docs/depth.md'
+
+
+def design_row(c, draw=''):
+    """The designs.md row of condition c at fixed depth (draw '') or with a draw ('rd', 'rd1.5', 'rdm8')."""
+    name = f'out-{c}-{draw}-cpu-long' if draw else f'out-{c}-cpu-long'
+    rows = [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[0] == 'design' for r in rows
+            if r[0] in (name + '-s1', name + ' (3 seeds)')]
+    assert len(rows) == 1, name
+    return rows[0]
+
+
+def dz(c, col, draw=''):
+    """A number of designs.md: condition c's col at fixed depth or with a draw."""
+    return design(design_row(c, draw), col)
+
+
+def dz_name(c, draw=''):
+    """The results.json name of a designs.md row."""
+    return design_row(c, draw).replace(' (3 seeds)', '')
+
+
+def depth_cell(run, K, col):
+    """A cell of the depth study's tables.md (every run and group at K = 1..16)."""
+    return nums(depth('depth/tables.md', run, K, col))[0]
+
+
+def draw_cost(c):
+    """What random depth costs condition c at K=4 against its fixed-depth run, in %."""
+    return change(dz(c, 'K=4', 'rd'), dz(c, 'K=4'))
+
+
+def best_k_of(name, up_to=16):
+    p = depth_ppl(name)
+    return min((k for k in p if k <= up_to), key=p.get)
+
+
+PROSE[DP, 'gets worse past its trained K (raw_perloop # at K=4, # at K=8)'] = lambda: [
+    long_ppl('raw_perloop', K) for K in (4, 8)]
+PROSE[DP, 'each run evaluated alone to K=16 on the first # validation bytes'] = lambda: [tokens_scored(DEPTH)]
+PROSE[DP, 'validation perplexity per byte on the first # validation bytes.'] = lambda: [tokens_scored(DEPTH)]
+PROSE[DP, 'raw_perloop # / # / # / # at K = 1 / 2 / 4 / 8, best # at K=#; norm_perloop # / # / # / #.'] = lambda: [
+    long_ppl('raw_perloop', K) for K in (1, 2, 4, 8)] + [long_best('raw_perloop'), min(
+        range(1, 5), key=lambda K: long_ppl('raw_perloop', K))] + [long_ppl('norm_perloop', K) for K in (1, 2, 4, 8)]
+
+
+@prose(DP, 'The fixed-depth raw_perloop trained here (seed 1) is best at K=# (#), #% worse at K=8 and broken at K=16 '
+           '(perplexity #): past the trained loops its largest states grow (p99 ‖H_K‖ # at K=4, # at K=16; max # and #')
+def raw_fixed_breaks():
+    run = dz_name('raw_perloop')
+    k, best, at8, _ = past_best(run)
+    return [k, best, at8, dz('raw_perloop', 'K=16')] + [depth_cell(run, K, 'p99 ‖H_K‖') for K in (4, 16)] + [
+        depth_cell(run, K, 'max ‖H_K‖') for K in (4, 16)]
+
+
+PROSE[DP, 'takes # off its loss at K=16 (perplexity #).'] = lambda: [
+    -dz('raw_perloop', 'clamp Δloss, K=16'), depth_cell(dz_name('raw_perloop'), 16, 'ppl clamped')]
+PROSE[DP, "raw_perloop's K=8 is #% above its best K ≤ 4 and its K=16 #%, but that best is #, #% above the 4-epoch study's "
+          '3-seed # at fixed depth.'] = lambda: [
+    dz('raw_perloop', 'K=8 vs best', 'rd'), dz('raw_perloop', 'K=16 vs best', 'rd'), dz('raw_perloop', 'best K≤trained', 'rd'),
+    change(dz('raw_perloop', 'best K≤trained', 'rd'), long_best('raw_perloop')), long_best('raw_perloop')]
+
+
+@prose(DP, 'mean ‖H_4‖ # against #, mean ‖H_16‖ # against #, radial fraction # against #. Its perplexity is nearly flat '
+           '(#% at K=8, #% at K=16; fixed: #%, #%) because its state is frozen, as at fixed depth: 1 − cos at loop 4 is # '
+           '(fixed: #), and the clamp changes its loss at K=16 by #. Random depth costs it #% at K=4 (# against #).')
+def norm_random_depth():
+    cols = ('mean ‖H_K‖', 'mean ‖H_16‖', 'radial frac')
+    out = [dz('norm_perloop', col, draw) for col in cols for draw in ('rd', '')]
+    out += [dz('norm_perloop', col, draw) for draw in ('rd', '') for col in ('K=8 vs best', 'K=16 vs best')]
+    out += [dz('norm_perloop', '1 − cos', draw) for draw in ('rd', '')] + [dz('norm_perloop', 'clamp Δloss, K=16', 'rd')]
+    return out + [draw_cost('norm_perloop'), dz('norm_perloop', 'K=4', 'rd'), dz('norm_perloop', 'K=4')]
+
+
+@prose(DP, "(3 seeds: mean ‖H_4‖ # against fixed depth's #, radial fraction #: hidden from the loss, held by the "
+           'penalty). At fixed depth it is best at K=# (#) and breaks past its trained K (#% at K=8, perplexity # at '
+           'K=16); random depth holds it at #% and #%, at a best #% worse (#).')
+def penalty_random_depth():
+    c = 'penalty_perloop'
+    return [dz(c, 'mean ‖H_K‖', 'rd'), dz(c, 'mean ‖H_K‖'), dz(c, 'radial frac', 'rd'), best_k_of(dz_name(c), 4),
+            dz(c, 'best K≤trained'), dz(c, 'K=8 vs best'), dz(c, 'K=16'), dz(c, 'K=8 vs best', 'rd'),
+            dz(c, 'K=16 vs best', 'rd'), change(dz(c, 'best K≤trained', 'rd'), dz(c, 'best K≤trained')),
+            dz(c, 'best K≤trained', 'rd')]
+
+
+PROSE[DP, 'at K=8 raw_terminal is at # (# at K=4) and at K=16 overflows (#), penalty_terminal # and # (# at K=4), '
+          'norm_terminal # and # (# at K=4; its ‖H_16‖ reaches #).'] = lambda: [
+    dz(c, col) for c in ('raw_terminal', 'penalty_terminal', 'norm_terminal') for col in ('K=8', 'K=4', 'K=16')
+    if (c, col) != ('raw_terminal', 'K=16')][:2] + [dz('raw_terminal', 'K=16')] + [
+    dz(c, col) for c in ('penalty_terminal', 'norm_terminal') for col in ('K=8', 'K=16', 'K=4')] + [
+    dz('norm_terminal', 'mean ‖H_16‖')]
+
+
+@prose(DP, "Of the paper's eight, norm_perloop, the one whose state is frozen, loses least past K=4 (#% at K=8, #% at K=16).")
+def norm_loses_least():
+    at8 = {c: dz(c, 'K=8 vs best') for c in CONDITIONS}
+    assert min(at8, key=at8.get) == 'norm_perloop'
+    return [dz('norm_perloop', 'K=8 vs best'), dz('norm_perloop', 'K=16 vs best')]
+
+
+@prose(DP, 'alpha_perloop learns α = # at fixed depth (0.5 at init; one seed): its CE sees the scale as s^#, and the radial '
+           "fraction is #, visible. Its state grows to a mean ‖H_4‖ of # (raw_perloop's: #), yet it has the lowest "
+           'perplexity in this table: # at K=2, # at K=4 (the 4-epoch study, 3 seeds: penalty_perloop # at K=3, '
+           'penalty_terminal # at K=4). Past its trained K it loses #% at K=8 and #% at K=16, and does not break. With '
+           'random depth (3 seeds) it learns α = # and loses #% at K=8 and #% at K=16 over its best (# at K=2), at #% more '
+           'perplexity at K=4 than at fixed depth (# against #).')
+def alpha_prose():
+    c = 'alpha_perloop'
+    assert min(design(r, 'best K≤trained') for r in design_names()) == dz(c, 'best K≤trained')
+    alpha = json_run(DEPTH, dz_name(c))['depth']['alpha']
+    return [alpha, alpha, dz(c, 'radial frac'), dz(c, 'mean ‖H_K‖'), dz('raw_perloop', 'mean ‖H_K‖'), dz(c, 'K=2'),
+            dz(c, 'K=4'), long_ppl('penalty_perloop', 3), long_ppl('penalty_terminal', 4), dz(c, 'K=8 vs best'),
+            dz(c, 'K=16 vs best'), dz(c, 'learned', 'rd'), dz(c, 'K=8 vs best', 'rd'), dz(c, 'K=16 vs best', 'rd'),
+            dz(c, 'best K≤trained', 'rd'), draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4')]
+
+
+def lemma_s(name, loop):
+    return depth_result(name)['lemma']['s'][loop - 1]
+
+
+PROSE[DP, "Lemma 2's s grows linearly over the loops (#, #, #, # at loops 1, 4, 16, 30 with random depth). The readout "
+          'cannot see it (radial fraction #).'] = lambda: [
+    lemma_s(dz_name('sandwich_perloop', 'rd'), k) for k in (1, 4, 16, 30)] + [dz('sandwich_perloop', 'radial frac', 'rd')]
+
+
+@prose(DP, 'does not break past its trained K (#% at K=8, #% at K=16); random depth makes it worse at every K (best #). Of '
+           "the field's controls, the clamp costs it most: # at K=16")
+def sandwich_prose():
+    c, fixed, rd = 'sandwich_perloop', depth_ppl(dz_name('sandwich_perloop')), depth_ppl(dz_name('sandwich_perloop', 'rd'))
+    assert all(rd[k] > fixed[k] for k in fixed)
+    field = ('sandwich_perloop', 'inject_perloop', 'damped_perloop', 'contractive_perloop', 'alpha_perloop')
+    assert max(field, key=lambda f: dz(f, 'clamp Δloss, K=16')) == c
+    return [dz(c, 'K=8 vs best'), dz(c, 'K=16 vs best'), dz(c, 'best K≤trained', 'rd'), dz(c, 'clamp Δloss, K=16')]
+
+
+@prose(DP, "interloop_perloop with random depth is best at K=# (#) and declines from there (# at K=4, #% at K=16): the state "
+           "entering each loop has a fixed RMS, and Lemma 2's s stays at # from loop 4 to loop 30 (the verdict 'removed'); "
+           'the clamp changes nothing. At fixed depth the same: best at K=# (#), # at K=4, #% at K=8 and #% at K=16, s '
+           'from # at loop 4 to # at loop 30.')
+def interloop_prose():
+    c, rd, fixed = 'interloop_perloop', dz_name('interloop_perloop', 'rd'), dz_name('interloop_perloop')
+    assert round(lemma_s(rd, 4)) == round(lemma_s(rd, 30))
+    assert dz(c, 'clamp Δloss, K=16', 'rd') == 0 and dz(c, 'clamp Δloss, K=16') == 0
+    return [best_k_of(rd, 4), dz(c, 'best K≤trained', 'rd'), dz(c, 'K=4', 'rd'), dz(c, 'K=16 vs best', 'rd'),
+            lemma_s(rd, 4), best_k_of(fixed, 4), dz(c, 'best K≤trained'), dz(c, 'K=4'), dz(c, 'K=8 vs best'),
+            dz(c, 'K=16 vs best'), lemma_s(fixed, 4), lemma_s(fixed, 30)]
+
+
+@prose(DP, "damped_perloop's learned factor ends at # (3 seeds, #–#; 0.88 at init) with random depth: its state drifts as "
+           "norm_perloop's (mean ‖H_4‖ #)")
+def damped_learns():
+    seeds = [json_run(DEPTH, f'out-damped_perloop-rd-cpu-long-s{s}')['depth']['damping'] for s in (1, 2, 3)]
+    return [dz('damped_perloop', 'learned', 'rd')] + span(seeds) + [dz('damped_perloop', 'mean ‖H_K‖', 'rd')]
+
+
+PROSE[DP, 'At fixed depth it learns #, drifts as well (mean ‖H_4‖ #) and breaks past its trained K (#% at K=8, #% at K=16, '
+          'where the clamp lowers its loss by #).'] = lambda: [
+    dz('damped_perloop', col) for col in ('learned', 'mean ‖H_K‖', 'K=8 vs best', 'K=16 vs best')] + [
+    -dz('damped_perloop', 'clamp Δloss, K=16')]
+PROSE[DP, "and its readout cannot see the scale: mean ‖H_4‖ # and ‖H_16‖ #, twice norm_perloop's, growing by about the "
+          "embedding's norm each loop; K=16 is #% above its best. At fixed depth it drifts as far (mean ‖H_4‖ #) and breaks "
+          'past its trained K (#% at K=8, #% at K=16); random depth holds it at #%, at a best #% worse (# against #).'] = \
+    lambda: [dz('inject_perloop', 'mean ‖H_K‖', 'rd'), dz('inject_perloop', 'mean ‖H_16‖', 'rd'),
+             dz('inject_perloop', 'K=16 vs best', 'rd'), dz('inject_perloop', 'mean ‖H_K‖'),
+             dz('inject_perloop', 'K=8 vs best'), dz('inject_perloop', 'K=16 vs best'),
+             dz('inject_perloop', 'K=16 vs best', 'rd'),
+             change(dz('inject_perloop', 'best K≤trained', 'rd'), dz('inject_perloop', 'best K≤trained')),
+             dz('inject_perloop', 'best K≤trained', 'rd'), dz('inject_perloop', 'best K≤trained')]
+
+
+@prose(DP, 'learns a factor of # with random depth (# at fixed depth; 0.88 at init). Its fixed point would be H_0 / (1 − #), '
+           'about # times the embedding, which 16 loops do not approach: the state grows as inject_perloop\'s does (mean '
+           '‖H_4‖ #, ‖H_16‖ #; radial fraction #, hidden). With random depth it is #% above its best (#) at K=8 and #% at '
+           'K=16; at fixed depth #% and #%. Damping alone is flatter (#% and #%) and better at its best (#).')
+def contractive_prose():
+    c = 'contractive_perloop'
+    factor = json_run(DEPTH, dz_name(c, 'rd'))['depth']['damping']
+    return [dz(c, 'learned', 'rd'), dz(c, 'learned'), factor, 1 / (1 - factor), dz(c, 'mean ‖H_K‖', 'rd'),
+            dz(c, 'mean ‖H_16‖', 'rd'), dz(c, 'radial frac', 'rd'), dz(c, 'K=8 vs best', 'rd'),
+            dz(c, 'best K≤trained', 'rd'), dz(c, 'K=16 vs best', 'rd'), dz(c, 'K=8 vs best'), dz(c, 'K=16 vs best'),
+            dz('damped_perloop', 'K=8 vs best', 'rd'), dz('damped_perloop', 'K=16 vs best', 'rd'),
+            dz('damped_perloop', 'best K≤trained', 'rd')]
+
+
+@prose(DP, 'leaves the loss past the trained depth where it was: K=8 over the best K ≤ 4 #% against #% for raw_perloop, '
+           '#% against #% for penalty, #% against #% for alpha, #% against #% for damped; K=16 #% against #%, #% against '
+           '#%, #% against #%, #% against #%. Its best is #% worse for raw (# against #) and #% for penalty, #% better for '
+           'alpha (# against #).')
+def heavier_tail():
+    cs = ('raw_perloop', 'penalty_perloop', 'alpha_perloop', 'damped_perloop')
+    heavy, base = {c: past_best(dz_name(c, 'rd1.5')) for c in cs}, {c: past_best(f'out-{c}-rd-cpu-long-s1') for c in cs}
+    worse = {c: change(heavy[c][1], base[c][1]) for c in cs}
+    return [v for i in (2, 3) for c in cs for v in (heavy[c][i], base[c][i])] + [
+        worse['raw_perloop'], heavy['raw_perloop'][1], base['raw_perloop'][1], worse['penalty_perloop'],
+        -worse['alpha_perloop'], heavy['alpha_perloop'][1], base['alpha_perloop'][1]]
+
+
+@prose(DP, "the best is at K=# and is worse than the same seed's with a mean of 4: alpha # against #, damped # against #. "
+           'Against that best, K=8 costs #% and K=16 #% for alpha, #% and #% for damped, whose state is frozen as with a '
+           'mean of 4 (1 − cos at loop 8 #).')
+def deeper_draw():
+    cs = ('alpha_perloop', 'damped_perloop')
+    ks = {best_k_of(dz_name(c, 'rdm8'), 8) for c in cs}
+    assert len(ks) == 1
+    return [ks.pop()] + [v for c in cs for v in (dz(c, 'best K≤trained', 'rdm8'), past_best(f'out-{c}-rd-cpu-long-s1')[1])] + [
+        dz(c, col, 'rdm8') for c in cs for col in ('K=8 vs best', 'K=16 vs best')] + [
+        dz('damped_perloop', '1 − cos', 'rdm8')]
+
+
+@prose(DP, 'norm_terminal with random depth (3 seeds) is #% at K=8 and #% at K=16 over its best K ≤ 4 (#), the only design '
+           'within 1% at K=8 over 3 seeds (seed 1 alone: #% and #%; seeds 2 and 3: #% and #%, #% and #%). It is flat because '
+           'its state stops changing: 1 − cos at loop 4 is #, the clamp changes its loss by #, and its mean is best at K=# '
+           '(the seeds alone: K=#, # and #). It drifts as at fixed depth (mean ‖H_4‖ #, radial fraction #) and costs the '
+           'trained depth #% (# at K=4 against #). penalty_terminal with random depth (seed 1) holds the scale (‖H_4‖ #) '
+           'and loses #% at K=8 and #% at K=16 over its best (# at K=3). Both read out at K=1 (#, #), where their '
+           'fixed-depth runs give # and #')
+def terminal_random_depth():
+    c, name = 'norm_terminal', dz_name('norm_terminal', 'rd')
+    three = [g['name'] for g in results(DEPTH)['groups'] if len(g['runs']) == 3]
+    assert [g for g in three if past_best(g)[2] < 1] == [name]
+    seeds = [f'{name}-s{s}' for s in (1, 2, 3)]
+    return [dz(c, 'K=8 vs best', 'rd'), dz(c, 'K=16 vs best', 'rd'), dz(c, 'best K≤trained', 'rd')] + [
+        v for s in seeds for v in past_best(s)[2:]] + [
+        dz(c, '1 − cos', 'rd'), dz(c, 'clamp Δloss, K=16', 'rd'), best_k_of(name, 4)] + [best_k_of(s) for s in seeds] + [
+        dz(c, 'mean ‖H_K‖', 'rd'), dz(c, 'radial frac', 'rd'), draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4'),
+        dz('penalty_terminal', 'mean ‖H_K‖', 'rd'), dz('penalty_terminal', 'K=8 vs best', 'rd'),
+        dz('penalty_terminal', 'K=16 vs best', 'rd'), dz('penalty_terminal', 'best K≤trained', 'rd')] + [
+        dz(t, 'K=1', d) for d in ('rd', '') for t in ('norm_terminal', 'penalty_terminal')]
+
+
+RANDOM_DEPTH = ('alpha_perloop', 'inject_perloop', 'interloop_perloop', 'norm_perloop', 'norm_terminal', 'penalty_perloop',
+                'penalty_terminal', 'raw_perloop', 'sandwich_perloop')   # with a fixed-depth twin, but damping's
+
+
+@prose(DP, 'No random-depth design keeps K=8 and K=16 within 1% of its best K ≤ 4 over 3 seeds: '
+           'the flattest (norm_terminal #% at K=8, damped and norm_perloop #% and #%; #%, #% and #% at K=16) are frozen, not '
+           'helped by depth; the ones that see or hold the scale (raw, alpha, penalty) lose #–#% at K=8. Random depth costs '
+           'the trained depth #–#% at K=4 against the fixed-depth run (alpha # against #, raw # against #, norm # against #, '
+           "norm_terminal # against #), except damped's #% (# against #) and, one seed, contractive's #% (# against #).")
+def no_design_free():
+    flat = ('norm_terminal', 'damped_perloop', 'norm_perloop')
+    three = [g['name'] for g in results(DEPTH)['groups'] if len(g['runs']) == 3]
+    assert all(past_best(g)[2] > 1 or past_best(g)[3] > 1 for g in three)
+    return [dz(c, 'K=8 vs best', 'rd') for c in flat] + [dz(c, 'K=16 vs best', 'rd') for c in flat] + span(
+        [dz(c, 'K=8 vs best', 'rd') for c in ('raw_perloop', 'alpha_perloop', 'penalty_perloop')]) + span(
+        [draw_cost(c) for c in RANDOM_DEPTH]) + [
+        v for c in ('alpha_perloop', 'raw_perloop', 'norm_perloop', 'norm_terminal') for v in (dz(c, 'K=4', 'rd'),
+                                                                                               dz(c, 'K=4'))] + [
+        v for c in ('damped_perloop', 'contractive_perloop') for v in (draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4'))]
+
+
+PROSE[DP, 'per-loop CE gains nothing past # loops, at any draw:'] = per_loop_best
+
+
+@prose(DP, 'every per-loop row of the table is best at K ≤ 3 but damped with σ 1.5 (K=#, by #%), and no single seed\'s best '
+           'past K=3 beats its best K ≤ 3 by more than #%.')
+def per_loop_rows():
+    def gain(p):   # the best K past 3 against the best K up to 3, in %
+        return -change(min(p[k] for k in p if k > 3), min(p[k] for k in p if k <= 3))
+    rows = [r.replace(' (3 seeds)', '') for r in design_names() if 'perloop' in r]
+    past = [r for r in rows if best_k_of(r) > 3]
+    assert past == [dz_name('damped_perloop', 'rd1.5')]
+    seeds = [r['name'] for r in results(DEPTH)['runs'] if 'perloop' in r['name']]
+    return [best_k_of(past[0]), gain(depth_ppl(past[0])), max(gain(depth_ppl(s)) for s in seeds)]
+
+
+@prose(DP, "the random-depth step took #x fixed K's time per token, over 60 draws whose mean K was # (the draw's mean is "
+           "4): # ms a mean loop against fixed K's # (#x;")
+def random_depth_time():
+    log = 'depth/logs/bench-random-depth.log'
+    ms = {k: nums(stored_cells(log, 'step', k)[1])[0] for k in ('fixed K', 'random depth')}
+    mean_k = float(re.search(r'drew a mean K of ([\d.]+)', (ASSETS / log).read_text()).group(1))
+    per_loop = [ms['random depth'] / mean_k, ms['fixed K'] / 4]
+    return [nums(stored_cells(log, 'step', 'random depth')[3])[0], mean_k] + per_loop + [per_loop[0] / per_loop[1]]
+
+
+@prose(DP, 'finalnorm_perloop (per-loop CE through the final norm) is best at K=# (#; # at K=4), # at K=8 '
                         'and # at K=16.')
 def finalnorm_best():
     p = depth_ppl('out-finalnorm_perloop-cpu-long-s1')
@@ -1024,30 +1747,32 @@ def finalnorm_best():
     return [k, p[k], p[4], p[8], p[16]]
 
 
-@prose('docs/depth.md', "A run's # draws (seed #) have a mean K of #; #% of them are K ≤ # (#% K=#), #% reach loop #, "
+@prose(DP, "A run's # draws (seed #) have a mean K of #; #% of them are K ≤ # (#% K=#), #% reach loop #, "
                         "#% loop # and #% loop #")
 def draws_sigma_1():
     iters, mean, le2, k1, k4, k8, k16 = draws('out-raw_perloop-rd-cpu-long-s1')
     return [iters, 1, mean, le2, 2, k1, 1, k4, 4, k8, 8, k16, 16]
 
 
-@prose('docs/depth.md', "the run's # draws have a mean K of # against #, #% of them reach loop # against #%, "
+@prose(DP, "the run's # draws have a mean K of # against #, #% of them reach loop # against #%, "
                         "and #% are K=# against #%")
 def draws_sigma_15():
     heavy, base = draws('out-raw_perloop-rd1.5-cpu-long-s1'), draws('out-raw_perloop-rd-cpu-long-s1')
     return [heavy[0], heavy[1], base[1], heavy[6], 16, base[6], heavy[3], 1, base[3]]
 
 
-@prose('docs/depth.md', '+#% at K=# and +#% at K=#, the flattest per-loop design over # seeds (terminal CE is flatter: '
-                        'norm_terminal with random depth, +#% and +#%;')
+@prose(DP, 'freezes the same way: #% at K=8 and #% at K=16 (seed 1 alone: #% and #%; seeds 2 and 3: #% and #% '
+                        'at K=8), the flattest per-loop design over 3 seeds (terminal CE is flatter: norm_terminal with '
+                        'random depth, #% and #%).')
 def damped_flattest():
     damped, terminal = past_best('out-damped_perloop-rd-cpu-long'), past_best('out-norm_terminal-rd-cpu-long')
     per_loop_groups = [g['name'] for g in results(DEPTH)['groups'] if 'perloop' in g['name'] and len(g['runs']) == 3]
     assert all(past_best(g)[2] >= damped[2] for g in per_loop_groups) and terminal[2] < damped[2]
-    return [damped[2], 8, damped[3], 16, 3, terminal[2], terminal[3]]
+    seeds = [past_best(f'out-damped_perloop-rd-cpu-long-s{s}') for s in (1, 2, 3)]
+    return damped[2:] + seeds[0][2:] + [seeds[1][2], seeds[2][2]] + terminal[2:]
 
 
-@prose('docs/depth.md', "At fixed depth it is the best of the field's controls after alpha_perloop (best # at K=#; "
+@prose(DP, "At fixed depth it is the best of the field's controls after alpha_perloop (best # at K=#; "
                         "penalty_terminal's # and penalty_perloop's # are better)")
 def sandwich_place():
     fixed = {c: past_best(f'out-{c}-cpu-long-s1') for c in ('sandwich_perloop', 'alpha_perloop', 'inject_perloop',
@@ -1059,27 +1784,231 @@ def sandwich_place():
             fixed['penalty_perloop'][1]]
 
 
-MORE = 'cpu-long-more/tables.md'
+NOT_STORED.update({
+    (DP, 'mean n_loops − 1 and σ = `depth_sigma`'): "the draw's definition",
+    (DP, 'at a mean of 4 and σ = 1, some draws reach 16 loops and more'): "the draw's settings (its shares: below)",
+    (DP, '(`bptt` = 8 in the overlay): only the last 8 loops of a draw run with a graph and are read by the loss, so a deep '
+         'draw costs its forward loops and no more backward than a draw of 8'): "config/random_depth.py's setting",
+    (DP, "The best is over K up to the trained K: 4, or the draw's mean (`rdm8`: 8)"): 'the trained depths',
+    (DP, 'never trained loops 1–3 or 5 on'): 'the loops a terminal loss trains',
+    (DP, 'the cap at 32'): "config/random_depth.py's max_loops",
+    (DP, 'per-loop CE gives it 1/K'): 'arithmetic',
+    (DP, 'The same seed with σ = 1.5 instead of 1'): "the draw's settings",
+    (DP, 'With a mean of 8 loops'): "the draw's setting",
+    (DP, 'loops before the last 8'): "config/random_depth.py's bptt",
+})
 
 
-def more(c, K, col='ppl'):
-    return nums(depth(MORE, f'out-{c}-cpu-long (3 seeds)', K, col))[0]
+# docs/early-exit.md --------------------------------------------------------------------------
+
+E = 'docs/early-exit.md'
+CRITERIA = 'cpu-long-criteria/tables.md'
+EXIT_RUNS = {   # the rows of the page's first table: (tables.md, group)
+    'raw': (EXITS, 'out-raw_perloop-cpu-long (3 seeds)'), 'penalty': (EXITS, 'out-penalty_perloop-cpu-long (3 seeds)'),
+    'raw50': (EXITS, 'out-raw_perloop_exit-cpu-long (3 seeds)'),
+    'penalty50': (EXITS, 'out-penalty_perloop_exit-cpu-long (3 seeds)'),
+    'raw25': (SWEEP, 'out-raw_perloop_exit25-cpu-long (3 seeds)'),
+    'penalty25': (SWEEP, 'out-penalty_perloop_exit25-cpu-long (3 seeds)')}
 
 
-@prose('docs/four-epochs.md', 'useless at K=# (# and more) but not at K=# for the normalized readout (norm_terminal #, '
-                              '#% above its # at K=4; raw #, penalty #)')
-def terminal_before_k():
-    k1 = min(more(c, 1) for c in ('norm_terminal', 'raw_terminal', 'penalty_terminal'))
-    nt3, nt4 = more('norm_terminal', 3), more('norm_terminal', 4)
-    return [1, k1, 3, nt3, 100 * (nt3 / nt4 - 1), nt4, more('raw_terminal', 3), more('penalty_terminal', 3)]
+def run_ppl(rel, name, K):
+    """A run's perplexity at K in a results.json."""
+    return [k['ppl'] for k in json_run(rel, name)['per_K'] if k['K'] == K][0]
 
 
-@prose('docs/four-epochs.md', "The inter-loop norm is not frozen (1 − cos # at loop #, #x norm_perloop's)")
-def interloop_turns():
-    inter = more('interloop_perloop', 4, '1-cos')
-    norm = nums(depth('cpu-long/tables.md', 'out-norm_perloop-cpu-long (3 seeds)', 4, '1-cos'))[0]
-    return [inter, 4, inter / norm]
+PROSE[E, "raw_perloop's seed 1 at K=4 on the same # validation bytes is # in assets/cpu-long-exits and # in "
+         'assets/cpu-long-criteria'] = lambda: [tokens_scored('cpu-long-exits/results.json')] + [
+    run_ppl(f'{study}/results.json', 'out-raw_perloop-cpu-long-s1', 4) for study in ('cpu-long-exits', 'cpu-long-criteria')]
+PROSE[E, 'Perplexity per byte on the first # validation bytes (not comparable with the depth tables\' #)'] = lambda: [
+    tokens_scored('cpu-long-exits/results.json'), tokens_scored('cpu-long/results.json')]
 
+
+def gap_share(key, crit, thr):
+    """The causal gap to teacher-forced with projected stand-ins, as a share of the copy's, in %."""
+    row = exit_row(*EXIT_RUNS[key], crit, thr)
+    tf, copy, project = (mean(row[i])[0] for i in (3, 5, 7))
+    return 100 * (project - tf) / (copy - tf)
+
+
+@prose(E, "their gap to teacher-forced is #–#% of the copy's for raw_perloop, #–#% for penalty_perloop (entropy > 0.5: #%), "
+          "#–#% exit-trained at 0.5, and #–#% at 0.25 (penalty's entropy > 0.5: #%)")
+def gap_shares():
+    cells = [(c, t) for c in ('max_prob', 'entropy') for t in ('0.5', '0.9')]
+    out = span([gap_share('raw', c, t) for c, t in cells])
+    out += span([gap_share('penalty', c, t) for c, t in cells if (c, t) != ('entropy', '0.5')])
+    out += [gap_share('penalty', 'entropy', '0.5')]
+    out += span([gap_share(k, c, t) for k in ('raw50', 'penalty50') for c, t in cells])
+    out += span([gap_share(k, c, t) for k in ('raw25', 'penalty25') for c, t in cells
+                 if (k, c, t) != ('penalty25', 'entropy', '0.5')])
+    return out + [gap_share('penalty25', 'entropy', '0.5')]
+
+
+def projected_cost(key):
+    """max_prob > 0.9, decoded with projected stand-ins, against full depth: the ppl and the change in %."""
+    full, ppl = full_depth_ppl(*EXIT_RUNS[key])[0], mean(exit_row(*EXIT_RUNS[key], 'max_prob', '0.9')[7])[0]
+    return ppl, change(ppl, full), full
+
+
+PROSE[E, 'raw_perloop #% (# against #), penalty_perloop #%, exit-trained at 0.5 #% (raw) and #% (penalty).'] = lambda: [
+    projected_cost('raw')[i] for i in (1, 0, 2)] + [projected_cost(k)[1] for k in ('penalty', 'raw50', 'penalty50')]
+
+
+@prose(E, '#% (raw) and #% (penalty) at 0.5; #% and #% at 0.25; at 0.1 (seed 1 only) #% and #%. Within +1%, penalty at 0.25 '
+          'exits early on # seeds of 3 (# loops, #x); within +5% its max_prob pick runs #, # and # loops on its three '
+          'seeds (#x on average).')
+def exit_training_costs():
+    sweep = 'cpu-long-exit-sweep/results.json'
+    tenth = [change(run_ppl(sweep, f'out-{c}_perloop_exit10-cpu-long-s1', 4),
+                    run_ppl(sweep, f'out-{c}_perloop-cpu-long-s1', 4)) for c in ('raw', 'penalty')]
+    out = [full_depth_cost(EXIT_RUNS[k], EXIT_RUNS[k.rstrip('025')])[0] for k in ('raw50', 'penalty50', 'raw25', 'penalty25')]
+    picks = {(r['name'][-2:], c['target'], c['stand_in'], c['criterion']): c for r in results(sweep)['runs']
+             if 'penalty_perloop_exit25' in r['name'] for c in r['calibrated']}
+    early = sum(picks[s, 0.01, 'copy', 'converge']['decode_mean_loops'] < 4 for s in ('s1', 's2', 's3'))
+    one = calib_row(*EXIT_RUNS['penalty25'], 'copy', 'converge', '+1%')
+    five = calib_row(*EXIT_RUNS['penalty25'], 'project', 'max_prob', '+5%')
+    return out + tenth + [early, mean(one['mean loops'])[0], mean(one['speed-up'])[0]] + [
+        picks[s, 0.05, 'project', 'max_prob']['mean_loops'] for s in ('s1', 's2', 's3')] + [mean(five['speed-up'])[0]]
+
+
+def retimed_picks():
+    """Every calibrated pick of cpu-long-exits and cpu-long-exit-sweep: (mean loops decoded, speed-up)."""
+    picks = [(c['decode_mean_loops'], c['speedup']) for study in ('cpu-long-exits', 'cpu-long-exit-sweep')
+             for r in results(f'{study}/results.json')['runs'] for c in r.get('calibrated', [])]
+    assert all(c['retimed'] for study in ('cpu-long-exits', 'cpu-long-exit-sweep')
+               for r in results(f'{study}/results.json')['runs'] for c in r.get('calibrated', []))
+    return picks
+
+
+@prose(E, 'Per-token picks are rarer (max_prob > #, penalty at 0.1: # loops, #x).')
+def per_token_rare():
+    run = json_run('cpu-long-exit-sweep/results.json', 'out-penalty_perloop_exit10-cpu-long-s1')
+    c = [c for c in run['calibrated'] if (c['target'], c['stand_in'], c['criterion']) == (0.01, 'project', 'max_prob')][0]
+    return [c['threshold'], c['decode_mean_loops'], c['speedup']]
+
+
+@prose(E, 'one loop for every token #–#x (#–#x in all but one of # picks), two loops for every token #–#x. A per-token pick of '
+          '#–# loops decodes at #–#x')
+def decode_speeds():
+    picks = retimed_picks()
+    one, two = sorted(s for l, s in picks if l == 1), [s for l, s in picks if l == 2]
+    late = [(l, s) for l, s in picks if l not in (1, 2, 4) and l > 3.25]
+    return [one[0], one[-1], one[1], one[-1], len(one)] + span(two) + span([l for l, _ in late]) + span([s for _, s in late])
+
+
+PROSE[E, '# ms against # ms for one loop, batch 1, float32, 2 CPU threads)'] = lambda: cost_nums(
+    F32, 'part', ('one readout (512 x 50257)', 'one loop (the 8-layer stack, one token)'), 'ms')
+
+
+@prose(E, 'trained in seconds here (#–# s a gate')
+def gate_seconds():
+    logs = (ASSETS / 'cpu-long-criteria' / 'logs').glob('*gate*.log')
+    return span([float(x) for log in logs for x in re.findall(r'seconds=([\d.]+)', log.read_text())])
+
+
+PROSE[E, 'Teacher-forced, # validation bytes'] = lambda: [tokens_scored('cpu-long-criteria/results.json')]
+PROSE[E, '(penalty: # at K=2 against # at K=4, seed 1; norm: # at K=1 against #)'] = lambda: [
+    run_ppl('cpu-long-criteria/results.json', f'out-{c}-cpu-long-s1', K) for c, K in (('penalty_perloop', 2),
+                                                                                       ('penalty_perloop', 4),
+                                                                                       ('norm_perloop', 1),
+                                                                                       ('norm_perloop', 4))]
+
+
+def tf_loops(crit, col):
+    """Teacher-forced mean loops of a criterion in exit_tables.md (col: 0 raw +1%, 1 raw +5%, 2 penalty +1%, ...)."""
+    return nums(criteria_cell(False, crit, col))[0]
+
+
+def decoded(crit, col):
+    """A decoded pick of exit_tables.md (col: 0 raw +1%, 1 raw +5%, 2 penalty +1%, 3 penalty +5%): its numbers."""
+    return nums(criteria_cell(True, crit, col))
+
+
+PROSE[E, 'On raw_perloop `latent` needs # loops for +1% and `angular` #, where `max_prob` needs #; on penalty_perloop the gate '
+         'needs # and `max_prob` #. Every decider stays far from the oracle: # loops above it on raw_perloop at +1%, # on '
+         'penalty_perloop.'] = lambda: [
+    tf_loops('latent', 0), tf_loops('angular', 0), tf_loops('max_prob', 0), tf_loops('gate', 2), tf_loops('max_prob', 2),
+    min(tf_loops(c, 0) for c in exit_tables_rows(7) if c != 'oracle') - tf_loops('oracle', 0),
+    min(tf_loops(c, 2) for c in exit_tables_rows(7) if c != 'oracle') - tf_loops('oracle', 2)]
+
+
+@prose(E, '`angular > 0.9` on raw_perloop runs # loops at #% teacher-forced and # loops at #% decoded with projected '
+          'stand-ins (#% with copies). So within +1% no per-token pick decodes with fewer than # loops (`latent`, ± # over '
+          'seeds)')
+def angular_decoded():
+    row, full = exit_row(*CRITERIA_RAW, 'angular', '0.9'), full_depth_ppl(*CRITERIA_RAW)[0]
+    fewest = min((decoded(c, 0) for c in exit_tables_rows(5)), key=lambda v: v[0])
+    assert fewest == decoded('latent', 0)
+    return [mean(row[2])[0], change(mean(row[3])[0], full), mean(row[6])[0], change(mean(row[7])[0], full),
+            change(mean(row[5])[0], full)] + fewest[:2]
+
+
+@prose(E, 'a projected key misses the true one by # of its norm after loop 1, # after loop 2, # after loop 3')
+def stand_in_error():
+    text = (ASSETS / CRITERIA).read_text().split('early exit, out-raw_perloop-cpu-long (3 seeds)')[1]
+    line = re.search(r'stand-in error \(project\).*', text).group(0)
+    return [float(x) for x in re.findall(r'\d: ([\d.]+)', line)]
+
+
+def decoded_loops_speed(crit, col):
+    v = decoded(crit, col)
+    return v[0], decoded_speedup(criteria_cell(True, crit, col))
+
+
+@prose(E, 'stop every raw_perloop token after loop 2 (#x with `latent`); on penalty_perloop, whose K=2 beats its K=4, every '
+          "state criterion's +1% pick is that fixed depth 2 (#–#x). Fewer than 2 loops a token only at +5% on "
+          'penalty_perloop (`latent` # loops, #x; the gates # loops, #–#x), with picks that differ from seed to seed '
+          '(± # loops).')
+def fixed_depth_picks():
+    state = [decoded_loops_speed(c, 2) for c in ('angular', 'latent')]
+    assert all(round(l) == 2 for l, _ in state)
+    gates = [decoded_loops_speed(c, 3) for c in ('gate', 'gate-raw')]
+    assert len({round(l, 2) for l, _ in gates}) == 1
+    spread = max(decoded(c, 3)[1] for c in ('latent', 'gate', 'gate-raw'))
+    return [decoded_loops_speed('latent', 1)[1]] + span([s for _, s in state]) + list(decoded_loops_speed('latent', 3)) + [
+        gates[0][0]] + span([s for _, s in gates]) + [spread]
+
+
+PROSE[E, 'the same loops on every model (# against # on raw_perloop, # against # on penalty_perloop)'] = lambda: [
+    tf_loops(c, col) for col in (0, 2) for c in ('gate', 'gate-raw')]
+PROSE[E, "the state's mean norm moves little from loop to loop (#–# on raw_perloop, #–# on penalty_perloop)"] = lambda: [
+    v for c in ('raw_perloop', 'penalty_perloop') for v in span(
+        [nums(depth(CRITERIA, LONG_RUN.format(c), K, 'mean ‖H_K‖'))[0] for K in range(1, 5)])]
+
+
+@prose(E, 'The `improve` target beats `agree` (seed 1: # against # loops on raw_perloop, # against # on penalty_perloop')
+def improve_beats_agree():
+    cell = lambda c, gate: nums(stored_cells(f'cpu-long-criteria/logs/{c}-cpu-long-s1.eval-agree.log', 'criterion',
+                                             gate)[1])[0]
+    return [cell(c, g) for c in ('raw_perloop', 'penalty_perloop') for g in ('gate', 'gate-agree')]
+
+
+@prose(E, "(‖H_4‖ ≈ #), depth does nothing: one loop is as good as four, and every criterion but `converge` finds that "
+          '(# loops). Its loops barely turn the state (1 − cos(H_k, H_k−1) ≈ # after loop 2')
+def drifted_norm_exits():
+    run = 'out-norm_perloop-cpu-long-s1'
+    loops = {tf_loops(c, col) for c in exit_tables_rows(7) if c not in ('converge', 'oracle') for col in (4, 5)}
+    assert len(loops) == 1
+    return [nums(depth(CRITERIA, run, 4, 'mean ‖H_K‖'))[0], loops.pop(), nums(depth(CRITERIA, run, 2, '1-cos'))[0]]
+
+
+COSTS_RAW = 'cpu-long-criteria/costs-raw_perloop-float32.md'
+
+
+@prose(E, 'one loop # ms, one readout # ms (128 x 256: the byte vocabulary makes it #% of a loop), an `angular` decision # '
+          'ms, a `max_prob` decision # ms, an exit\'s projected stand-ins # ms. So here a readout-free decision saves '
+          'nothing; the loops are the cost, and fixed K=4 decoding (# tok/s) spends # ms a token beyond these parts')
+def raw_costs():
+    loop, readout, angular, max_prob, stand_ins, sampling = cost_nums(COSTS_RAW, 'part', (
+        'one loop (the 2-layer stack, one token)', 'one readout (128 x 256)', 'exit decision: angular (no readout)',
+        'exit decision: max_prob', "an exited token's projected stand-ins (every layer's keys and values from its exit "
+        'state)', 'sampling from the readout'), 'ms')
+    tok_s = cost_nums(COSTS_RAW, 'fixed K', '4', 'tok/s (sampled, cached)')[0]
+    return [loop, readout, 100 * readout / loop, angular, max_prob, stand_ins, tok_s,
+            1000 / tok_s - (4 * loop + readout + sampling)]
+
+
+PROSE[E, 'where a readout is # of a loop, deciding from the state makes an exit after 3 of 4 loops #x faster than fixed K, '
+         'where deciding with a readout per loop makes it #x'] = lambda: [readme_44m_exit()[i] for i in (0, 2, 1)]
 
 CRITERIA_RAW = ('cpu-long-criteria/tables.md', 'out-raw_perloop-cpu-long (3 seeds)')
 
@@ -1090,7 +2019,7 @@ def projected_exit(crit):
     return mean(row[6])[0], 100 * (mean(row[7])[0] / full_depth_ppl(*CRITERIA_RAW)[0] - 1)
 
 
-@prose('docs/early-exit.md', "The readout's criteria lose most: at #, decoded with projections on raw_perloop, "
+@prose(E, "The readout's criteria lose most: at #, decoded with projections on raw_perloop, "
                              "`max_prob` and `entropy` run # and # loops and lose #% and #%. The gates run # and # "
                              "loops and still lose #% and #%, more than `angular` (# loops, #%)")
 def gates_lose_less():
@@ -1099,17 +2028,556 @@ def gates_lose_less():
     return [0.9, mp, en, mp_loss, en_loss, g, gr, g_loss, gr_loss, an, an_loss]
 
 
+NOT_STORED.update({
+    (E, '`entropy` (1 − entropy / ln V), or `converge` (exp(−KL(p_k ‖ p_k−1))'): 'definitions',
+    (E, 'stays within +1% or +5% of the'): 'the targets',
+    (E, 'both timed in the same run at batch 1'): 'the setting',
+    (E, '(normal and 0.5)'): 'exit_train settings',
+    (E, '(0.25 and 0.1)'): 'exit_train settings',
+    (E, '(max_prob > 0.9, against full depth)'): 'the threshold',
+    (E, '`converge` near 0 stops every token after loop 2 (penalty\'s K=2 beats its K=4), max_prob near 0'): 'thresholds',
+    (E, '`angular` = 1 − ‖u_k − u_{k−1}‖/2 with u = H/‖H‖: Lemma 2\'s angular step over its largest value (1 − sin(θ/2), θ '
+        'the angle between H_k and H_{k−1}); - `latent` = exp(−‖H_k − H_{k−1}‖/‖H_k‖)'): 'definitions',
+    (E, 'is a Linear(d, 1) on H_k'): 'the gate',
+    (E, 'within 0.05 nats of the best later loop\'s'): "beyond.exit_gate's target",
+    (E, 'mean over 3 seeds (norm_perloop: 1): mean loops a token needs to stay within +1% / +5% of full-depth perplexity'):
+        'the targets',
+    (E, 'On penalty_perloop and norm_perloop, 2 loops and 1 loop are as good as 4'): 'depths (their numbers follow)',
+    (E, 'over fixed K=4 at batch 1'): 'the setting',
+    (E, "Lemma 2's 1/s_k"): 'the lemma',
+    (E, 'Within +5%, the best decoding is a fixed depth'): 'the target',
+    (E, 'quiet, float32, batch 1;'): 'the setting',
+    (E, '(window restarts of the 128-byte block'): 'the block size',
+})
+
+
+# docs/paper-shape.md -------------------------------------------------------------------------
+
+P = 'docs/paper-shape.md'
+M44_PARTS = {'norm_perloop': 'a', 'raw_perloop': 'a', 'penalty_perloop': 'b1', 'interloop_perloop': 'b2'}
+
+
+def m44_run(c):
+    return json_run(f'cpu-44m/results-{M44_PARTS[c]}.json', f'out-{c}-cpu44m-s1')
+
+
+def m44_log(c):
+    return [f'cpu-44m/logs/{c}-cpu44m-s1.jsonl']
+
+
+def m44_lemma(key, loop=None):
+    lem = json_group('cpu-44m/results-a.json', 'out-norm_perloop-cpu44m-s1')[0]['lemma']
+    return lem[key] if loop is None else lem[key][loop - 1]
+
+
+def m44_n(c, col, K=4):
+    return nums(m44(c, col, K))[0]
+
+
+PROSE[P, 'Every other study here uses a #M-parameter byte model.'] = PROSE[R, '`config/cpu.py` (#M parameters']
+PROSE[P, 'constant lr; GPT-2 BPE, so #M parameters'] = PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"]
+PROSE[P, '(validation CE #–# nats at K=4; with the released init, whose N(0,1) embedding is tied to the head, it starts at '
+         '#–#: iteration 0 of the results files\' curves)'] = lambda: span([m44_loss(c, 4) for c in M44_PARTS]) + span(
+    [m44_run(c)['curve']['val_loss_K'][0] for c in M44_PARTS])
+PROSE[P, 'A run took #–# minutes here (#–# s an iteration on average'] = lambda: span(
+    [train_seconds(m44_log(c)[0]) / 60 for c in M44_PARTS]) + span(
+    [statistics.mean(log_values(m44_log(c), 'train', 'ms_per_iter', k=None)) / 1000 for c in M44_PARTS])
+PROSE[P, 'on the first # validation tokens, at loop 4'] = lambda: [m44_run('norm_perloop')['tokens_scored']]
+
+
+@prose(P, "norm_perloop's mean ‖H_4‖ went # at init, # at iteration 5, # at 10, # at 20, # at 60 and # at 200 (training "
+          "batches); raw_perloop's fell from # to #. At the end they are #x apart (# against #), the loss of the normalized "
+          "readout has no radial gradient (#, float64's zero) against # for the raw one, and norm_perloop's loop 4 turns "
+          'its state by 1 − cos = # against #.')
+def m44_drift():
+    at = lambda c, it: log_values(m44_log(c), 'train', 'h_norm', it=it)[0]
+    init = log_values(m44_log('norm_perloop'), 'eval', 'norm_mean', it=0)
+    assert init == log_values(m44_log('raw_perloop'), 'eval', 'norm_mean', it=0)
+    return init + [at('norm_perloop', it) for it in (5, 10, 20, 60, 200)] + init + [at('raw_perloop', 200)] + [
+        m44_n('norm_perloop', 'mean ‖H_K‖') / m44_n('raw_perloop', 'mean ‖H_K‖'), m44_n('norm_perloop', 'mean ‖H_K‖'),
+        m44_n('raw_perloop', 'mean ‖H_K‖')] + [m44_n(c, col) for col in ('radial frac', '1-cos')
+                                               for c in ('norm_perloop', 'raw_perloop')]
+
+
+@prose(P, 'its ‖H_4‖ peaked at # at iteration # (training batches) and fell to # (# on the last training batches): #x below '
+          "norm_perloop, not yet at the paper's 17–83. Its CE's radial fraction is #")
+def m44_penalty():
+    train = [(r['h_norm'][3], r['iter']) for r in jsonl(m44_log('penalty_perloop')[0]) if r['kind'] == 'train']
+    return list(max(train)) + [m44_n('penalty_perloop', 'mean ‖H_K‖'), train[-1][0],
+                               m44_n('norm_perloop', 'mean ‖H_K‖') / m44_n('penalty_perloop', 'mean ‖H_K‖'),
+                               m44_n('penalty_perloop', 'radial frac')]
+
+
+@prose(P, '‖H_k‖ is #, #, #, # at loops 1–4 (norm_perloop: #, #, #, #), and the state freezes after loop 2 (1 − cos # at loop '
+          '4): its CE is #–# at every K from 1 to 8.')
+def m44_interloop():
+    return [m44_n(c, 'mean ‖H_K‖', K) for c in ('interloop_perloop', 'norm_perloop') for K in range(1, 5)] + [
+        m44_n('interloop_perloop', '1-cos')] + span([m44_loss('interloop_perloop', K) for K in range(1, 9)])
+
+
+@prose(P, 'norm_perloop gains #% in CE from K=1 to K=4 (best K=#), raw_perloop #%.')
+def m44_k_invariance():
+    return [-change(m44_loss('norm_perloop', 4), m44_loss('norm_perloop', 1)),
+            min(range(1, 5), key=lambda K: m44_loss('norm_perloop', K)),
+            -change(m44_loss('raw_perloop', 4), m44_loss('raw_perloop', 1))]
+
+
+PROSE[P, '(p99 / mean #, max / mean #)'] = lambda: [
+    m44_n('norm_perloop', col) / m44_n('norm_perloop', 'mean ‖H_K‖') for col in ('p99 ‖H_K‖', 'max ‖H_K‖')]
+PROSE[P, '(median #, p99 #)'] = lambda: [[k['norm_median'] for k in m44_run('raw_perloop')['per_K'] if k['K'] == 4][0],
+                                         m44_n('raw_perloop', 'p99 ‖H_K‖')]
+
+
+@prose(P, "norm_perloop's s_k grows from # at loop 1 to # at loop 29 while its angular step falls from # (loop 4) to # (loop "
+          '29), faster than c / s_k: s_k times the step is # at loop 1, # at loop 4, # at 16 and # at 29 (its median over '
+          'loops 15–29, the fitted c, is #). Each loop adds about the same radial increment (a_k # at loop 1, # at loop 29, '
+          'i.e. #–# in ‖H‖ a loop)')
+def m44_lemma_prose():
+    d = m44_run('norm_perloop')['config']['n_embd']   # a_k is in RMS units: sqrt(d) of them make ‖H‖
+    per_loop = [a / d ** 0.5 for a in m44_lemma('radial_increment')]
+    return [m44_lemma('s', 1), m44_lemma('s', 29), m44_lemma('angular_step', 4), m44_lemma('angular_step', 29)] + [
+        m44_lemma('s_times_angular', k) for k in (1, 4, 16, 29)] + [m44_lemma('c'), m44_lemma('radial_increment', 1),
+                                                                   m44_lemma('radial_increment', 29)] + span(per_loop)
+
+
+PROSE[P, "changes norm_perloop's CE by # nats at K=4; for the raw readout, whose logits scale with the state, by #."] = \
+    lambda: [m44_n(c, 'Δ loss clamp') for c in ('norm_perloop', 'raw_perloop')]
+LOOP44, READOUT44 = 'one loop (the 8-layer stack, one token)', 'one readout (512 x 50257)'
+
+
+def readout_share(f):
+    loop, readout = cost_nums(f, 'part', (LOOP44, READOUT44), 'ms')
+    return readout / loop
+
+
+def from_parts(f):
+    """A costs file's fixed-K token from its parts and as measured, in ms."""
+    m = re.search(r'= ([\d.]+) ms \([\d.]+ tok/s; measured ([\d.]+)\)', (ASSETS / f).read_text())
+    return [float(m.group(1)), 1000 / float(m.group(2))]
+
+
+PROSE[P, "A readout costs # of a loop in float32 and # in bf16 (the head is 26M of the model's #M parameters"] = lambda: [
+    readout_share(F32), readout_share(BF16), log_line_number('cpu-44m/logs/norm_perloop-cpu44m-s1.log',
+                                                             'number of parameters:')]
+PROSE[P, '(# ms from the parts in float32, # ms measured'] = lambda: from_parts(F32)
+PROSE[P, 'varies by up to 22% between runs on this machine (the bf16 loop: 4.48 against # ms), and the exit speed-ups below '
+         'by up to 0.02 in float32 and 0.21 in bf16 (exit after loop 1: 2.79x against #x)'] = lambda: [
+    cost_nums(BF16, 'part', (LOOP44,), 'ms')[0], mean(stored_cells(BF16, 'exit after loop e', '1')[2])[0]]
+
+
+@prose(P, 'decided from the state, it is #x as fast as fixed K (# against # ms in float32: #% less time)')
+def m44_exit_time():
+    cells = stored_cells(F32, 'exit after loop e', '3')
+    state_ms, parts = nums(cells[3])[0], from_parts(F32)[0]
+    return [mean(cells[4])[0], state_ms, parts, -change(state_ms, parts)]
+
+
+PROSE[P, "accepts only #–#% of its early loops' tokens"] = lambda: span(
+    [100 * nums(stored_cells('cpu-44m/costs-raw_perloop-float32.md', 'j', j)[2])[0] for j in '123'])
+PROSE[P, '(measured at 44M: # in float32, # in bf16)'] = lambda: [readout_share(F32), readout_share(BF16)]
+PROSE[P, "near the 44M CPU's #–#,"] = lambda: span([readout_share(F32), readout_share(BF16)])
+
+NOT_STORED.update({
+    (P, '(d=512, 8 heads, 8 shared layers, K=4, the released init, dropout 0.1, AdamW 3e-4, weight decay 0.01, clip 1.0'):
+        "the paper's recipe",
+    (P, 'changes only the batch (4 x 256) and the length (200 iterations): 204,800 tokens, 0.04% of the paper\'s 4 epochs of '
+        "WikiText-103 (about 480M GPT-2 tokens, not measured here: its training text's 103.2M words (Merity et al. 2016) at "
+        'the 1.16–1.17 GPT-2 tokens a word'): "settings, and an estimate from the dataset's published size",
+    (P, 'the radial fraction on the first 1,024 of them (`--diag_tokens 512`, which rounds up to one batch of 4 x 256)'):
+        "the evaluation's settings",
+    (P, "The paper's 39,207 comes after 2,300 times as many tokens."): "the paper's, and the estimate above",
+    (P, '(30 loops, 2,048 tokens;'): "the evaluation's settings",
+    (P, 'batch 1, 128 tokens cached, 2 threads, a quiet machine, median of 30 calls'): "beyond.depth_costs' settings",
+    (P, '(the costs files as commit 484366f stored them: `git show 484366f:assets/cpu-44m/costs-norm_perloop-bfloat16.md`) '
+        'gave 8.64 / 6.70 ms (loop / readout) in float32 and 4.48 / 2.13 ms in bf16: a loop\'s or a readout\'s time'):
+        'an earlier run, stored in git history, not in the tree (the numbers it is compared with are checked)',
+    (P, 'a token that runs 3 of 4 loops'): 'depths',
+    (P, 'g = 3 drafts a pass: the acceptance of loop j\'s token by loop 4\'s on 2,048 validation tokens'): 'the settings',
+    (P, '(1 − a^(g+1)) / (1 − a) / ((g+1)·j/K + (K−j)/K)'): 'the formula',
+    (P, "A layer's weights are 16d² multiply-adds a token (attention's 4d², SwiGLU's 12d²). At the 129M shape (d=768, 12 "
+        'layers) a loop is 113M multiply-adds and a readout 38.6M (768 x 50,257): a readout is about 0.34 of a loop, so '
+        'deciding from the state saves 0.34 of a loop'): 'predictions: arithmetic on the shapes',
+    (P, 'On a GPU at batch 1, both a loop and a readout are memory-bound (at 44M in bf16 a loop reads 67 MB of weights, a '
+        'readout 51 MB, roughly 15–20 µs each on an H100-class GPU), so by bytes a readout is 0.77 of a loop'):
+        'predictions: arithmetic on the shapes',
+    (P, 'each loop is ~80 kernel launches (about 10 a layer)'): 'a prediction',
+    (P, 'A verify pass over g+1 tokens'): 'the formula',
+})
+
+
+# docs/speculative.md -------------------------------------------------------------------------
+
+S = 'docs/speculative.md'
+WORKING = ('raw_perloop', 'penalty_perloop', 'finalnorm_perloop')
+
+
+def spec_best_both(c):
+    return [spec_best(c, mode) for mode in ('greedy', 'sample')]
+
+
+PROSE[S, "loop 1 gives loop 4's greedy token #% of the time), so it gains #–#x, losslessly. The working models agree #–#% at "
+         'j=1 and gain #–#x.'] = lambda: [100 * spec_run('norm_perloop')['speculative']['greedy_agree'][0]] + span(
+    [b['speedup'] for b in spec_best_both('norm_perloop')]) + span(
+    [100 * spec_run(c)['speculative']['greedy_agree'][0] for c in WORKING]) + span(
+    [b['speedup'] for c in WORKING for b in spec_best_both(c)])
+PROSE[S, 'The best settings reach #–#% of the speed-up their acceptance and measured draft and verify costs predict'] = \
+    lambda: span([100 * b['speedup'] / b['predicted_speedup'] for c in ('norm_perloop',) + WORKING
+                  for b in spec_best_both(c)])
+
+
+def fixed_k_repeats():
+    """fixed_k_before_after.txt: {(condition, decoder): its three tok/s}."""
+    out, cur = {}, None
+    for line in (ASSETS / 'cpu-long-speculative/fixed_k_before_after.txt').read_text().splitlines():
+        m = re.match(r'== (\w+)', line)
+        cur = m.group(1) if m else cur
+        m = re.match(r'(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+best', line)
+        if m:
+            out[cur, m.group(1)] = [float(x) for x in m.group(2, 3, 4)]
+    return out
+
+
+@prose(S, 'Within this run the static cache is #–#x the older decoder and #x recomputing the window (`kv_cache=False`); a '
+          'compiled one-token step was slower on this CPU. Its three repeats vary by up to #% (the older decoder on '
+          'penalty_perloop: # to # tok/s).')
+def fixed_k_prose():
+    t, reps = {c: v for c, v in fixed_k_before_after().items() if v}, fixed_k_repeats()   # (those the older code loads)
+    no_cache = {round(t[c]['new'] / t[c]['new-nocache'], 1) for c in t}
+    assert len(no_cache) == 1 and all(t[c]['new-compiled'] < t[c]['new'] for c in t)
+    worst = max(reps, key=lambda k: max(reps[k]) / min(reps[k]))
+    assert worst == ('penalty', 'old')
+    return span([t[c]['new'] / t[c]['old'] for c in t]) + [no_cache.pop(), change(max(reps[worst]), min(reps[worst])),
+                                                          min(reps[worst]), max(reps[worst])]
+
+
+PROSE[S, "the acceptance of loop 1's token by loop 4's is # (norm_perloop) and # (raw_perloop)"] = lambda: [
+    nums(stored_cells(f, 'j', '1')[2])[0] for f in (F32, 'cpu-44m/costs-raw_perloop-float32.md')]
+
+NOT_STORED.update({
+    (S, 'verifies them with loops j+1..K'): 'loops',
+    (S, '(1 − a^(g+1)) / (1 − a) / ((g+1)·j/K + (K−j)/K)'): 'the formula',
+    (S, 'Batch 1, 2 threads'): 'the setting',
+    (S, '(batch 1, 2 threads)'): 'the setting',
+    (S, 'best of 3, tok/s'): 'the harness',
+})
+
+
+# docs/speed.md --------------------------------------------------------------------------------
+
+SP = 'docs/speed.md'
+
+
+def record_number(rel, pattern):
+    """The number a stored record (a log, or a study's record in markdown) shows where pattern has its group."""
+    return nums(re.search(pattern, ' '.join((ASSETS / rel).read_text().split())).group(1))[0]
+
+
+def peak(log):
+    return record_number(f'speed/logs/{log}', r'matmul peak measured here \(\w+\): ([\d.]+)')
+
+
+PROSE[SP, '"44M" is #M parameters with GPT-2\'s vocabulary, dropout 0.1; the demo shape is #M parameters, bytes, dropout 0'] = \
+    lambda: [record_number(f'speed/logs/{log}', r'^([\d.]+)M parameters') for log in ('bench-44m.log', 'bench-demo.log')]
+PROSE[SP, 'compiled: the CPU inductor, # s to its first step'] = lambda: [
+    nums(stored_cells('speed/logs/bench-44m-compiled.log', 'loss', 'perloop')[6])[0]]
+PROSE[SP, "(bf16 on AMX: #x float32's peak here, # against # TFLOP/s)"] = lambda: [
+    peak('profile-44m-bf16.log') / peak('profile-44m-float32.log'), peak('profile-44m-bf16.log'),
+    peak('profile-44m-float32.log')]
+PROSE[SP, 'the # dropout masks'] = lambda: [   # the calls of bernoulli_ in one step
+    nums(stored_cells('speed/logs/profile-44m-bf16.log', 'op', 'aten::bernoulli_')[3])[0]]
+
+
+@prose(SP, '(clipping folded into fused AdamW: #x; one graph a fixed-K decoded token: #x at the demo shape compiled, #x at '
+           '44M)')
+def roofline_kept():
+    text = ' '.join((ASSETS / 'speed/roofline.md').read_text().split())
+    graph = [float(x) for x in re.search(r'([\d.]+) against ([\d.]+) ms a token at the demo shape \(1.51x\), ([\d.]+) '
+                                         r'against ([\d.]+) ms at 44M', text).groups()]
+    return [record_number('speed/roofline.md', r'at 44M \(([\d.]+)x; `clip_ab.py`\)'), graph[1] / graph[0],
+            graph[3] / graph[2]]
+
+
+PROSE[SP, 'matmuls take #% of the self time (mm #%, addmm_ #%, bmm #%); the rest is dropout masks (bernoulli_ #%)'] = \
+    lambda: [record_number('speed/speed.md', p) for p in (r'bmm [\d.]+%\) \*\*(\d+)%', r'\(mm ([\d.]+)%',
+                                                         r'addmm_ ([\d.]+)%', r'bmm ([\d.]+)%', r'bernoulli_ ([\d.]+)%')]
+PROSE[SP, 'per-loop CE peaks at # GiB, terminal CE at # GiB (#x;'] = lambda: [
+    record_number('speed/speed.md', p) for p in (r'per-loop ([\d.]+) GiB', r'terminal ([\d.]+) GiB', r'GiB: \*\*([\d.]+)x')]
+PROSE[SP, 'in one process: #x at the 44M shape (# against # ms), #x at the demo shape (# against # ms).'] = lambda: [
+    record_number('speed/speed.md', p) for p in (
+        r'([\d.]+)x at 44M \(', r'at 44M \(([\d,]+) /', r'at 44M \([\d,]+ / ([\d,]+) ms', r'([\d.]+)x at the demo shape \(',
+        r'demo shape \(([\d.]+) /', r'demo shape \([\d.]+ / ([\d.]+) ms')]
+PROSE[SP, "the bf16 step takes #x the float32 step's time"] = lambda: [
+    nums(stored_cells('speed/logs/bench-44m-nobf16-bfloat16.log', 'loss', 'perloop')[2])[0]
+    / nums(stored_cells('speed/logs/bench-44m-nobf16-float32.log', 'loss', 'perloop')[2])[0]]
+PROSE[SP, 'the 44M shape trained at # tokens/s (#% MFU, # GiB), the 129M shape at # tokens/s (#% MFU, # GiB). At that rate 4 '
+          'epochs of WikiText-103 (about 480M GPT-2 tokens, an estimate: [paper-shape.md](paper-shape.md)) take about # '
+          'minutes'] = lambda: [
+    record_number('speed/old-speed.md', p) for p in (r'44M shape ([\d,]+) tokens/s', r'\(([\d.]+)% MFU of',
+                                                     r'TFLOP/s, ([\d.]+) GiB\)', r'129M shape ([\d,]+) tokens/s',
+                                                     r'129M shape [\d,]+ tokens/s \(([\d.]+)% MFU',
+                                                     r'MFU, ([\d.]+) GiB\)\. These', r'take about (\d+) minutes')]
+
+NOT_STORED.update({
+    (SP, 'on a 2-core CPU with AVX-512 BF16 and AMX, torch 2.13 (CPU build), 2 threads'): 'the machine',
+    (SP, 'on an earlier 2-core CPU with AVX-512 BF16'): 'the machine',
+    (SP, '2 threads, other jobs paused'): 'the setting',
+    (SP, 'softmax over 50,257 symbols for 4 loops'): "GPT-2's vocabulary",
+    (SP, 'oneDNN held to AVX-512 without'): 'the emulation',
+    (SP, '(and `--dtype=bfloat16` under AVX-512)'): 'the emulation',
+    (SP, 'half of float32\'s peak with AVX-512'): 'the emulation',
+    (SP, 'Seed 1 of norm_perloop'): 'a seed',
+    (SP, 'torch 2.11, compiled, bf16'): 'the software',
+})
+
+
+# docs/tasks.md --------------------------------------------------------------------------------
+
+T = 'docs/tasks.md'
+
+
+def task_seed(design, seed, n, K, intervention='none', rel='tasks/results.json'):
+    """One seed's scores (exact, h_norm, one_minus_cos, ...) on n-bit strings at K."""
+    found = [r for r in results(rel)['results'] if r['run'].endswith(f'out-parity-{design}-s{seed}')
+             and (r['length'], r['K'], r['intervention']) == (n, K, intervention)]
+    assert len(found) == 1, (design, seed, n, K)
+    return found[0]
+
+
+def task_group(design, n, K, intervention='none', rel='tasks/results.json'):
+    found = [g for g in results(rel)['designs'] if g['design'].endswith(f'out-parity-{design}')
+             and (g['length'], g['K'], g['intervention']) == (n, K, intervention)]
+    assert len(found) == 1, (design, n, K)
+    return found[0]
+
+
+def exact(design, n, K, intervention='none', rel='tasks/results.json'):
+    """Exact match in %, mean and std over the seeds."""
+    g = task_group(design, n, K, intervention, rel)
+    return [100 * g['exact'], 100 * g['exact_std']]
+
+
+def task_ks(rel='tasks/results.json'):
+    return sorted({g['K'] for g in results(rel)['designs']})
+
+
+def best_exact(design, n, rel='tasks/results.json'):
+    """The K where a design's mean exact match is highest, and that match, mean and std."""
+    K = max(task_ks(rel), key=lambda K: task_group(design, n, K, rel=rel)['exact'])
+    return K, exact(design, n, K, rel=rel)
+
+
+def best_val(rel):
+    """A parity run's best validation loss (at K=12, the last of its losses) and its iteration, from its log.jsonl."""
+    return min((r['val_loss'][-1], r['iter']) for r in jsonl(rel) if r['kind'] == 'eval')
+
+
+def seed_logs(design, seeds, folder='tasks'):
+    return [f'{folder}/logs/parity-{design}-s{s}.jsonl' for s in seeds]
+
+
+@prose(T, 'per-loop CE gains nothing past # loops, and the fixed-depth terminal designs are best at their trained K=4')
+def tasks_text_depth():
+    assert all(best_k_of(dz_name(c)) == 4 for c in ('norm_terminal', 'raw_terminal', 'penalty_terminal'))
+    return per_loop_best()
+
+
+PROSE[T, 'About # minutes a run on one core.'] = lambda: [statistics.mean(
+    train_seconds(rel) for d in TASK_DESIGNS for rel in seed_logs(d, (1, 2, 3))) / 60]
+PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
+         '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
+    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3), 'tasks/init-0.02')] + [
+    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3))] + exact(
+    'norm-il', 32, 64, rel='tasks/init-0.02/results.json') + [
+    100 * max(task_seed('norm-il', s, 32, 64, rel='tasks/init-0.02/results.json')['exact'] for s in (1, 2, 3)),
+    exact('raw-il', 32, 64, rel='tasks/init-0.02/results.json')[0]]
+PROSE[T, 'on 16-bit strings falls to about #'] = lambda: [min(best_val(rel)[0] for rel in seed_logs('norm-il', (1, 2, 3)))]
+PROSE[T, '(norm-il seed 1: # at step #, # at 3,000;'] = lambda: list(best_val(seed_logs('norm-il', (1,))[0])) + [
+    [r['val_loss'][-1] for r in jsonl(seed_logs('norm-il', (1,))[0]) if r['kind'] == 'eval'][-1]]
+PROSE[T, '`beyond.tasks` scores # fresh strings'] = lambda: [results('tasks/results.json')['rows']]
+
+
+@prose(T, 'gets 32-bit strings (4x the length) from #% exact match at K=12 to # ± #% at K=48 and #% on every seed from K=64 '
+          '(under 8x its trained K) through K=512: no overthinking over 8x past that K. The loops a length needs grow with it '
+          '(at K=n: #% of 8-bit strings, #% of 16-bit ones, #% of 32-bit ones). Its ‖H_K‖ holds at #')
+def norm_il_extrapolates():
+    late = [K for K in task_ks() if K >= 64]
+    held = {round(task_group('norm-il', 32, K)['h_norm']) for K in task_ks() if K >= 12}
+    assert len(held) == 1
+    return [exact('norm-il', 32, 12)[0]] + exact('norm-il', 32, 48) + [
+        100 * min(task_seed('norm-il', s, 32, K)['exact'] for s in (1, 2, 3) for K in late)] + [
+        exact('norm-il', n, n)[0] for n in (8, 16, 32)] + [held.pop()]
+
+
+@prose(T, '‖H_K‖ grows about linearly: # at K=12 to # at K=512 for the norm readout, # to # for the raw one, # to # for alpha. '
+          'None of the three solves 32-bit strings at any K (at most #%). The norm readout, blind to that growth, is the '
+          "worst on 8 and 32 bits (16 bits: # ± #% at best, alpha's # ± #%) and one of its seeds does not learn 8 bits (its "
+          "best validation loss #; norm-il's: #, #, #); the raw readout sees it and holds 8-bit strings at #% to K=64 on "
+          'every seed, but then overthinks too (# ± #% at K=512) and reaches # ± #% on 16 bits.')
+def blind_spot_parity():
+    three = ('norm', 'raw', 'alpha')
+    for n in (8, 32):
+        assert min(three, key=lambda d: best_exact(d, n)[1][0]) == 'norm'
+    return [task_group(d, 32, K)['h_norm'] for d in three for K in (12, 512)] + [
+        max(best_exact(d, 32)[1][0] for d in three)] + best_exact('norm', 16)[1] + best_exact('alpha', 16)[1] + [
+        max(best_val(rel)[0] for rel in seed_logs('norm', (1, 2, 3)))] + [
+        best_val(rel)[0] for rel in seed_logs('norm-il', (1, 2, 3))] + [
+        100 * min(task_seed('raw', s, 8, K)['exact'] for s in (1, 2, 3) for K in task_ks() if 8 <= K <= 64)] + exact(
+        'raw', 8, 512) + best_exact('raw', 16)[1]
+
+
+@prose(T, 'raw-il reaches # ± #% on 32 bits (seeds #, #, #%), alpha-il # ± #% (#, #, #%).')
+def fixed_scale_extrapolates():
+    out = []
+    for d in ('raw-il', 'alpha-il'):
+        K, best = best_exact(d, 32)
+        out += best + [100 * task_seed(d, s, 32, K)['exact'] for s in (1, 2, 3)]
+    return out
+
+
+PROSE[T, 'The norm penalty holds ‖H_K‖ at # inside the trained depth but not past it (# at K=512), and 8-bit strings fall '
+         'from #% at K=12 to # ± #% at K=512. Damping bounds the norm (# at K=512) but not the answer: # ± #% on 8 bits at '
+         'best'] = lambda: [task_group('norm-pen', 32, K)['h_norm'] for K in (12, 512)] + [
+    exact('norm-pen', 8, 12)[0]] + exact('norm-pen', 8, 512) + [task_group('norm-damp', 32, 512)['h_norm']] + best_exact(
+    'norm-damp', 8)[1]
+
+
+@prose(T, 'the state is bounded (#) but carries the input only from loop 1: 32-bit strings reach # ± #% at K=48 (by seed at '
+          'K=64: #, #, #%) and fall back (# ± #% at K=512).')
+def noinj():
+    assert best_exact('norm-il-noinj', 32)[0] == 48
+    return [task_group('norm-il-noinj', 32, 512)['h_norm']] + exact('norm-il-noinj', 32, 48) + [
+        100 * task_seed('norm-il-noinj', s, 32, 64)['exact'] for s in (1, 2, 3)] + exact('norm-il-noinj', 32, 512)
+
+
+@prose(T, 'trains well (#% of 8 bits at K=8-12) but learns a solution for exactly 12 loops: 8-bit strings drop to # ± #% at '
+          'K=24 (# ± #% from K=32) and 32-bit ones reach # ± #%.')
+def fixed_k_parity():
+    after = {tuple(round(v) for v in exact('norm-il-fixed', 8, K)) for K in task_ks() if K >= 32}
+    assert len(after) == 1
+    return [min(exact('norm-il-fixed', 8, K)[0] for K in (8, 12))] + exact('norm-il-fixed', 8, 24) + list(after.pop()) + \
+        best_exact('norm-il-fixed', 32)[1]
+
+
+@prose(T, "cuts the norm readout's 8-bit match from # ± #% to # ± #% at K=12, and the raw one's from #% to # ± #%; the "
+          'per-token RMS cap keeps them at K=12 but not past it (norm # ± #%, raw # ± #% at K=512).')
+def interventions_prose():
+    for d in ('norm', 'raw'):
+        assert exact(d, 8, 12, 'cap') == exact(d, 8, 12)
+    assert all(exact('norm-il', 8, K, iv) == exact('norm-il', 8, K) for iv in ('clamp', 'cap') for K in task_ks())
+    return exact('norm', 8, 12) + exact('norm', 8, 12, 'clamp') + [exact('raw', 8, 12)[0]] + exact(
+        'raw', 8, 12, 'clamp') + exact('norm', 8, 512, 'cap') + exact('raw', 8, 512, 'cap')
+
+
+PROSE[T, 'without overthinking: # ± #% at its trained K=12, # ± #% from K=64 to K=512.'] = lambda: exact(
+    'norm-il', 32, 12) + [min(exact('norm-il', 32, K)[0] for K in task_ks() if K >= 64),
+                          max(exact('norm-il', 32, K)[1] for K in task_ks() if K >= 64)]
+PROSE[T, '(its third seed stops at #% on 32 bits)'] = lambda: [100 * task_seed('raw-il', 3, 32, 512)['exact']]
+HELD_SEEDS = 'tasks/heldout-seeds/results.json'
+
+
+@prose(T, '(#% and #% exact match at K=64 and at K=512, 1 − cos ≤ #: a fixed point) but not on seed 11 (#% at K=64, #% at '
+          'K=512; its state still turns, 1 − cos #), # ± #% over the three at K=64. All three reach the same best validation '
+          'loss (#, #, #: the floor of 16-bit strings at K=12)')
+def parity_heldout_seeds():
+    seed = lambda s, K: task_seed('norm-il', s, 32, K, rel=HELD_SEEDS)
+    for s in (12, 13):
+        assert seed(s, 64)['exact'] == seed(s, 512)['exact']
+    return [100 * seed(s, 64)['exact'] for s in (12, 13)] + [
+        max(abs(seed(s, K)['one_minus_cos']) for s in (12, 13) for K in (64, 512))] + [
+        100 * seed(11, K)['exact'] for K in (64, 512)] + [seed(11, 512)['one_minus_cos']] + exact(
+        'norm-il', 32, 64, rel=HELD_SEEDS) + [best_val(rel)[0] for rel in seed_logs('norm-il', (11, 12, 13),
+                                                                                      'tasks/heldout-seeds')]
+
+
+PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #% on 16 bits at best, ‖H_K‖ # at K=512 on 32 '
+         'bits.'] = lambda: best_exact('norm', 16, HELD_SEEDS)[1] + [task_group('norm', 32, 512, rel=HELD_SEEDS)['h_norm']]
+
+NOT_STORED.update({
+    (T, 'with attention bounded to a window of 2'): 'the task',
+    (T, 'one layer, one head, d=64, a window of 2'): "config/parity.py's settings",
+    (T, 'n ~ U[0, 12) loops without a graph, then k ~ U[1, 12 - n] with one'): "config/parity.py's settings",
+    (T, 'weights drawn at std 0.1, 3,000 steps of 64 strings'): "config/parity.py's settings",
+    (T, '**Weights at std 0.1** (about 1/sqrt(64)), not 0.02. With the inter-loop norm the carried state has RMS 1, while '
+        'the injected embedding has the RMS of its init: at 0.02'): 'settings, and arithmetic',
+    (T, "The study's two inter-loop designs at 0.02"): 'the setting',
+    (T, '(at 0.1:'): 'the setting',
+    (T, '(its floor: the 12 loops of K=12 reach 12 of the 16 bits, and the four left are guesses, 4/16 x ln 2 = 0.17)'):
+        'arithmetic',
+    (T, 'the norm penalty at 0.01'): 'the setting',
+    (T, 'training saw at most 12 loops'): 'the training settings',
+    (T, 'at most 12 loops, gets'): 'the training settings',
+    (T, 'extrapolates to 8x its trained depth'): 'depths',
+    (T, 'learns a solution for exactly 12 loops'): 'the training setting',
+    (T, '([assets/tasks/init-0.02]'): 'a folder',
+})
+
+
+NUMBER = r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'   # what a `#` of a fragment stands for
+
+
+@lru_cache(maxsize=None)
 def prose_text(page):
-    return ' '.join((ROOT / page).read_text().split())
+    """A page's prose: its lines outside code blocks (fenced, or indented four spaces), tables and
+    figures, joined with single spaces."""
+    out, fence = [], False
+    for line in (ROOT / page).read_text().splitlines():
+        if line.strip().startswith('```'):
+            fence = not fence
+        elif not (fence or line.startswith('    ') or line.lstrip().startswith(('|', '!['))):
+            out.append(line)
+    return ' '.join(' '.join(out).split())
 
 
-def prose_numbers(page, sentence):
-    """The numbers the page shows where the sentence has `#`, joined as one cell."""
-    pattern = r'\s*'.join(r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'.join(re.escape(p) for p in word.split('#'))
-                          for word in sentence.split())
-    found = re.findall(pattern, prose_text(page))
-    assert len(found) == 1, f'{page}: {len(found)} sentences like {sentence!r}'
-    return ' | '.join(found[0] if isinstance(found[0], tuple) else [found[0]])
+def fragment_match(page, fragment):
+    """The one place of the page's prose that the fragment is: `#` any number, all else as written."""
+    pattern = r'\s*'.join(NUMBER.join(re.escape(p) for p in word.split('#')) for word in fragment.split())
+    found = list(re.finditer(pattern, prose_text(page)))
+    assert len(found) == 1, f'{page}: {len(found)} places like {fragment!r}'
+    return found[0]
+
+
+def prose_numbers(page, fragment):
+    """The numbers the page shows where the fragment has `#`, joined as one cell."""
+    return ' | '.join(fragment_match(page, fragment).groups())
+
+
+# the words that make a number a setting wherever it stands: `#` the number
+SETTINGS = {
+    r'\bK ?[=≤<>] ?#(?:(?:\.\.|–|-| to )#)?': 'a depth K (where a K is a result, a fragment holds it)',
+    r'\bloops? #(?:(?:\.\.|–|-| to | and )#)?': 'a loop',
+    r'\bseeds? #(?:, #)*(?:,? and #|–#)?': 'a seed',
+    r'\b# seeds\b': 'how many seeds',
+    r'Lemma #': "the paper's lemma",
+    r'#-bit|\b# bits\b': 'a string length',
+    r'et al\.,? #': 'a citation',
+    r'\b# iterations\b|\biterations? #': 'a training length, or a point of it',
+    r'\b#-epoch\b|\b# epochs\b': 'a training length',
+    r'#-core\b|\b# cores\b': 'the machine',
+    r'WikiText-#|GPT-#': 'a dataset, a tokenizer',
+    r'\b(?:44|129)M\b': "the paper's model shapes, by name",
+    r'loop-#': 'a loop',
+    r'\b1 − cos': 'the measure 1 − cos',
+    r'k\+#': 'an index',
+    r'AVX-#': 'an instruction set',
+    r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
+}
+
+
+def prose_number_spans(page):
+    """(start, end) of every number of the page's prose, but those in `code` and in links' targets."""
+    text = prose_text(page)
+    skip = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', text)]
+    return [m.span() for m in NUM.finditer(text) if not any(a <= m.start() < b for a, b in skip)]
+
+
+def unchecked_prose_numbers(page):
+    """The page's prose numbers that no fragment of PROSE or NOT_STORED and no setting covers, in context."""
+    text = prose_text(page)
+    covered = [fragment_match(p, f).span() for p, f in list(PROSE) + list(NOT_STORED) if p == page]
+    for pattern in SETTINGS:
+        covered += [m.span() for m in re.finditer(pattern.replace('#', NUMBER), text)]
+    return [f'{text[max(0, a - 50):a]}[{text[a:b]}]{text[b:b + 30]}' for a, b in prose_number_spans(page)
+            if not any(s <= a and b <= e for s, e in covered)]
 
 
 @pytest.mark.parametrize('key', sorted(PROSE), ids=lambda k: f'{k[0]}:{k[1][:40]}')
@@ -1126,3 +2594,24 @@ def test_prose_numbers_are_pinned():
             i = m.start() + e - 1 if e > 0 else m.end() - 1
             with pytest.raises(AssertionError):
                 check_cell(cell[:i] + str((int(cell[i]) + 5) % 10) + cell[i + 1:], want, 'changed')
+
+
+@pytest.mark.parametrize('page', DOCS)
+def test_every_prose_number_is_checked(page):
+    """Every number of the page's prose (but those in `code` and in links' targets) stands in a fragment of PROSE
+    or NOT_STORED, or in a setting's words (SETTINGS); every fragment is found once."""
+    missing = unchecked_prose_numbers(page)
+    assert not missing, (f'{page}: numbers in the prose that no fragment holds (add one to PROSE, or to NOT_STORED '
+                         'with the reason):\n' + '\n'.join(missing))
+
+
+def test_a_number_no_fragment_holds_is_found(monkeypatch):
+    """A number added to the prose without its fragment is found; one in a setting's words is not."""
+    text, before = prose_text('README.md'), unchecked_prose_numbers('README.md')
+    monkeypatch.setitem(globals(), 'prose_text', lambda page: text + ' At K=8 it gains 12%.')
+    found = unchecked_prose_numbers('README.md')
+    assert len(found) == len(before) + 1 and found[-1].endswith('gains [12]%.')
+
+
+def test_readme_is_a_front_page():
+    assert len((ROOT / 'README.md').read_text()) < 15_000
