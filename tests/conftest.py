@@ -3,7 +3,6 @@ Shared test fixtures (run the tests from the repository root: python -m pytest -
 Nothing here needs the network or anything outside the repo.
 """
 
-import atexit
 import contextlib
 import fcntl
 import json
@@ -195,10 +194,12 @@ def child(conn):
         cpu_vec_isa.valid_vec_isa_list.cache_clear()  # (the server's ISA probes used its compiler)
         cpu_vec_isa.VecISA._VecISA__bool__impl.cache_clear()
     argv, code, sys.executable = msg['argv'], 0, msg['python']
+    save_hits = mutant_reaches_script(argv[1] if argv[0] == '-m' else argv[0])
 
     def leave(code, _exit=os._exit):  # the exit code to the shim, also where the script itself calls os._exit
         sys.stdout.flush()            # (runtime.exit_process does, under torchrun)
         sys.stderr.flush()
+        save_hits()
         conn.sendall(str(code).encode())
         _exit(code)
     os._exit = leave
@@ -237,8 +238,7 @@ def stand_in_python():
             open(os.path.join(folder, 'users', str(os.getpid())), 'w').close()
             if not os.path.exists(ready):
                 start_server(folder, python, ready)
-        atexit.register(leave_stand_in, folder)
-        STAND_IN.update(python=pathlib.Path(python), ready=os.path.exists(ready))
+        STAND_IN.update(folder=folder, python=pathlib.Path(python), ready=os.path.exists(ready))
     assert STAND_IN['ready'], ('the server for the scripts did not start: '
                                + open(os.path.join(STAND_IN['python'].parent, 'server.log')).read()[-2000:])
     return STAND_IN['python']
@@ -273,6 +273,14 @@ def start_server(folder, python, ready):
     open(ready, 'w').close()
 
 
+def pytest_unconfigure(config):
+    """At the end of this process's session, not at its exit: mutmut's workers (tests/mutants.py) leave
+    by os._exit, which runs no atexit handler, and a server left behind holds a torch process."""
+    if STAND_IN:
+        leave_stand_in(STAND_IN.pop('folder'))
+        STAND_IN.clear()
+
+
 def leave_stand_in(folder):
     """This process is done with the stand-in; the last of the run stops the server and removes the folder."""
     with stand_in_lock(folder):
@@ -285,3 +293,78 @@ def leave_stand_in(folder):
         except (FileNotFoundError, ProcessLookupError):
             pass
         shutil.rmtree(folder)
+
+
+# -----------------------------------------------------------------------------
+# mutation testing (tests/mutants.py): mutmut rewrites each function into a trampoline that runs the
+# mutant named by MUTANT_UNDER_TEST, which the scripts' processes inherit. Two things it cannot see by
+# itself, bridged here for the stand-in's children: a script runs as __main__, so the mutants of its own
+# functions (named `train.x_main__mutmut_3`) are renamed to `__main__....` for that child; and mutmut
+# learns which tests call which function in one run of the suite ("stats"), where the children record
+# the functions they call into a file that the test's teardown hands to mutmut.
+
+def script_module(script):
+    """`beyond.tasks` for `-m beyond.tasks`, `train` for .../train.py in the repository."""
+    if not script.endswith('.py'):
+        return script
+    return os.path.relpath(os.path.abspath(script), HERE)[:-3].replace(os.sep, '.')
+
+
+def mutant_reaches_script(script):
+    """In a child running a script under mutmut: its own mutants renamed for __main__, and in the stats
+    run a recorder of the functions it calls; returns what writes those at the child's exit."""
+    mutant, hits_file = os.environ.get('MUTANT_UNDER_TEST', ''), os.environ.get('MUTMUT_HITS_FILE')
+    module = script_module(script)
+    if mutant.rpartition('.')[0] == module:
+        os.environ['MUTANT_UNDER_TEST'] = '__main__.' + mutant.rpartition('.')[2]
+    if not hits_file:
+        return lambda: None
+    from mutmut.mutation import trampoline
+    hits = set()
+    trampoline._mutant_under_test = 'stats'  # (this process only: the environment has none)
+    trampoline.record_trampoline_hit = lambda name, caller=None: hits.add(
+        module + name[len('__main__'):] if name.startswith('__main__.') else name)
+
+    def save():
+        with open(hits_file, 'a') as f:
+            f.write(''.join(name + '\n' for name in hits))
+    return save
+
+
+def pytest_configure(config):
+    """In mutmut's stats run, the scripts' processes run the original code and record what they call
+    (mutmut's recorder needs its own working directory, which a script's is not)."""
+    if os.environ.get('MUTANT_UNDER_TEST') == 'stats':
+        del os.environ['MUTANT_UNDER_TEST']  # (mutmut keeps its own copy for this process)
+        os.environ['MUTMUT_HITS_FILE'] = os.path.join(tempfile.mkdtemp(prefix='mutmut-'), 'hits')
+        import torch
+        from mutmut.mutation import trampoline  # (its recorder is nothing dynamo can trace: compiled code
+        recorded = trampoline.get_mutant_under_test  # runs the original functions, unrecorded)
+        trampoline.get_mutant_under_test = lambda: '' if torch.compiler.is_compiling() else recorded()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    """The functions a test's scripts called, added to the test's own (before mutmut reads them)."""
+    path = os.environ.get('MUTMUT_HITS_FILE')
+    if path and os.path.exists(path):
+        from mutmut.state import state
+        with open(path) as f:
+            state()._stats.update(f.read().split())
+        os.remove(path)
+
+
+def pytest_collection_modifyitems(config, items):
+    """mutmut's run of a mutant takes the tests that call the mutated function in no fixed order, which would make
+    each file's shared fixtures again at each switch of file: its tests go file by file, in each file's
+    own order, the files whose tests took least time in mutmut's stats run first (at the first failure
+    the run stops)."""
+    if 'MUTANT_UNDER_TEST' not in os.environ:  # (mutmut's runs of a mutant, and its clean run: '')
+        return
+    from mutmut.state import state
+    seconds = {}
+    for item in items:
+        path = item.nodeid.split('::')[0]
+        seconds[path] = seconds.get(path, 0.0) + state().duration_by_test.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: (seconds[item.nodeid.split('::')[0]], item.nodeid.split('::')[0],
+                                 item.location[1] or 0))
