@@ -16,10 +16,13 @@ names the key and the script, and an int is accepted where a float is expected
 (--learning_rate=1).
 
 The settings are a script's commented globals between its first two `# ---` lines; --help
-reads them, and their comments, from the script's source, so each comment exists once.
+reads them, and their comments, from the script's source, so each comment exists once. A
+config can name its model (train.py's model_class = 'module.Class'): the fields of that class's
+config are then settings too, with --help's lines from their comments.
 """
 
 import ast
+import dataclasses
 import difflib
 import inspect
 import io
@@ -65,7 +68,8 @@ def known(settings, key, where, script):
     if key not in settings:
         near = difflib.get_close_matches(key, settings, n=1)
         hint = f"did you mean '{near[0]}'? " if near else ''
-        raise UserError(f"unknown setting '{key}' ({where}); {hint}`{script} --help` lists the settings")
+        more = " (a config's model_class brings its model's own: beyond/'s have more)" if 'model_class' in settings else ''
+        raise UserError(f"unknown setting '{key}' ({where}); {hint}`{script} --help` lists the settings{more}")
 
 
 def check(settings, key, value, where, script):
@@ -99,23 +103,45 @@ def check_ranges(config, ranges):
             raise UserError(f"setting '{key}' must be {said}; got {value!r}")
 
 
+def model_settings(name, scripts, where):
+    """What a config naming its model class brings (model_class = 'module.Class'): the fields that the class's
+    config classes declare and those in scripts (the sources of the settings so far) do not, each at its default;
+    and those config classes, for --help. A class that cannot be imported (beyond/ deleted) is one line."""
+    from model import named_class  # (a script with a model_class setting trains a model)
+    try:
+        config_class = named_class(name).config_class
+    except ValueError as e:
+        raise UserError(f"{e} ({where})")
+    new = [c for c in reversed(config_class.__mro__) if dataclasses.is_dataclass(c) and c not in scripts]
+    declared = {k for c in new for k in vars(c).get('__annotations__', {})}
+    return {f.name: f.default for f in dataclasses.fields(config_class) if f.name in declared}, new
+
+
 def configure(settings, argv, scripts=None):
     """settings: name -> default. argv: config files and --key=value (or --key value), in order.
-    scripts: the source files whose settings these are, the script being run first (for
-    --help and the error messages); default: the running script, sys.argv[0].
+    scripts: the source files (or config classes) whose settings these are, the script being run first
+    (for --help and the error messages); default: the running script, sys.argv[0].
     Returns a new dict; raises UserError with a one-line message. --help or -h anywhere
-    prints the settings with their comments and exits, as argparse does."""
+    prints the settings with their comments and exits, as argparse does (after the config
+    files and settings before it: a config naming its model lists that model's fields)."""
     scripts = list(scripts or [sys.argv[0]])
     script = command(scripts[0])
-    if '--help' in argv or '-h' in argv:
-        print(help_text(settings, scripts))
-        sys.exit(0)
     settings = dict(settings)
+
+    def model_named(value, where):  # model_class set: its config's fields join the settings
+        if 'model_class' in settings and isinstance(value, str) and value != settings['model_class']:
+            more, configs = model_settings(value, scripts, where)
+            settings.update({k: v for k, v in more.items() if k not in settings})
+            scripts.extend(configs)
+
     argv = list(argv)
     i = 0
     while i < len(argv):
         arg = argv[i]
         i += 1
+        if arg in ('--help', '-h'):
+            print(help_text(settings, scripts))
+            sys.exit(0)
         if arg.startswith('--'):
             key, eq, text = arg[2:].partition('=')
             if not eq:  # --key value
@@ -128,7 +154,10 @@ def configure(settings, argv, scripts=None):
                 value = ast.literal_eval(text)
             except (ValueError, SyntaxError):
                 value = text  # a bare word is a string
-            settings[key] = check(settings, key, value, f"--{key}", script)
+            value = check(settings, key, value, f"--{key}", script)
+            if key == 'model_class':
+                model_named(value, f"--{key}")
+            settings[key] = value
         elif arg.startswith('-') and len(arg) > 1:
             raise UserError(f"unknown option '{arg}': settings are --key=value (`{script} --help`)")
         else:
@@ -141,6 +170,7 @@ def configure(settings, argv, scripts=None):
                 exec(compile(source, arg, 'exec'), namespace)
             except Exception as e:
                 raise UserError(f"config file {arg} failed: {type(e).__name__}: {e}")
+            model_named(namespace.get('model_class'), f"in {arg}")
             for key, value in namespace.items():  # (the settings it left as they were, too: checked again)
                 if not key.startswith('_') and not isinstance(value, (types.ModuleType, types.FunctionType)):
                     settings[key] = check(settings, key, value, f"in {arg}", script)

@@ -202,11 +202,11 @@ def run_folder(path):
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def load_run(path, device, split, data_dir=None, model_class=LoopedGPT):
+def load_run(path, device, split, data_dir=None):
     """(model in eval mode, its training config, the split's tokens) of a run folder or checkpoint,
-    on the data it was trained on. model_class: the class it was trained as (its config's fields)."""
+    on the data it was trained on; the model of the class its checkpoint records."""
     try:
-        model, ckpt = model_class.from_checkpoint(path, device)
+        model, ckpt = LoopedGPT.from_checkpoint(path, device)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e))
     config = ckpt.get('config', {})

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from configurator import UserError, one_line_errors
-from model import LoopedGPT, LoopedGPTConfig, lemma_sums, summarize, token_diagnostics
+from model import MOVED, LoopedGPTConfig, summarize, token_diagnostics
 from report import FIGURES, all_plots, label, mean_std, num, perplexity, pm, settings_of, write_json
 from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, sync, use_compile
 from data import Scoring, load_run, run_folder, score_windows
@@ -78,10 +78,38 @@ def score_depths(sc, max_loops, clamp, diag_tokens, desc, extra=None):
     return {name: torch.cat(r, dim=1).cpu() for name, r in rows.items() if r}
 
 
+def lemma_sums(states):
+    """Lemma 2 of the paper (the activity lemma), measured. Write each token's state as H = s * u, with s
+    the RMS of H over channels and u = H / s (so ||u|| = sqrt(d)). In the drifted regime a loop adds a
+    roughly constant radial increment a_k = <u_k, H_{k+1} - H_k>, while the direction moves by
+    ||u_{k+1} - u_k|| ~ c / s_k: the larger the scale, the less a loop can turn the state, so extra loops
+    stop changing the prediction (K-invariance).
+    states: any iterable of H_1, H_2, ..., H_N (each (..., C)), consumed one at a time (model.loop_states
+    runs N loops in O(one state)). Returns float64 sums over tokens, to be divided by 'tokens': 's' (N,),
+    and 'radial_increment', 'angular_step', 's_times_angular' (N-1,) for k = 1..N-1."""
+    sums = {'s': [], 'radial_increment': [], 'angular_step': [], 's_times_angular': []}
+    prev = None
+    for h in states:
+        h = h.detach().double().reshape(-1, h.size(-1))
+        s = h.pow(2).mean(-1).sqrt()  # (N,)
+        u = h / s[:, None]
+        sums['s'].append(s.sum())
+        if prev is not None:
+            h_prev, s_prev, u_prev = prev
+            step = (u - u_prev).norm(dim=-1)
+            sums['radial_increment'].append((u_prev * (h - h_prev)).sum(-1).sum())
+            sums['angular_step'].append(step.sum())
+            sums['s_times_angular'].append((s_prev * step).sum())
+        prev = h, s, u
+    out = {k: torch.stack(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in sums.items()}
+    out['tokens'] = prev[0].size(0)
+    return out
+
+
 @torch.no_grad()
 def lemma(sc, n_loops, max_tokens, name):
     """Lemma 2 out to n_loops loops on the first max_tokens scored tokens: per loop, the token
-    means of s_k, the radial increment, the angular step and s_k x angular step (model.lemma_sums),
+    means of s_k, the radial increment, the angular step and s_k x angular step (lemma_sums),
     one state held at a time. c, the constant of the angular step's c / s_k law, is the median
     of s_k x angular step over the second half of the loops (the drifted regime, if any)."""
     sums, n = None, 0
@@ -194,12 +222,13 @@ def evaluate_run(path, model, config, data, args, device, dtype, studies=(), sta
 # conditions: runs that differ only in seed are one condition, reported as mean ± std
 
 IDENTITY = ('seed', 'out_dir', 'init_from', 'eval_only', 'device', 'compile', 'log_interval', 'eval_interval',
-            'eval_iters', 'always_save_checkpoint', 'data_dir', 'loss_path', 'diag_tokens')  # settings that do not make a condition
+            'eval_iters', 'always_save_checkpoint', 'data_dir', 'loss_path', 'diag_tokens',
+            'model_class')  # settings that do not make a condition (a model class: its fields do)
 SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
 
 
 def condition(config):
-    config = {**asdict(LoopedGPTConfig()), **config}  # (a model field newer than the run: its default)
+    config = {**MOVED, **asdict(LoopedGPTConfig()), **config}  # (a model field the run has not: its default)
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in IDENTITY))
 
 
@@ -324,14 +353,14 @@ def make_out(path):
         raise UserError(f"cannot write to --out {path}: {e.strerror}")
 
 
-def evaluate_runs(args, studies=(), model_class=LoopedGPT):
+def evaluate_runs(args, studies=()):
     """Loads every run (failing early on bad input), evaluates each, and groups seeds."""
     check_settings(args, studies)
     if not args.runs:
         raise UserError("no runs given: name run folders (or checkpoint files), or --from_results")
     device = setup_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    loaded = [(path, *load_run(path, device, args.split, args.data_dir, model_class)) for path in args.runs]  # fail early
+    loaded = [(path, *load_run(path, device, args.split, args.data_dir)) for path in args.runs]  # fail early
     if args.curves:
         for path, model, *_ in loaded:
             read_curve(run_folder(path), model.config.n_loops)
@@ -375,10 +404,10 @@ def from_results(path, names):
     return runs, groups, notes
 
 
-def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
+def main(argv=None, studies=(), script='eval_depth.py'):
     """The script: argv its arguments (default: the command line's); studies, those run beside
-    the paper's (Study objects); script, the name its errors and results.json give; model_class,
-    the class the runs were trained as (a subclass of LoopedGPT with a config of more fields)."""
+    the paper's (Study objects); script, the name its errors and results.json give. Each run is
+    loaded as the class its checkpoint records (LoopedGPT, or a subclass in beyond/)."""
     p = argparse.ArgumentParser(prog=script, description=__doc__.split('\n\n')[0])
     p.add_argument('runs', nargs='*', help='run folders (holding ckpt.pt) or checkpoint files; with --from_results, '
                                            'the groups or runs to show (default: all)')
@@ -416,7 +445,7 @@ def main(argv=None, studies=(), script='eval_depth.py', model_class=LoopedGPT):
                 changed = True
                 groups, notes = group_runs(runs, [run.get('config') for run in runs])
         else:
-            runs, groups, notes = evaluate_runs(args, studies, model_class)
+            runs, groups, notes = evaluate_runs(args, studies)
     for note in notes:
         print(f"{script}: note: {note}", file=sys.stderr)
     print(render(groups, runs, studies), end='')

@@ -16,7 +16,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from model import SIZE, LoopedGPTConfig
+from model import MOVED, SIZE, LoopedGPTConfig
 
 
 def perplexity(loss):
@@ -81,9 +81,10 @@ def pm(mean, std, spec='.3f'):
 
 def settings_of(run):
     """What a run (or a group's mean) was trained as: its readout, its loss and its depth, with every
-    other field of its model config that differs from LoopedGPTConfig's default, by the field's name
-    (the size fields, model.SIZE, aside), as 'raw readout, perloop CE, <field> <value>, K=4'."""
-    defaults = asdict(LoopedGPTConfig())
+    other field of its model config that differs from its default, by the field's name (the size
+    fields, model.SIZE, aside), as 'raw readout, perloop CE, <field> <value>, K=4'. The defaults:
+    LoopedGPTConfig's, those of the fields beyond/ declares (model.MOVED), else the type's (0, False)."""
+    defaults = {**MOVED, **asdict(LoopedGPTConfig())}
     model = run.get('model') or {k: run[k] for k in defaults if k in run}  # (a results.json before 'model': flat keys)
     extra = ''.join(f", {k}" if v is True else f", {k} {v}" for k, v in model.items()
                     if k not in SIZE + ('readout', 'loss') and v != defaults.get(k, type(v)()))  # (a subclass's field: set or not)
@@ -149,29 +150,38 @@ def eval_line(iter_num, ev):
             f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | angular {fmt(ev['angular'], '.2e')}")
 
 
-def accumulate(acc, step):
-    """Adds one train_step's (loss, per-loop CE, per-loop |H_k|) to acc, device tensors (no sync):
-    the loss summed, and per loop (up to len(acc[1])) the sum of the CE read there and how many
-    iterations read it, the sum of |H_k| and how many ran loop k (with random depth K varies)."""
-    loss, ce, h_norm = step
-    K = len(ce)
-    acc[0].add_(loss)
-    acc[1][:K] += ce.nan_to_num()
-    acc[2][:K] += ~ce.isnan()
-    acc[3][:K] += h_norm
-    acc[4][:K] += 1
+class LogSums:
+    """What train.py's next train line averages, summed since the last one: the loss, and per loop (up to
+    `loops`; with random depth K varies) the CE read there and how many iterations read it, ||H_k|| and how
+    many ran loop k, all device tensors (no sync); the iterations and their matmul FLOPs."""
+
+    def __init__(self, loops, device):
+        self.loss = torch.zeros((), device=device)
+        self.ce, self.ce_read, self.h_norm, self.h_ran = (torch.zeros(loops, device=device) for _ in range(4))
+        self.iters, self.flops = 0, 0
+
+    def add(self, loss, ce, h_norm, flops):
+        """One train_step's loss, per-loop CE (NaN where unread) and per-loop ||H_k||, and its FLOPs."""
+        K = len(ce)
+        self.loss += loss
+        self.ce[:K] += ce.nan_to_num()
+        self.ce_read[:K] += ~ce.isnan()
+        self.h_norm[:K] += h_norm
+        self.h_ran[:K] += 1
+        self.iters += 1
+        self.flops += flops
 
 
-def log_train(out_dir, iter_num, acc, *, n_iters, seconds, lr, tokens_per_iter, flops, peak, device):
-    """The train line of the last n_iters iterations from acc (accumulate's), read here (the one
-    sync per log line); a loop no iteration read has CE NaN ('-'). flops: the iterations' matmul
-    FLOPs; peak: the device's FLOP/s for MFU, summed over the ranks (None: no MFU)."""
-    loss, ce, h_norm = acc[0] / n_iters, acc[1] / acc[2], acc[3] / acc[4]
+def log_train(out_dir, iter_num, sums, *, seconds, lr, tokens_per_iter, peak, device):
+    """The train line of the iterations in sums (a LogSums), read here (the one sync per log line); a
+    loop no iteration read has CE NaN ('-'). peak: the device's FLOP/s for MFU, summed over the ranks
+    (None: no MFU)."""
+    loss, ce, h_norm = sums.loss / sums.iters, sums.ce / sums.ce_read, sums.h_norm / sums.h_ran
     ce, h_norm, loss = ce.tolist(), h_norm.tolist(), loss.item()
-    tok_s = tokens_per_iter * n_iters / seconds
-    mfu = flops / seconds / peak if peak else None
+    tok_s = tokens_per_iter * sums.iters / seconds
+    mfu = sums.flops / seconds / peak if peak else None
     mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.startswith('cuda') else None
-    ms = 1000 * seconds / n_iters
+    ms = 1000 * seconds / sums.iters
     log(out_dir, dict(kind='train', iter=iter_num, loss=loss, ce=ce, h_norm=h_norm, lr=lr,
                       ms_per_iter=ms, tok_per_s=tok_s, mfu=mfu, peak_mem_gib=mem),
         f"iter {iter_num}: loss {loss:.4f} | ce {fmt(ce)} | |H_k| {fmt(h_norm, '.1f')} | "

@@ -12,17 +12,18 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from model import LoopedGPT, LoopedGPTConfig, diagnostics, lemma_sums, summarize, token_diagnostics
+from eval_depth import lemma_sums
+from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics, summarize, token_diagnostics
 
 V, T, D = 64, 16, 32
 
 
 def tiny(cls=LoopedGPT, **kw):
-    """A seeded tiny model (cls: LoopedGPT, or a subclass such as beyond/exit_train.py's)."""
+    """A seeded tiny model (cls: LoopedGPT, or a subclass such as beyond/additions.py's, with its config's fields)."""
     args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=3, dropout=0.0)
     args.update(kw)
     torch.manual_seed(0)
-    return cls(LoopedGPTConfig(**args))
+    return cls(cls.config_class(**args))
 
 
 def batch(B=4, seed=1):
@@ -33,11 +34,24 @@ def batch(B=4, seed=1):
 
 
 def manual_logits(model, h, normalized):
-    # the readouts written out independently of model.readout
+    # the readouts written out independently of model.readout: normalized (RMSNorm and its gain), the alpha
+    # readout's H (s_ref / s)^(1 - alpha) with s the RMS of H, or H itself
     if normalized:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + torch.finfo(h.dtype).eps)
         h = h * model.readout_norm.weight
+    elif model.config.readout == 'alpha':
+        alpha, s_ref = torch.sigmoid(model.alpha_logit), model.log_s_ref.exp()
+        h = h * (s_ref / h.pow(2).mean(-1, keepdim=True).sqrt()) ** (1 - alpha)
     return h @ model.transformer.wte.weight.T
+
+
+def logits(model, h, last):
+    return model.lm_head(model.readout(h, last))  # (the model's own: forward's last step, for any state)
+
+
+def normalized_at(readout, last):
+    """Whether a readout is RMS-normalized (scale-invariant) at a loop read as the last one or not."""
+    return {'norm': True, 'final_norm': last, 'raw': False, 'alpha': False}[readout]
 
 
 def ce(logits, y):
@@ -47,18 +61,21 @@ def ce(logits, y):
 # ---------------------------------------------------------------------------------------
 # the visibility lemma
 
-def test_norm_readout_is_scale_invariant_and_raw_is_not():
+@pytest.mark.parametrize('readout', READOUTS)
+def test_a_normalized_readout_is_scale_invariant_and_the_others_are_not(readout):
     x, _ = batch()
-    for readout, invariant in [('norm', True), ('raw', False)]:
-        model = tiny(readout=readout).eval()
-        with torch.no_grad():
-            h = model.hidden_states(x)[-1]
-            a = model.logits(h, last=True)
+    model = tiny(readout=readout).eval()
+    with torch.no_grad():
+        h = model.hidden_states(x)[-1]
+        for last in (True, False):
+            a, invariant = logits(model, h, last), normalized_at(readout, last)
             for alpha in (0.1, 3.0, 1000.0):
-                b = model.logits(alpha * h, last=True)
+                b = logits(model, alpha * h, last)
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-4) == invariant, (readout, alpha)
-                if not invariant:
+                if readout == 'raw' or (readout == 'final_norm' and not last):
                     assert torch.allclose(alpha * a, b, rtol=1e-4, atol=1e-3)  # raw: logits scale with H
+                if readout == 'alpha':  # as s^alpha, alpha = 0.5 at init
+                    assert torch.allclose(alpha ** 0.5 * a, b, rtol=1e-4, atol=1e-3)
 
 
 def test_radial_gradient_fraction_near_zero_only_for_normalized_readout():
@@ -71,7 +88,7 @@ def test_radial_gradient_fraction_near_zero_only_for_normalized_readout():
     assert 1e-3 < min(raw) and max(raw) <= 1, raw
 
 
-@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
+@pytest.mark.parametrize('readout', READOUTS)
 def test_every_tokens_radial_fraction_lies_in_zero_to_one(readout):
     # token by token, not only the mean: Cauchy-Schwarz bounds |<g, H>| by ||g|| ||H||
     model = tiny(readout=readout).eval()
@@ -121,10 +138,10 @@ def test_radial_fraction_matches_a_finite_difference_along_h():
     eps = 1e-3
     for t in (0, 7):
         def tok_ce(a):
-            return F.cross_entropy(model.logits(a * h[t], last=True).double(), y[0, t])
+            return F.cross_entropy(logits(model, a * h[t], last=True).double(), y[0, t])
         radial_deriv = (tok_ce(1 + eps) - tok_ce(1 - eps)) / (2 * eps)
         hh = h[t].detach().clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(F.cross_entropy(model.logits(hh, last=True), y[0, t]), hh)
+        (g,) = torch.autograd.grad(F.cross_entropy(logits(model, hh, last=True), y[0, t]), hh)
         expect = abs(radial_deriv.item()) / (g.norm() * hh.norm()).item()
         assert frac[t].item() == pytest.approx(expect, rel=1e-2)
 
@@ -135,7 +152,7 @@ def test_radial_fraction_leaves_out_tokens_whose_gradient_is_zero():
     x, _ = batch()
     with torch.no_grad():
         states = [1e4 * h for h in model.hidden_states(x)]
-        pred = model.logits(states[-1], last=True).argmax(-1)
+        pred = logits(model, states[-1], last=True).argmax(-1)
     y = pred.clone()
     y[:, ::2] = (pred[:, ::2] + 1) % V  # even positions: a wrong, confident prediction (large gradient)
     per_token = token_diagnostics(model, states, y)
@@ -187,30 +204,34 @@ def test_default_init_predicts_its_input_token():
 # ---------------------------------------------------------------------------------------
 # losses, by hand
 
-@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
-def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout):
+@pytest.mark.parametrize('readout', READOUTS)
+@pytest.mark.parametrize('loss_kind', LOSSES)
+def test_perloop_terminal_and_penalty_losses_match_a_hand_computation(readout, loss_kind):
     x, y = batch()
     K = 3
-    for loss_kind in ('perloop', 'terminal'):
-        for lam in (0.0, 0.01):
-            model = tiny(readout=readout, loss=loss_kind, norm_penalty=lam)
-            model.eval()  # same numbers as train mode here (dropout 0); no_grad path for the stats
+    for lam in (0.0, 0.01):
+        model = tiny(readout=readout, loss=loss_kind, norm_penalty=lam)
+        if readout == 'alpha':  # alpha and s_ref off their init, so a rule that forgets either reads another number
             with torch.no_grad():
-                states = model.hidden_states(x)[1:]
-            normalized = [readout == 'norm' or (readout == 'final_norm' and k == K - 1) for k in range(K)]
-            per_loop = [ce(manual_logits(model, states[k], normalized[k]), y) for k in range(K)]
-            expect = sum(per_loop) / K if loss_kind == 'perloop' else per_loop[-1]
-            # the penalty as released: lambda * the mean over the K loops of mean(H_k^2)
-            expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states) / K
-            model.train()
-            _, loss, stats = model(x, y, stats=True)  # train mode: the fused readout loss with its gradients
-            assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
-            got_ce = stats['ce']
-            if loss_kind == 'perloop':
-                assert torch.allclose(got_ce, torch.stack(per_loop), rtol=1e-5)
-            else:
-                assert torch.isnan(got_ce[:-1]).all() and got_ce[-1].item() == pytest.approx(per_loop[-1].item(), rel=1e-5)
-            assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in states]))
+                model.alpha_logit.fill_(0.7)
+                model.log_s_ref.fill_(1.5)
+        model.eval()  # same numbers as train mode here (dropout 0); no_grad path for the states
+        with torch.no_grad():
+            states = model.hidden_states(x)[1:]
+        per_loop = [ce(manual_logits(model, states[k], normalized_at(readout, k == K - 1)), y) for k in range(K)]
+        expect = {'perloop': sum(per_loop) / K, 'terminal': per_loop[-1]}[loss_kind]
+        # the penalty as released: lambda * the mean over the K loops of mean(H_k^2)
+        expect = expect + lam * sum(h.pow(2).sum(-1).mean() / D for h in states) / K
+        model.train()
+        _, loss = model(x, y)  # train mode: the fused readout loss with its gradients
+        stats = model.stats  # the per-loop numbers of that pass
+        assert loss.item() == pytest.approx(expect.item(), rel=1e-5)
+        got_ce = stats['ce']
+        if loss_kind == 'perloop':
+            assert torch.allclose(got_ce, torch.stack(per_loop), rtol=1e-5)
+        else:
+            assert torch.isnan(got_ce[:-1]).all() and got_ce[-1].item() == pytest.approx(per_loop[-1].item(), rel=1e-5)
+        assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in states]))
 
 
 def test_final_norm_uses_raw_readout_before_the_last_loop_only():
@@ -221,7 +242,7 @@ def test_final_norm_uses_raw_readout_before_the_last_loop_only():
         for K in (2, 3, 5):  # "last" is the last loop of the call, also for overridden K
             states = model.hidden_states(x, n_loops=K)[1:]
             for k, h in enumerate(states):
-                got = model.logits(h, last=(k == K - 1))
+                got = logits(model, h, last=(k == K - 1))
                 assert torch.allclose(got, manual_logits(model, h, normalized=(k == K - 1)), atol=1e-4)
                 assert not torch.allclose(got, manual_logits(model, h, normalized=(k != K - 1)), atol=1e-2)
             assert torch.allclose(model(x, n_loops=K)[0], manual_logits(model, states[-1], True), atol=1e-4)
@@ -305,14 +326,14 @@ def test_k_can_be_overridden_beyond_training_k():
     with torch.no_grad():
         assert len(model.hidden_states(x, n_loops=8)) == 9
         assert model(x, n_loops=8)[0].shape == (4, T, V)
-        _, _, stats = model(x, y, n_loops=8, stats=True)
-    assert stats['ce'].shape == (8,) and torch.isfinite(stats['ce']).all()
+        model(x, y, n_loops=8)
+    assert model.stats['ce'].shape == (8,) and torch.isfinite(model.stats['ce']).all()
     assert len(diagnostics(model, x, y, n_loops=7)['norm_mean']) == 7
     with pytest.raises(ValueError, match='n_loops'):
         model.hidden_states(x, n_loops=0)
 
 
-@pytest.mark.parametrize('readout', ['norm', 'raw'])
+@pytest.mark.parametrize('readout', READOUTS)
 def test_overfits_one_batch(readout):
     model = tiny(readout=readout, init_std=0.02)
     x, y = batch(B=2)
@@ -415,14 +436,25 @@ def test_s_times_angular_step_is_constant_for_a_residual_recurrence_of_the_direc
     assert torch.allclose(inc, torch.full_like(inc, alpha * d))  # a constant radial increment
 
 
-def test_forward_returns_logits_and_loss_as_nanogpt():
-    # a fork that drops the model into nanoGPT's loop (`logits, loss = model(X, Y)`) just works
-    model = tiny().eval()
+@pytest.mark.parametrize('readout', READOUTS)
+@pytest.mark.parametrize('loss_kind', LOSSES)
+def test_forward_returns_logits_and_loss_as_nanogpt(readout, loss_kind):
+    # a fork that drops the model into nanoGPT's loop (`logits, loss = model(X, Y)`) just works: two items
+    # always, in training and evaluation, with and without targets, at any K; the per-loop numbers of the
+    # pass are model.stats, from that pass (no second forward)
+    model = tiny(readout=readout, loss=loss_kind)
     x, y = batch()
-    logits, loss = model(x)
-    assert logits.shape == (*x.shape, V) and loss is None
-    logits, loss = model(x, y)
-    assert logits is None and loss.dim() == 0
-    _, loss_again, stats = model(x, y, stats=True)  # the per-loop numbers from the same pass
-    assert torch.equal(loss, loss_again) and stats['ce'].shape == stats['h_norm'].shape == (model.config.n_loops,)
-    assert stats['ce'].mean().item() == pytest.approx(loss.item(), rel=1e-5)  # per-loop CE: the mean over loops
+    for training, K in ((True, None), (False, None), (False, 5)):
+        model.train(training)
+        out = model(x, n_loops=K)
+        assert isinstance(out, tuple) and len(out) == 2
+        logits, loss = out
+        assert logits.shape == (*x.shape, V) and loss is None
+        out = model(x, y, n_loops=K)
+        assert isinstance(out, tuple) and len(out) == 2
+        logits, loss = out
+        assert logits is None and loss.dim() == 0  # (the fused loss makes no logits)
+        ce, h_norm = model.stats['ce'], model.stats['h_norm']
+        assert ce.shape == h_norm.shape == (K or model.config.n_loops,)
+        read = ce if loss_kind == 'perloop' else ce[-1:]  # per-loop CE: the mean over loops; terminal: the last
+        assert read.mean().item() == pytest.approx(loss.item(), rel=1e-5) and ce.isnan().sum() == len(ce) - len(read)

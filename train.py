@@ -6,22 +6,24 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py config/norm_perloop.py config/cpu.py      # the blind spot on a laptop CPU, in minutes
     torchrun --standalone --nproc_per_node=8 train.py config/raw_perloop.py --batch_size=8 --gradient_accumulation_steps=8
     python train.py --help                                    # every setting, with its comment
-    python -m beyond.exit_train config/raw_perloop_exit.py    # beyond the paper: exit-aware training (its model class)
+    python train.py config/sandwich_perloop.py config/cpu.py  # beyond the paper: a config naming beyond/'s model
 
 Settings are the globals below and every field of the model's config (LoopedGPTConfig in
-model.py, where each is documented). Config files and --key=value override them, in order
+model.py, where each is documented; a config that names another model_class, a subclass in
+beyond/, adds that class's fields). Config files and --key=value override them, in order
 (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
 log lines, one JSON object per line, for plots.
 
-The helpers take what they read as arguments (bench.py and the tests call them), and
+The helpers take what they read as arguments (beyond/bench.py and the tests call them), and
 main() runs them top to bottom; nothing here reads a setting from a module global.
 """
 
+import inspect
 import math
 import os
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, is_dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -33,8 +35,8 @@ from configurator import UserError, check_ranges, configure, error_line
 from data import Rows, eval_batches, load_splits, train_batches
 from depth import deepest, step_depth
 from linear_ce import PATHS as LOSS_PATHS
-from model import LoopedGPT, diagnostics
-from report import accumulate, eval_line, log, log_train, perplexity, start_log
+from model import LoopedGPT, diagnostics, named_class
+from report import LogSums, eval_line, log, log_train, perplexity, start_log
 from runtime import autocast, compile_errors, compile_failed, exit_process, peak_flops, resolve_dtype, start_process, use_compile
 
 # -----------------------------------------------------------------------------
@@ -55,6 +57,7 @@ dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
 batch_size = 64               # sequences per micro-step (per GPU with DDP); block_size, the tokens per sequence, is the model's
 gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
 # the model: every field of LoopedGPTConfig (model.py), listed under it below, but vocab_size (the data's)
+model_class = 'model.LoopedGPT'  # the model trained: the paper's, or a subclass by 'module.Class' (beyond.additions.FieldGPT: its fields are settings too)
 # random depth (depth.py; docs/depth.md): K drawn per iteration, the same on every rank and after a resume
 random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with mean n_loops - 1 (Huginn's draw): mean K = n_loops
 depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
@@ -96,6 +99,23 @@ def model_fields(model_class=LoopedGPT):
 
 
 SETTINGS = {**OWN, **model_fields()}  # every setting of train.py with LoopedGPT, and its default
+
+
+def class_name(cls):
+    """'module.Class', as a config names a model class and the checkpoint records it (a class of a script run as
+    python -m beyond.x: that module's name)."""
+    spec = getattr(sys.modules.get(cls.__module__), '__spec__', None)
+    return f"{spec.name if cls.__module__ == '__main__' and spec else cls.__module__}.{cls.__qualname__}"
+
+
+def model_class_of(config, default=LoopedGPT):
+    """The class the settings' model_class names (default: the class a script was given, by its own name)."""
+    if config['model_class'] == class_name(default):
+        return default
+    try:
+        return named_class(config['model_class'])
+    except ValueError as e:
+        raise UserError(str(e))
 
 
 # -----------------------------------------------------------------------------
@@ -164,21 +184,24 @@ def clip(model, optimizer, grad_clip, folded=True):
 def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n_loops=None, bptt=0):
     """One optimizer step on the micro-batches xs, ys (n_micro, B, T): forward under ctx (the
     precision context) with n_loops loops (None: the trained K) and truncated backprop through
-    the last bptt (0: all), backward through the scaler (a no-op unless float16), clip (grad_clip
-    0: off), AdamW. Returns device tensors, not read here (no sync): the loss, and the per-loop
-    CE and mean ||H_k||, each averaged over the micro-steps. bench.py times this."""
+    the last bptt (0: all; a model whose forward takes bptt: beyond/additions.py's), backward through
+    the scaler (a no-op unless float16), clip (grad_clip 0: off), AdamW. Returns device tensors, not
+    read here (no sync): the loss, and the per-loop CE and mean ||H_k|| of the forward passes
+    (model.stats), each averaged over the micro-steps. beyond/bench.py times this."""
     n_micro = len(xs)
+    raw = model.module if ddp else model  # (whose forward leaves the stats; a compiled model passes them through)
     loss_sum, ce, h_norm = 0.0, 0.0, 0.0
     for micro in range(n_micro):
         if ddp:  # all-reduce the gradients only at the last micro-step (passed through torch.compile's wrapper to DDP)
             model.require_backward_grad_sync = (micro == n_micro - 1)
         with ctx:
-            _, loss, stats = model(xs[micro], ys[micro], n_loops=n_loops, stats=True, bptt=bptt)
+            truncated = dict(bptt=bptt) if bptt else {}
+            _, loss = model(xs[micro], ys[micro], n_loops=n_loops, **truncated)
             loss = loss / n_micro
         scaler.scale(loss).backward()
         loss_sum = loss_sum + loss.detach()
-        ce = ce + stats['ce'] / n_micro
-        h_norm = h_norm + stats['h_norm'] / n_micro
+        ce = ce + raw.stats['ce'] / n_micro
+        h_norm = h_norm + raw.stats['h_norm'] / n_micro
     if grad_clip > 0:
         scaler.unscale_(optimizer)
         clip(model, optimizer, grad_clip, folded=not scaler.is_enabled())
@@ -193,6 +216,7 @@ def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, conf
     """out_dir/ckpt.pt, written whole or not at all. The batches and the dropout masks are a
     function of (seed, rank, iteration), so iter_num is all the position there is to save."""
     ckpt = {
+        'model_class': class_name(type(raw_model)),  # the class LoopedGPT.from_checkpoint rebuilds
         'model_args': asdict(raw_model.config),
         'model': raw_model.state_dict(),      # the uncompiled model: no _orig_mod. prefixes
         'optimizer': optimizer.state_dict(),
@@ -215,31 +239,37 @@ def check_settings(config, model_class=LoopedGPT):
         raise UserError(f"random_depth draws K with mean n_loops ({config['n_loops']}): max_loops, its cap, must be "
                         f"at least that; got {config['max_loops']}")
     try:  # what the model itself refuses (e.g. n_embd not a multiple of n_head)
-        model_config = model_class.config_class(**{k: config[k] for k in model_fields(model_class)})
+        model_class.config_class(**{k: config[k] for k in model_fields(model_class)})
     except ValueError as e:
         raise UserError(str(e))
-    refusal = model_class.cannot_train(model_config, config['bptt'])  # (what this class cannot train)
-    if refusal:
-        raise UserError(refusal)
+    progressive = config['random_depth'] and config['depth_draw'] == 'progressive'
+    if (config['bptt'] or progressive) and 'bptt' not in inspect.signature(model_class.forward).parameters:
+        what = 'the progressive draw' if progressive else f"bptt={config['bptt']}"
+        raise UserError(f"{what} trains with truncated backprop, which {config['model_class']} does not (it runs "
+                        "every loop with a graph): model_class = 'beyond.additions.FieldGPT' does, as "
+                        "config/random_depth.py names it")
 
 
 def setup(argv, settings=None, scripts=(__file__,), model_class=LoopedGPT):
-    """The settings: the defaults above and model_class's fields, then config files and --key=value,
-    checked. Returns a dict, as given (saved in the checkpoint: device and dtype stay 'auto' there).
-    bench.py passes its own settings added to these, and its own file first."""
-    settings = settings or {**OWN, **model_fields(model_class)}
-    config = configure(settings, argv, [*scripts, model_class.config_class])
-    check_settings(config, model_class)
+    """The settings: the defaults above and model_class's fields (and those of the class a config names
+    instead), then config files and --key=value, checked. Returns a dict, as given (saved in the
+    checkpoint: device and dtype stay 'auto' there). beyond/bench.py passes its own settings added to
+    these, and its own file first."""
+    settings = {**(settings or {**OWN, **model_fields(model_class)}), 'model_class': class_name(model_class)}
+    configs = [c for c in reversed(model_class.config_class.__mro__) if is_dataclass(c)]  # (for --help)
+    config = configure(settings, argv, [*scripts, *configs])
+    check_settings(config, model_class_of(config, model_class))
     return config
 
 
 # -----------------------------------------------------------------------------
 # the parts of a run, in the order main() takes them
 
-def build_model(c, meta, device, cls=LoopedGPT):
-    """A new model of class cls (LoopedGPT, or a subclass that main() was given), or with
+def build_model(c, meta, device, cls=None):
+    """A new model of class cls (default: the class the settings name, model_class), or with
     init_from='resume' out_dir's checkpoint, which must match these settings and this data.
     Returns (the model, the checkpoint or None)."""
+    cls = cls or model_class_of(vars(c))
     model_args = {**{k: getattr(c, k) for k in model_fields(cls)}, 'vocab_size': meta['vocab_size']}
     config = cls.config_class(**model_args)
     if c.init_from == 'scratch':
@@ -249,6 +279,8 @@ def build_model(c, meta, device, cls=LoopedGPT):
         model, ckpt = cls.from_checkpoint(path, device)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(f"init_from='resume': {e}")
+    if class_name(type(model)) != class_name(cls):
+        raise UserError(f"{path} holds a {class_name(type(model))}, not the {class_name(cls)} asked for (model_class)")
     if ckpt['model_args']['vocab_size'] != meta['vocab_size']:
         raise UserError(f"{path} has vocab {ckpt['model_args']['vocab_size']} but data/{c.dataset} has "
                          f"vocab {meta['vocab_size']} ({meta['tokenizer']}): resume with the data it was trained on")
@@ -281,7 +313,7 @@ def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
     return model
 
 
-def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save, config):
+def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save):
     """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
     always_save_checkpoint). Returns (whether the val loss is finite, the best val loss).
     The val loss that decides is the trained K's (with random depth: the mean K's)."""
@@ -291,7 +323,7 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     val_loss = ev['val_loss'][raw_model.config.n_loops - 1]
     if finite and can_save and (val_loss < best_val_loss or c.always_save_checkpoint):
         best_val_loss = min(best_val_loss, val_loss)
-        save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, config)
+        save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, vars(c))
         print(f"saved {c.out_dir}/ckpt.pt")
     return finite, best_val_loss
 
@@ -304,10 +336,10 @@ def non_finite_message(iter_num, out_dir, learning_rate):
 # -----------------------------------------------------------------------------
 
 def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
-    """A training run from the command line argv. model_class: the model trained, LoopedGPT or a
-    subclass (beyond/ passes its own, with its own entry point): the one seam through which beyond/ trains."""
-    config = setup(argv, scripts=scripts, model_class=model_class)
-    c = SimpleNamespace(**config)  # the settings, read as c.batch_size from here on
+    """A training run from the command line argv. model_class: the default of the model_class setting (a
+    subclass: python -m beyond.exit_train's entry point; a config can name another)."""
+    c = SimpleNamespace(**setup(argv, scripts=scripts, model_class=model_class))  # the settings: c.batch_size, ...
+    model_class = model_class_of(vars(c), model_class)
     ddp, rank, world_size, device, n_micro = start_process(c.device, c.gradient_accumulation_steps)
     master = rank == 0
     dtype = resolve_dtype(c.dtype, device, training=True)
@@ -323,10 +355,11 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
 
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     longest = max(val_data.x.shape[1], seq_len) if isinstance(train_data, Rows) else seq_len
-    if raw_model.max_length is not None and longest > raw_model.max_length:  # (before any training)
+    if longest > getattr(raw_model, 'max_length', c.block_size):  # (before any training; beyond/'s NoPE reads any length)
         raise UserError(f"{c.dataset}'s rows are up to {longest} tokens, more than the model reads (block_size "
-                        f"{c.block_size}, the positions learned): raise block_size, or use positions='none'")
-    raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.readout_ce)
+                        f"{c.block_size}, the positions learned): raise block_size, or use positions='none' "
+                        "(beyond.additions.FieldGPT)")
+    raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.linear_cross_entropy or not)
     optimizer = make_optimizer(raw_model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
                                weight_decay=c.weight_decay)
     iter_num, best_val_loss = 0, float('inf')
@@ -352,9 +385,9 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     # -------------------------------------------------------------------------
     # the training loop. Per-loop numbers stay on the device as tensors and are read once
     # per log line; `finite` is checked there too, so a NaN costs no sync per step.
-    acc = (torch.zeros((), device=device), *(torch.zeros(deepest(c), device=device) for _ in range(4)))
+    sums = LogSums(deepest(c), device)  # what the next train line averages
     finite = torch.ones((), dtype=torch.bool, device=device)
-    acc_iters, acc_flops, t0 = 0, 0, time.time()
+    t0 = time.time()
     while True:
         if iter_num % c.eval_interval == 0 or iter_num == max_iters or c.eval_only:
             t_eval = time.time()
@@ -362,7 +395,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
             if master and not failed:
                 try:  # (with random depth the first evaluation runs the compiled loop first)
                     ok, best_val_loss = eval_and_save(c, raw_model, optimizer, val_batches, ctx=ctx, iter_num=iter_num,
-                                                      best_val_loss=best_val_loss, config=config,
+                                                      best_val_loss=best_val_loss,
                                                       can_save=not c.eval_only and iter_num > start_iter)
                 except compile_errors() as e:
                     raise compile_failed(e, 'the training step')
@@ -390,24 +423,20 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
         seed_step(c.seed, iter_num, rank)
         K, bptt = step_depth(c, iter_num)  # (None, c.bptt): the trained K; with random_depth, K drawn (depth.py)
         try:
-            step = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp,
-                              n_loops=K, bptt=bptt)
+            loss, ce, h_norm = train_step(model, optimizer, scaler, xs, ys, ctx=ctx, grad_clip=c.grad_clip, ddp=ddp,
+                                          n_loops=K, bptt=bptt)
         except compile_errors() as e:
             raise compile_failed(e, 'the training step')
-        accumulate(acc, step)
-        finite &= torch.isfinite(step[0])
+        sums.add(loss, ce, h_norm, flops=raw_model.flops_per_token(K, T=seq_len, backward_loops=bptt) * tokens_per_iter)
+        finite &= torch.isfinite(loss)
         iter_num += 1
-        acc_iters += 1
-        acc_flops += raw_model.flops_per_token(K, bptt=bptt, T=seq_len) * tokens_per_iter
         if compiled and iter_num == start_iter + 1:  # the first step compiles: a line of its own, not the log's speed
-            step[0].item()
+            loss.item()
             if master:
                 print(f"compiled the training step: the first step took {time.time() - t0:.1f} s", flush=True)
-            for a in acc:
-                a.zero_()
-            acc_iters, acc_flops, t0 = 0, 0, time.time()
+            sums, t0 = LogSums(deepest(c), device), time.time()
 
-        if iter_num % c.log_interval == 0 and acc_iters:
+        if iter_num % c.log_interval == 0 and sums.iters:
             if ddp:  # a NaN on any rank stops every rank at the same line
                 flag = finite.float()
                 all_reduce(flag, op=ReduceOp.MIN)
@@ -415,11 +444,9 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
             if not finite.item():  # the one sync per log line
                 raise UserError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
             if master:
-                log_train(c.out_dir, iter_num, acc, n_iters=acc_iters, seconds=time.time() - t0, lr=lr,
-                          tokens_per_iter=tokens_per_iter, flops=acc_flops, peak=peak, device=device)
-            for a in acc:
-                a.zero_()
-            acc_iters, acc_flops, t0 = 0, 0, time.time()
+                log_train(c.out_dir, iter_num, sums, seconds=time.time() - t0, lr=lr, tokens_per_iter=tokens_per_iter,
+                          peak=peak, device=device)
+            sums, t0 = LogSums(deepest(c), device), time.time()
 
     if ddp:
         barrier()  # rank 0 may still be evaluating or saving; no rank leaves before it is done

@@ -51,7 +51,6 @@ import train
 from configurator import UserError, one_line_errors
 from data import load_meta
 from depth import draw_depth
-from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast, peak_flops, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
@@ -85,14 +84,19 @@ def setup_bench(argv):
     return c, device, dtype, autocast(device, dtype)
 
 
+def model_class(c):
+    return train.model_class_of(vars(c))  # (the paper's, or the class a config names)
+
+
 def model_config(c, **changes):
-    return LoopedGPTConfig(**{**{k: getattr(c, k) for k in [*train.model_fields(), 'vocab_size']}, **changes})
+    cls = model_class(c)
+    return cls.config_class(**{**{k: getattr(c, k) for k in [*train.model_fields(cls), 'vocab_size']}, **changes})
 
 
 def new_model(c, device, **changes):
     """The model train.py would build (seeded as it is), with its loss path, and its optimizer."""
     torch.manual_seed(c.seed)
-    model = LoopedGPT(model_config(c, **changes)).to(device)
+    model = model_class(c)(model_config(c, **changes)).to(device)
     model.loss_path = c.loss_path
     optimizer = train.make_optimizer(model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
                                      weight_decay=c.weight_decay)
@@ -257,7 +261,7 @@ def main(argv):
     c, device, dtype, ctx = setup_bench(argv)
     cfg = model_config(c)
     compiled = use_compile(c.compile, device)
-    print(f"{LoopedGPT(cfg).get_num_params() / 1e6:.2f}M parameters (d={cfg.n_embd}, {cfg.n_layer} layers, "
+    print(f"{model_class(c)(cfg).get_num_params() / 1e6:.2f}M parameters (d={cfg.n_embd}, {cfg.n_layer} layers, "
           f"K={cfg.n_loops}, vocab {cfg.vocab_size}), batch {c.gradient_accumulation_steps}x{c.batch_size}x"
           f"{c.block_size}, {device}, {dtype}, {'compiled' if compiled else 'eager'}, dropout {cfg.dropout}, "
           f"loss path {c.loss_path}; {c.steps} timed steps after {c.warmup} warm-up", flush=True)

@@ -7,17 +7,17 @@ loops as the draft.
 m = LoopedGPT(LoopedGPTConfig(n_layer=2, n_embd=64, n_head=2, vocab_size=256, block_size=64)).eval(); \
 print(generate(m, torch.zeros(1, 1, dtype=torch.long), 20, draft_loops=1, draft_tokens=3)[2])"
 
-beyond/sample.py and eval_depth.py call this file; model.py knows nothing of it. The block is the
-model's own (model.block): the decoder hands it its weights, cast once, and an attention over
-its KV cache, the way gpt-fast's Attention takes its cache. As in gpt-fast, the
-cache has a fixed shape (every step attends over all block_size positions with a mask), so one
+beyond/sample.py and eval_decode.py call this file; model.py knows nothing of it. The block is the
+model's own (model.Block): the decoder runs its own copy of the model's shared stack, the weights
+cast once, and hands each attention its KV cache (CausalSelfAttention's cache argument), the way
+gpt-fast's Attention takes its cache. As in gpt-fast, the cache has a fixed shape (every step attends over all block_size positions with a mask), so one
 compiled loop serves every token, loop and depth (fixed K, exits, drafts); on CUDA it is a CUDA
 graph. A looped model has K x n_layer attention sites, all in the cache: kv[loop], (n_layer, 2,
 B, n_head, block_size, hs), the loop's keys and values.
 
 Precision. The decoder computes what model.forward computes, under autocast too, since it runs
 the same block: the residual stream stays float32 and only the matmuls run in bf16, attention
-follows model.attention's rule, and the weights are cast once per Stepper, not at every token
+follows the model's CPU rule, and the weights are cast once per Stepper, not at every token
 (gpt-fast casts them at load).
 
 Exits. A token that stops at loop j is never run through loops j+1..K, but later tokens still
@@ -39,17 +39,31 @@ moving its length back. Nothing is recomputed and no stand-in is read: the outpu
 distributed exactly as the K-loop model's.
 """
 
+from copy import deepcopy
+
 import torch
+import torch.nn as nn
 from torch.nn import functional as F
 
 from beyond import exits
-from model import attention, block
-from sample import draw, next_token_probs  # the plain sampler's own draw and distribution
+from sample import next_token_probs  # the plain sampler's distribution (temperature, top_k)
 
 STAND_INS = ('copy', 'project')
 # (a sliding window is the model's attention mask, which the cache's attention does not apply)
 WINDOWED = ("the KV-cache decoder attends over every cached token and this model's attention has a window "
             "(window > 0): sample it with sample.py, which runs model.forward")
+
+
+def draw(probs):
+    """One draw from each row of probs (..., vocab) -> (..., 1): the exponential race, argmax of p_i / E_i with
+    E_i ~ Exp(1), which picks i with probability p_i / sum(p) exactly, and costs a few elementwise ops
+    (torch.multinomial, the plain sampler's, was a tenth of a cached decoding step on a CPU)."""
+    return (probs / torch.empty_like(probs).exponential_()).argmax(-1, keepdim=True)
+
+
+def windowed(model):
+    """Whether the model's attention has a window (beyond/additions.py's window > 0)."""
+    return getattr(model.config, 'window', 0) > 0
 
 
 def compute_dtype(model, device_type):
@@ -85,33 +99,31 @@ def new_cache(model, batch_size, n_loops=None, device=None):
 
 
 # -------------------------------------------------------------------------------------
-# one loop on the cache: model.block with the Stepper's weights and an attention over the cache
+# one loop on the cache: the model's blocks (the Stepper's copy) with each attention handed the cache
 
 class CachedAttention:
-    """model.block's attend on one loop's cache kv (n_layer, 2, B, nh, block_size, hs), for T new
-    tokens at t0, one layer after the other: the keys and values are written at t0..t0+T-1 (a
-    stopped token's stay: its stand-in), then the queries attend over positions < t0+T, causally
-    among the new tokens."""
+    """One loop's cache kv (n_layer, 2, B, nh, block_size, hs) as the model's attention takes it (its cache argument),
+    for T new tokens at t0, one layer after the other: each call writes the layer's new keys and values at
+    t0..t0+T-1 (a stopped token's stay: its stand-in) and returns the keys and values of positions < t0+T with the
+    queries' mask. None: one new token sees every cached one, several on an empty cache the causal mask; several on a
+    filled cache (a verify pass): a causal mask offset by t0."""
 
     def __init__(self, kv, t0, T, running):
         self.kv, self.t0, self.T, self.t1, self.layer = kv, t0, T, t0 + T, 0
         self.keep = None if running is None else running[None, :, None, :, None]  # (1, B, 1, T, 1)
         self.mask = None  # made at the first layer that needs it
 
-    def __call__(self, qkv):  # (3, B, nh, T, hs) -> (B, nh, T, hs)
+    def __call__(self, k, v):  # (B, nh, T, hs) each
         site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
         self.layer += 1
-        new = qkv[1:]
+        new = torch.stack((k, v))
         if self.keep is not None:
             new = torch.where(self.keep, new, site[:, :, :, self.t0:self.t1])
         site[:, :, :, self.t0:self.t1] = new
-        q = qkv[0]
         if self.T > 1 and self.t0 > 0 and self.mask is None:
-            # one new token sees every cached one; several on an empty cache, the plain causal mask;
-            # several on a filled cache (a verify pass), a causal mask offset by t0: -inf where key
-            # j > t0 + query i (additive: SDPA on the CPU took 20 us with it, 32 us with a bool mask)
-            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=q.dtype, device=q.device).triu_(self.t0 + 1)
-        return attention(q, site[0, :, :, :self.t1], site[1, :, :, :self.t1], self.mask, self.T > 1 and self.t0 == 0)
+            # -inf where key j > t0 + query i (additive: SDPA on the CPU took 20 us with it, 32 us with a bool mask)
+            self.mask = torch.full((self.T, self.t1), float('-inf'), dtype=k.dtype, device=k.device).triu_(self.t0 + 1)
+        return site[0, :, :, :self.t1], site[1, :, :, :self.t1], self.mask
 
 
 class StaticCachedAttention:
@@ -124,57 +136,55 @@ class StaticCachedAttention:
         self.kv, self.pos, self.layer = kv, pos, 0
         self.mask = (torch.arange(kv.size(-2), device=pos.device) <= pos)[None]  # (1, block_size)
 
-    def __call__(self, qkv):
-        layer = torch.full((1,), self.layer, dtype=torch.long, device=qkv.device)
-        torch.ops.aten.index_put_(self.kv, [layer, None, None, None, self.pos], qkv[None, 1:, :, :, 0].to(self.kv.dtype))
+    def __call__(self, k, v):
+        layer = torch.full((1,), self.layer, dtype=torch.long, device=k.device)
+        new = torch.stack((k, v))[None, :, :, :, 0].to(self.kv.dtype)  # (1, 2, B, nh, hs)
+        torch.ops.aten.index_put_(self.kv, [layer, None, None, None, self.pos], new)
         site = self.kv[self.layer]  # (2, B, nh, block_size, hs)
         self.layer += 1
-        return attention(qkv[0], site[0], site[1], self.mask)
+        return site[0], site[1], self.mask
 
 
-def run_loop(w, n_head, x, attend):
-    """One loop, every layer of the shared stack, for the new tokens x (B, T, C) entering it.
-    w: the Stepper's Weights; attend: this loop's CachedAttention (or its static twin)."""
-    for layer in w.layers:
-        x = block(x, layer, n_head, attend)
+def run_loop(blocks, x, cache):
+    """One loop, every layer of the shared stack (the Stepper's copy of the model's blocks), for the new tokens
+    x (B, T, C) entering it; cache: this loop's CachedAttention (or its static twin)."""
+    for block in blocks:
+        x = block(x, cache)
     return x
 
 
-def static_loop(layers, n_head, x, pos, kv):
+def static_loop(blocks, x, pos, kv):
     """One loop for one token in fixed shapes, for torch.compile: the position is a tensor pos (1,)
     and kv the loop's cache (a view of the same shape at every loop, K and batch aside), so one
     graph serves every position, every loop and every K: fixed K, exits, drafts."""
-    attend = StaticCachedAttention(kv, pos)
-    for layer in layers:
-        x = block(x, layer, n_head, attend)
-    return x
+    return run_loop(blocks, x, StaticCachedAttention(kv, pos))
 
 
-def static_token(model, layers, n_head, x, pos, kv, K):
+def static_token(model, blocks, x, pos, kv, K):
     """A whole fixed-K token for torch.compile: the model's loop input and static_loop K times, one
     graph for this K where static_loop takes K calls of its one graph. Faster where each compiled call
     costs: on the CPU inductor, 1.51x a token at the demo shape and 1.07x at 44M (assets/speed/
     roofline.md); on a GPU one CUDA graph a token instead of K, with the launches between them."""
     e = x
     for k in range(K):
-        x = static_loop(layers, n_head, model.loop_input(x, k + 1, e), pos, kv[k])
+        x = static_loop(blocks, model.loop_input(x, k, e), pos, kv[k])
     return x
 
 
 class Weights:
-    """What a Stepper runs with in one precision, cast once to the matmuls' dtype: each layer's
-    model.BlockWeights (a decoding step then makes no nn.Module calls, whose Python overhead was a
-    large part of a step, and no casts: autocast re-casts a weight it is handed at every call
-    unless it is a leaf parameter), with SwiGLU's gate and up side by side, one matmul instead of
-    two; the LM head; the 'project' matrix. The norms' gains stay in the stream's dtype, as their
-    input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
+    """What a Stepper runs with in one precision: its own copy of the model's shared stack (the same modules, so
+    the same block), in evaluation mode, its matrices cast once to the matmuls' dtype (autocast re-casts a weight
+    it is handed at every call unless it is a leaf parameter already in its dtype; in the model's own dtype the
+    copy holds the model's parameters themselves); the LM head, cast; the 'project' matrix. The norms' gains stay
+    in the stream's dtype, as their input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
 
     def __init__(self, model, dtype, static):
-        def cast(w):
-            return w.detach().to(dtype)
-        self.layers = [w._replace(qkv=cast(w.qkv), proj=cast(w.proj), gate_up=cast(torch.cat(w.gate_up)), down=cast(w.down))
-                       for w in (b.weights() for b in model.transformer.h)]
-        self.head = model.lm_head.weight.detach().to(dtype)  # (model.logits would cast it at every call)
+        stack = model.transformer.h
+        self.blocks = deepcopy(stack, memo={id(p): p for p in stack.parameters()}).eval()  # (the parameters shared)
+        for m in self.blocks.modules():
+            if isinstance(m, nn.Linear) and m.weight.dtype != dtype:
+                m.weight = nn.Parameter(m.weight.detach().to(dtype), requires_grad=False)
+        self.head = model.lm_head.weight.detach().to(dtype)  # (the model's head would be cast at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side
         # (C, n_layer x 2C) serves all layers at once (n_layer norms and matmuls were 0.1 ms a token)
@@ -182,7 +192,7 @@ class Weights:
         self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
                                   for b in model.transformer.h], dim=1).detach().to(dtype)
         if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
-            for w in [self.head, self.kv_proj] + [t for layer in self.layers for t in layer if torch.is_tensor(t)]:
+            for w in [self.head, self.kv_proj, *self.blocks.parameters()]:
                 torch._dynamo.mark_static_address(w, guard=False)
 
 
@@ -202,9 +212,9 @@ class Stepper:
     def __init__(self, model, compile=False, graphs=True):
         """compile: compile the one-token loop and the fixed-K token; graphs: as CUDA graphs where on
         CUDA (False: inductor's default mode, for comparing the two)."""
-        if model.config.window:
+        if windowed(model):
             raise ValueError(WINDOWED)
-        self.model, self.nh = model, model.config.n_head
+        self.model = model
         self.device = model.lm_head.weight.device
         self.device_type = self.device.type
         graphs = compile and graphs and self.device.type == 'cuda'
@@ -249,16 +259,16 @@ class Stepper:
         if static:
             self.pos.fill_(t0)
         if static and first == 0 and last > 1:  # a whole token of `last` loops: one graph (static_token)
-            x = self.token(self.model, w.layers, self.nh, x, self.pos, cache.kv, last)
+            x = self.token(self.model, w.blocks, x, self.pos, cache.kv, last)
             return x.clone() if self.graphs else x
         for k in range(first, last):
-            x = self.model.loop_input(x, k + 1, e)  # (the inter-loop norm, damping, injection, where the model has them)
+            x = self.model.loop_input(x, k, e)  # (the inter-loop norm, damping, injection, where the model has them)
             if static:
-                x = self.static(w.layers, self.nh, x, self.pos, cache.kv[k])
+                x = self.static(w.blocks, x, self.pos, cache.kv[k])
                 if self.graphs:  # a CUDA graph's output is overwritten at its next replay (gpt-fast clones too)
                     x = x.clone()
             else:
-                x = run_loop(w, self.nh, x, CachedAttention(cache.kv[k], t0, x.size(1), running))
+                x = run_loop(w.blocks, x, CachedAttention(cache.kv[k], t0, x.size(1), running))
         return x
 
     def logits(self, h, last):
@@ -271,9 +281,10 @@ class Stepper:
         layer's key and value of h, as the layer would see it in the next loop (after the inter-loop
         norm, if any). Returns (n_layer, 2, B, n_head, T, hs), the layout of a loop's cache."""
         B, T, C = h.shape
-        h = self.model.loop_input(h, 2, e)
+        h = self.model.loop_input(h, 1, e)
+        nh = self.model.config.n_head
         kv = F.rms_norm(h, (C,), None, self.model.transformer.h[0].ln_1.eps) @ self.weights().kv_proj  # (B, T, n_layer x 2C)
-        return kv.view(B, T, -1, 2, self.nh, C // self.nh).permute(2, 3, 0, 4, 1, 5)
+        return kv.view(B, T, -1, 2, nh, C // nh).permute(2, 3, 0, 4, 1, 5)
 
 
 def fill_stand_ins(cache, src, t0, loop, stopped=None):

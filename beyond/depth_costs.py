@@ -83,9 +83,9 @@ def main(argv=None):
         n = 0
         for x, _ in sc.batches():
             states = model.hidden_states(x, K)
-            last = model.logits(states[K], last=True)
+            last = model.lm_head(model.readout(states[K], last=True))
             for j in range(1, K):
-                a, b = acceptance(model.logits(states[j], last=True), last)
+                a, b = acceptance(model.lm_head(model.readout(states[j], last=True)), last)
                 agree[j - 1] += a.sum().float()
                 accept[j - 1] += b.sum().float()
             n += x.numel()

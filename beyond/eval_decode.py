@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from beyond import exits
-from beyond.decoder import STAND_INS, WINDOWED, Stepper, decode, generate, new_cache, draw, next_token_probs, stand_ins
+from beyond.decoder import STAND_INS, WINDOWED, Stepper, windowed, decode, generate, new_cache, draw, next_token_probs, stand_ins
 import eval_depth
 from configurator import UserError
 from data import Scoring, load_run, run_folder, score_windows
@@ -116,7 +116,7 @@ def exit_frontiers(per_token, K, targets=(0.01, 0.05), grid=FRONTIER_GRID):
 def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     """The split scored as the decoder runs it (decoder.decode on each window): a token that
     stops at loop j never runs the later loops, and the tokens after it attend to its stand-in
-    there. sc: a runs.Scoring; windows: a subset of its windows (default: all); criterion: a
+    there. sc: a data.Scoring; windows: a subset of its windows (default: all); criterion: a
     beyond/exits.py Criterion. Returns per-token CE and loops used, (N,) each."""
     model = sc.model
     windows = sc.windows if windows is None else windows
@@ -415,9 +415,9 @@ def exit_rows(model, states, K, criteria=None):
     ('greedy_agree', 'sample_accept', (K-1, N)). A token that exits at loop k is read out as the
     model run with k loops; three (B, T, vocab) readouts are alive at a time."""
     criteria = criteria or exits.CRITERIA
-    last_out, prev, conf, agree, accept = model.logits(states[K], last=True), None, [], [], []
+    last_out, prev, conf, agree, accept = model.lm_head(model.readout(states[K], last=True)), None, [], [], []
     for k in range(1, K + 1):
-        out = model.logits(states[k], last=True) if k < K else last_out
+        out = model.lm_head(model.readout(states[k], last=True)) if k < K else last_out
         conf.append([c(states[k], states[k - 1], out, prev).flatten() for c in criteria.values()])
         if k < K:  # speculative decoding: is the k-loop model's token kept by loop K?
             a, b = acceptance(out, last_out)
@@ -660,7 +660,7 @@ class DecodingStudies(eval_depth.Study):
         # same settings and seed with exit_train=0), when that run is evaluated too: so those go first
         loaded.sort(key=lambda r: r[2].get('exit_train', 0.0) > 0)
         for path, model, _, _ in loaded:
-            if model.config.window:  # (the causal exits, calibration and speculation decode through the cache)
+            if windowed(model):  # (the causal exits, calibration and speculation decode through the cache)
                 raise UserError(f"{path}: {WINDOWED.replace('sample it with sample.py', 'evaluate it with eval_depth.py')}")
         return [exits.run_criteria(run_folder(path), model, args.criteria) for path, model, _, _ in loaded]
 

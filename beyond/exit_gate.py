@@ -92,7 +92,7 @@ def collect(model, data, n_tokens, ctx, device, batch=16):
         with ctx:
             hs = model.hidden_states(x, K)[1:]  # H_1 .. H_K
             ce.append(model.depth_losses(hs, y).cpu())
-            argmax.append(torch.stack([model.logits(h, last=True).argmax(-1).flatten() for h in hs]).cpu())
+            argmax.append(torch.stack([model.lm_head(model.readout(h, last=True)).argmax(-1).flatten() for h in hs]).cpu())
         states.append(torch.stack([h.float().reshape(-1, h.size(-1)) for h in hs[:-1]]).cpu())
     return torch.cat(states, 1), torch.cat(ce, 1), torch.cat(argmax, 1)
 

@@ -296,7 +296,6 @@ def step_argv(s, name):
 def train_row(s, name):
     from beyond import bench
     import torch
-    from model import LoopedGPT
     from runtime import peak_flops
     compiled = s['compile'] == 'on' and not s['cpu']
     c, device, dtype, ctx = bench.setup_bench(step_argv(s, name) + [
@@ -305,7 +304,7 @@ def train_row(s, name):
     r = bench.bench(c.loss, c, device, dtype, ctx)  # (c.loss: the config's, per-loop CE)
     peak = peak_flops(device, dtype)
     with torch.device('meta'):  # (counted without allocating a second model)
-        n_params = LoopedGPT(bench.model_config(c)).get_num_params()
+        n_params = bench.model_class(c)(bench.model_config(c)).get_num_params()
     row(name, tok_per_s=f"{r['tok_s']:.0f}", ms_per_step=f"{r['ms']:.1f}", tflops=f"{r['flops'] / 1e12:.3f}",
         mfu=f"{100 * r['flops'] / peak:.1f}%" if peak else 'n/a',
         peak_mem_gib=f"{r['mem']:.2f}" if r['mem'] is not None else 'n/a', warmup_s=f"{r['warmup_s']:.1f}",
@@ -354,7 +353,6 @@ def decode_rows(s, name):
     from beyond import bench
     import torch
     from beyond.decoder import Stepper
-    from model import LoopedGPT
     from runtime import autocast, resolve_dtype
     c, device, _, _ = bench.setup_bench(step_argv(s, name))
     ctx = autocast(device, resolve_dtype(c.dtype, device))  # evaluation's precision: bf16 on a GPU, fp32 on a CPU
@@ -362,7 +360,7 @@ def decode_rows(s, name):
     if n_new < 1:
         raise UserError(f"prompt_tokens must be below block_size ({c.block_size}); got {s['prompt_tokens']}")
     torch.manual_seed(c.seed)
-    model = LoopedGPT(bench.model_config(c)).to(device).eval()
+    model = bench.model_class(c)(bench.model_config(c)).to(device).eval()
     prompt = torch.randint(0, c.vocab_size, (1, s['prompt_tokens']), device=device)
     run = dict(model=model, prompt=prompt, n_new=n_new, ctx=ctx, device=device, seed=c.seed)
     with ctx:  # (the Stepper casts the weights to the precision in force)
@@ -412,12 +410,11 @@ def correctness_row(s, name):
     from beyond import bench
     import torch
     from beyond.decoder import Stepper
-    from model import LoopedGPT
     from runtime import autocast
     c, device, _, _ = bench.setup_bench(step_argv(s, name))
     T = min(s['check_tokens'], c.block_size)
     torch.manual_seed(c.seed)
-    model = LoopedGPT(bench.model_config(c)).to(device).eval()  # (random weights at the config's init)
+    model = bench.model_class(c)(bench.model_config(c)).to(device).eval()  # (random weights at the config's init)
     x = torch.randint(0, c.vocab_size, (1, T), device=device)
     before, graphs_before, t0 = compiles(), graph_counts(), time.perf_counter()
     modes = {'eager': dict()}
@@ -465,12 +462,11 @@ def estimate(s, name):
         return START_S + PREFLIGHT_S
     from beyond import bench
     import torch
-    from model import LoopedGPT
     gpu = step_argv(dict(s, cpu=False), name)
     c = SimpleNamespace(**bench.train.setup(gpu, settings={**bench.train.SETTINGS, **bench.BENCH}))  # (no device)
     if name.startswith('train-'):
         with torch.device('meta'):
-            flops_per_token = LoopedGPT(bench.model_config(c)).flops_per_token()
+            flops_per_token = bench.model_class(c)(bench.model_config(c)).flops_per_token()
         tokens = c.gradient_accumulation_steps * c.batch_size * c.block_size
         return START_S + TRAIN_COMPILE_S + (s['warmup'] + s['steps']) * flops_per_token * tokens / FLOP_S
     if name == 'correctness':  # four stepwise passes (eager, compiled, graphs, graphs' K one-loop calls), three compiles

@@ -30,7 +30,7 @@ import sample
 from configurator import UserError, configure, one_line_errors
 from data import run_folder
 from beyond import exits
-from beyond.decoder import STAND_INS, WINDOWED, Stepper, generate
+from beyond.decoder import STAND_INS, WINDOWED, Stepper, generate, windowed
 from runtime import autocast, compile_errors, compile_failed, resolve_dtype, setup_device, sync, use_compile
 
 # -----------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def main(argv):
     check_settings(config)
     dev = setup_device(config['device'])
     model, tokenizer = sample.load(config, dev)
-    if model.config.window:
+    if windowed(model):
         raise UserError(WINDOWED)
     ids = sample.prompt_ids(config['start'], tokenizer)
     K = config['n_loops'] or model.config.n_loops

@@ -75,7 +75,7 @@ def trajectory(model, x, K, intervention=None, rms=None):
         return
     h = e = model.embed(x)
     yield h
-    for k in range(1, K + 1):
+    for k in range(K):
         h = model.loop(model.loop_input(h, k, e))
         h = h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt()).clamp(max=1.0)
         yield h
@@ -89,7 +89,7 @@ def score(model, x, y, loops, intervention=None, rms=None):
     for k, h in enumerate(trajectory(model, x, max(loops), intervention, rms)):
         if k in loops:
             read = h if intervention != 'direction' else h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt())
-            right = (model.logits(read, last=True).argmax(-1) == y) | ~scored  # (B, T)
+            right = (model.lm_head(model.readout(read, last=True)).argmax(-1) == y) | ~scored  # (B, T)
             out[k] = dict(accuracy=right[scored].float().mean().item(),
                           exact=right.all(-1).float().mean().item(),
                           h_norm=h.norm(dim=-1)[scored].mean().item(),
@@ -110,7 +110,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
         check_parity_run(run, model, ckpt)
         model.eval()
         cfg = model.config
-        if cfg.positions == 'learned' and max(lengths) + 1 > cfg.block_size:
+        if getattr(cfg, 'positions', 'learned') == 'learned' and max(lengths) + 1 > cfg.block_size:
             raise UserError(f"{run} learned positions up to {cfg.block_size} tokens: it cannot read a string of "
                             f"{max(lengths)} bits (train with positions='none' for longer strings)")
         trained_k = ckpt.get('config', {}).get('max_loops') if ckpt.get('config', {}).get('random_depth') else cfg.n_loops

@@ -9,6 +9,7 @@
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
 #   python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=8,16,32 --loops=8,12,16,32,64,128,256 --seed=1 --out=eval-parity
+model_class = 'beyond.additions.FieldGPT'   # beyond the paper: the field's model additions (beyond/additions.py)
 out_dir = 'out-parity'
 dataset = 'parity'
 device = 'cpu'

@@ -1,6 +1,7 @@
 # penalty_perloop with exit-aware training (see config/raw_perloop_exit.py). 0.25 by measurement:
 # full depth costs +1.7% on the 4-epoch CPU demo, against +4.6% at 0.5 (3 seeds each).
-# Trained by python -m beyond.exit_train (train.py with the exit-aware model class), not train.py.
+# The exit-aware model is beyond/exit_train.py's (python -m beyond.exit_train trains it too).
+model_class = 'beyond.exit_train.ExitTrainedGPT'   # beyond the paper: exit-aware training
 out_dir = 'out-penalty_perloop_exit'
 readout = 'norm'
 loss = 'perloop'

@@ -6,6 +6,8 @@
 #   python train.py config/raw_perloop.py config/random_depth.py
 #   python train.py config/raw_perloop.py config/cpu.py config/cpu_long.py config/random_depth.py
 out_dir = out_dir + '-rd'
+if model_class == 'model.LoopedGPT':  # truncated backprop (bptt) is beyond/additions.py's, whose model is the paper's with it
+    model_class = 'beyond.additions.FieldGPT'
 random_depth = True
 depth_sigma = 1.0
 max_loops = 32

@@ -12,6 +12,7 @@ import io
 import json
 import math
 from contextlib import nullcontext
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import eval_depth
 import train
 from beyond import exits
+from beyond.additions import FieldGPT
 from beyond.decoder import decode, new_cache
 from beyond.exit_gate import fit
 from conftest import train_in_process
@@ -31,11 +33,13 @@ from model import LoopedGPT, LoopedGPTConfig
 V, T, D = 64, 16, 32
 
 
-def tiny(**kw):
+def tiny(cls=None, **kw):
+    """The paper's model, or beyond/additions.py's where kw sets one of its fields (or cls says so)."""
     args = dict(vocab_size=V, block_size=T, n_layer=1, n_head=2, n_embd=D, n_loops=3, dropout=0.0, init_std=0.1)
     args.update(kw)
+    cls = cls or (LoopedGPT if set(kw) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT)
     torch.manual_seed(0)
-    return LoopedGPT(LoopedGPTConfig(**args))
+    return cls(cls.config_class(**args))
 
 
 def tokens(B=2, seed=1):
@@ -159,12 +163,12 @@ def test_every_parameter_of_every_scale_control_reaches_the_logits(control):
 def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
     # what the loss reports is what trains: the loops without a graph are in neither the CE nor the penalty
     lam = 0.1
-    model = tiny(readout='raw', n_loops=4, norm_penalty=lam)
+    model = tiny(FieldGPT, readout='raw', n_loops=4, norm_penalty=lam)
     x, y = tokens()
     with torch.no_grad():
         h = model.hidden_states(x)  # H_0 .. H_4, the same values the truncated forward computes
     read = h[3:]  # loops 3 and 4 (bptt 2)
-    want = sum(F.cross_entropy(model.logits(s, last=False).flatten(0, 1), y.flatten()) for s in read) / 2
+    want = sum(F.cross_entropy(model.lm_head(model.readout(s, False)).flatten(0, 1), y.flatten()) for s in read) / 2
     want = want + lam * sum(s.pow(2).mean() for s in read) / 2
     _, loss = model(x, y, bptt=2)
     assert loss.item() == pytest.approx(want.item(), rel=1e-5)
@@ -176,7 +180,7 @@ def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
 def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(loss):
     # the training step counted matmul by matmul (forward and backward) is the estimate MFU divides by,
     # at every bptt: truncated loops have a forward and no backward, and are not read out
-    model = tiny(n_layer=2, n_loops=4, loss=loss)
+    model = tiny(FieldGPT, n_layer=2, n_loops=4, loss=loss)
     x, y = tokens(B=4)
     for bptt in (0, 1, 2, 4):
         with FlopCounterMode(display=False) as counter:
@@ -187,7 +191,7 @@ def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(l
         # the counter does not see F.scaled_dot_product_attention on the CPU: attention as the estimate
         # counts it, 2*T*d a token per layer for q@k and for att@v, x1 forward and x2 backward
         attention = (4 + 2 * graph) * 2 * 2 * (2 * T * D)
-        assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(bptt=bptt, T=T), bptt
+        assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(backward_loops=bptt, T=T), bptt
 
 
 # -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ loops gives the K-loop model's output: the same greedy text, the same distributi
 """
 
 import math
+from dataclasses import asdict, fields
 
 import pytest
 import torch
@@ -18,7 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from beyond import decoder
 from beyond import exits
 from beyond.decoder import decode, generate, new_cache
-from beyond.exit_train import ExitTrainedGPT
+from beyond.additions import FieldGPT, FieldGPTConfig
+from beyond.exit_train import ExitTrainConfig, ExitTrainedGPT
 from configurator import UserError
 import model as model_module
 from model import LoopedGPT, LoopedGPTConfig
@@ -27,9 +29,24 @@ V, T, D, K = 64, 16, 32, 3
 
 
 def tiny(**kw):
+    """The paper's model, or beyond/additions.py's where kw sets one of its fields."""
     torch.manual_seed(0)
-    args = dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=K, dropout=0.0)
-    return LoopedGPT(LoopedGPTConfig(**dict(args, **kw))).eval()
+    args = dict(dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=K, dropout=0.0), **kw)
+    cls = LoopedGPT if set(kw) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT
+    return cls(cls.config_class(**args)).eval()
+
+
+def head_logits(model, h):
+    return model.lm_head(model.readout(h, last=True))  # (the model's own readout and head: forward's last step)
+
+
+def masked_states(model, x, exit_at):
+    """H_0 .. H_K of exit-aware training's forward with the exit pattern exit_at (B, T): the model's weights
+    in beyond/exit_train.py's class."""
+    masked = ExitTrainedGPT(ExitTrainConfig(**asdict(model.config))).eval()
+    masked.load_state_dict(model.state_dict())
+    masked.exit_at = exit_at
+    return masked.hidden_states(x)
 
 
 def tokens(B=2, n=T, seed=1):
@@ -125,7 +142,7 @@ def reference_causal_exit(model, x, threshold, criterion):
                 z = block.ln_2(xk)
                 xk = xk + block.mlp.w_down(F.silu(block.mlp.w_gate(z)) * block.mlp.w_up(z))
             h = xk
-            out = model.logits(h, last=True)
+            out = head_logits(model, h)
             if k == K - 1 or exit_confidence(out, criterion, prev) > threshold:
                 stopped_at = k
                 logits_out.append(out)
@@ -140,7 +157,7 @@ def test_the_causal_exit_equals_a_token_by_token_reference(criterion):
     x = tokens(B=2, n=T)
     with torch.no_grad():
         states = model.hidden_states(x, 2)
-        h1, h2 = (model.logits(states[k], last=True) for k in (1, 2))
+        h1, h2 = (head_logits(model, states[k]) for k in (1, 2))
         # about half stop at the first loop that can stop: loop 1, or loop 2 for 'converge' (a threshold
         # between two confidences, not on one: the median is a token's own, where float noise decides)
         threshold = between(exit_confidence(h2, criterion, h1) if criterion == 'converge' else
@@ -355,7 +372,7 @@ def teacher_forced_confidence(model, states, criterion):
     """(K, B, T): each loop's confidence from the states of one forward, H_0 .. H_K."""
     prev, rows = None, []
     for k in range(1, len(states)):
-        out = model.logits(states[k], last=True)
+        out = head_logits(model, states[k])
         rows.append(exits.get(criterion)(states[k], states[k - 1], out, prev))
         prev = out
     return torch.stack(rows)
@@ -391,8 +408,8 @@ def test_projected_stand_ins_decode_as_the_training_forward_with_that_exit_patte
         for b in range(2):
             cache = new_cache(model, 1)
             alone.append([decode(model, x[b:b + 1, t:t + 1], cache, threshold, criterion, 'project') for t in range(T)])
-        states = list(ExitTrainedGPT.masked_states(model, x, loops))  # the masked training forward, same pattern
-        want = torch.stack([model.logits(states[k], last=True) for k in range(1, K + 1)])  # (K, B, T, V)
+        states = masked_states(model, x, loops)  # the masked training forward, same pattern
+        want = torch.stack([head_logits(model, states[k]) for k in range(1, K + 1)])  # (K, B, T, V)
         want = want.gather(0, (loops - 1)[None, ..., None].expand(1, *want.shape[1:])).squeeze(0)
         # the pattern the criterion implies there: the first loop over the threshold (else K)
         implied = 1 + eval_exit_loops(teacher_forced_confidence(model, states, criterion), threshold)
@@ -480,7 +497,7 @@ def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():
     x = tokens(B=2)
     with torch.no_grad():
         states = model.hidden_states(x, 2)
-        h1, h2 = (model.logits(states[k], last=True) for k in (1, 2))
+        h1, h2 = (head_logits(model, states[k]) for k in (1, 2))
         threshold = between(exit_confidence(h2, 'converge', h1))  # about half could stop at loop 2
         _, loops = decode(model, x, new_cache(model, 2), threshold, 'converge', 'project')
         _, never = decode(model, x, new_cache(model, 2), 1.0, 'converge', 'project')  # no confidence exceeds 1
@@ -620,13 +637,17 @@ def test_under_bf16_autocast_the_decoder_is_the_forward(monkeypatch):
             decoded = stepwise_logits(model, x, stepper)
             h = stepper.loops(model.embed(x[:, :1], 0), 0, new_cache(model, 1), 0, K)
             weights = stepper.weights()
-            # the control: the old rule, the residual added inside a bf16 matmul (addmm), which
-            # turns the stream into bf16 after the first block
+            # the control: an old rule, the residual added in the matmuls' dtype, which turns the stream into
+            # bf16 after the first block
+            def bf16_stream(block, x, cache=None):
+                x = (x + block.attn(block.ln_1(x), cache)).to(torch.bfloat16)
+                return (x + block.mlp(block.ln_2(x))).to(torch.bfloat16)
             with monkeypatch.context() as m:
-                m.setattr(model_module, 'add_product', lambda x, a, w, *args, **kw: torch.addmm(x, a, w.t()))
+                m.setattr(model_module.Block, 'forward', bf16_stream)
                 old_rule = stepwise_logits(model, x, decoder.Stepper(model))
     assert h.dtype == torch.float32  # the residual stream stays float32, as in model.Block
-    assert weights.layers[0].qkv.dtype == torch.bfloat16  # and the weights were cast once, to bf16
+    assert weights.blocks[0].attn.c_attn.weight.dtype == torch.bfloat16  # and the weights were cast once, to bf16
+    assert model.transformer.h[0].attn.c_attn.weight.dtype == torch.float32  # (a copy's: the model's are as they were)
     err = {name: (logits - exact).abs().max().item() for name, logits in
            dict(forward=forward, decoded=decoded, old_rule=old_rule).items()}
     assert err['decoded'] <= 1.5 * err['forward'], err  # within the forward's own bf16 error
@@ -667,7 +688,7 @@ def test_a_decoding_step_under_autocast_casts_no_weight():
             decode(model, x[:, 7:], cache, stepper=stepper)
             decode(model, x[:, 7:], new_cache(model, 1), 0.5, stepper=stepper)  # (exits read the head per loop)
         with Casts() as control:
-            model.logits(torch.zeros(1, D), last=True)  # the model's own readout casts its head
+            head_logits(model, torch.zeros(1, D))  # the model's own readout casts its head
     assert casts.big == [] and control.big == [(V, D)]
 
 
@@ -782,8 +803,8 @@ def test_a_reused_stepper_keeps_its_cache_and_decodes_the_same_text():
 def test_a_windowed_model_is_refused_by_the_cache_decoder_in_one_line():
     # the cache's attention reads every cached token, a windowed model's reads the last w: refused,
     # not decoded wrong (beyond.sample and eval_decode say it as their one line)
-    from model import LoopedGPTConfig
     shape = dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.0)
     with pytest.raises(ValueError, match=r'window > 0\): sample it with sample.py'):
-        decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape, window=4)))
-    decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape)))  # (window 0: the paper's attention, decoded)
+        decoder.Stepper(FieldGPT(FieldGPTConfig(**shape, window=4)))
+    decoder.Stepper(FieldGPT(FieldGPTConfig(**shape)))  # (window 0: the paper's attention, decoded)
+    decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape)))

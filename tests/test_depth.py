@@ -1,7 +1,7 @@
 """
 Depth both ways (docs/depth.md): random-depth training's draw and truncated backprop, and the
-field's scale controls in model.py (sandwich norm, input injection, damping, AlphaReadout), each
-stated as the property it is there for. (Decoding every control as the forward: test_decode.py.)
+field's scale controls (beyond/additions.py's sandwich norm, input injection, damping; model.py's
+AlphaReadout), each stated as the property it is there for. (Decoding every control as the forward: test_decode.py.)
 
     python -m pytest -q tests/test_depth.py
 """
@@ -13,8 +13,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from beyond.additions import FieldGPT
 from conftest import train_in_process
-from model import block, token_diagnostics
+from model import token_diagnostics
 from test_model import batch, tiny
 from test_train import read_log
 from depth import draw_depth
@@ -39,20 +40,21 @@ def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():
 
 @pytest.mark.parametrize('inject', [False, True])
 def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
-    model = tiny(readout='raw', n_loops=4, inject=inject)
+    model = tiny(FieldGPT, readout='raw', n_loops=4, inject=inject)
     x, y = batch()
-    _, loss, stats = model(x, y, stats=True, bptt=2)
+    _, loss = model(x, y, bptt=2)
+    stats = model.stats
     loss.backward()
     got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
     with torch.no_grad():
         h0 = model.embed(x)
-        h2 = model.loop(model.loop_input(model.loop(h0), 2, h0))
+        h2 = model.loop(model.loop_input(model.loop(h0), 1, h0))
     e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
-    h3 = model.loop(model.loop_input(h2, 3, e))
-    h4 = model.loop(model.loop_input(h3, 4, e))
-    want = sum(F.cross_entropy(model.logits(h, last=False).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
+    h3 = model.loop(model.loop_input(h2, 2, e))
+    h4 = model.loop(model.loop_input(h3, 3, e))
+    want = sum(F.cross_entropy(model.lm_head(model.readout(h, False)).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
     want.backward()
     assert torch.allclose(loss, want, atol=1e-5)
     for n, p in model.named_parameters():
@@ -60,6 +62,7 @@ def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
         if p.grad is not None:
             assert torch.allclose(got[n], p.grad, atol=1e-5), n
     assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
+    assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in (model.loop(h0), h2, h3, h4)]))
     # the position embedding reaches the loss only through the loops: through the truncated ones
     # not at all, through injection into the trained ones, yes
     assert ('transformer.wpe.weight' in got) == inject
@@ -68,7 +71,7 @@ def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
 def test_sandwich_norm_bounds_every_update_whatever_the_weights():
     # a pre-norm block's update is already blind to the state's scale (its input is normalized) but
     # grows with its output weights, which training is free to grow; the sandwich norm bounds it
-    b, plain = tiny(sandwich_norm=True).transformer.h[0], tiny().transformer.h[0]
+    b, plain = tiny(FieldGPT, sandwich_norm=True).transformer.h[0], tiny().transformer.h[0]
     with torch.no_grad():
         for m in (b, plain):
             m.attn.c_proj.weight.mul_(100)
@@ -77,22 +80,20 @@ def test_sandwich_norm_bounds_every_update_whatever_the_weights():
     update = (b(x) - x).pow(2).mean(-1).sqrt()  # two normalized updates of unit gain: RMS at most 2
     assert update.max() < 2.0 + 1e-3
     assert (plain(x) - x).pow(2).mean(-1).sqrt().min() > 10  # without it, the update is the weights' size
-    w = b.weights()
-    assert torch.equal(block(x, w._replace(post_attn=None, post_mlp=None), 2, lambda qkv: qkv[2]),
-                       block(x, plain.weights()._replace(**{f: getattr(w, f) for f in ('qkv', 'proj', 'gate_up', 'down',
-                                                                                        'ln_1', 'ln_2')}),
-                             2, lambda qkv: qkv[2]))  # the norms are all that the setting adds
+    plain.load_state_dict(b.state_dict(), strict=False)  # the same weights, less the sublayers' output norms
+    assert not torch.equal(b(x), plain(x))
+    for sub in (b.attn, b.mlp):
+        sub._forward_hooks.clear()
+    assert torch.equal(b(x), plain(x))  # the norms, hooked on the sublayers, are all that the setting adds
 
 
 def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
     h, e = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
-    damped = tiny(damping=True)
-    assert torch.equal(damped.loop_input(h, 1), h)  # loop 1 reads the embedding as it is
-    assert torch.allclose(damped.loop_input(h, 2), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
-    injected = tiny(inject=True)
-    assert torch.equal(injected.loop_input(h, 3, e), h + e)
-    with pytest.raises(ValueError, match='pass e'):
-        injected.loop_input(h, 2)
+    damped = tiny(FieldGPT, damping=True)
+    assert torch.equal(damped.loop_input(h, 0, e), h)  # loop 1 reads the embedding as it is
+    assert torch.allclose(damped.loop_input(h, 1, e), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
+    injected = tiny(FieldGPT, inject=True)
+    assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
 
 
 def test_the_alpha_readout_spans_the_normalized_readout_to_the_raw_one():
@@ -117,7 +118,8 @@ def test_the_alpha_readout_spans_the_normalized_readout_to_the_raw_one():
     assert radial[-60.0] < 1e-6 < radial[0.0] < radial[60.0]
 
 
-@pytest.mark.parametrize('extra', [(), ('--random_depth=True', '--max_loops=6', '--bptt=2')])
+@pytest.mark.parametrize('extra', [(), ('--random_depth=True', '--max_loops=6', '--bptt=2',
+                                         '--model_class=beyond.additions.FieldGPT')])
 def test_random_depth_resumes_as_the_uninterrupted_run_and_logs_the_loops_run(tiny_data, tmp_path, extra):
     common = ('--eval_interval=5', '--dropout=0.1', '--max_iters=10', '--n_loops=3', *extra)
     train_in_process(tiny_data, tmp_path / 'full', *common)
@@ -149,7 +151,7 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
     x, y = batch()
     graphs = {}
     for random_depth in (True, False):
-        model = tiny(readout='raw', n_loops=3)
+        model = tiny(FieldGPT, readout='raw', n_loops=3)
         opt = train.make_optimizer(model, learning_rate=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
         scaler = torch.amp.GradScaler('cpu', enabled=False)
         step_model = train.wrap_for_training(model, False, True, 'cpu', random_depth)

@@ -22,15 +22,16 @@ import train
 from configurator import UserError
 from conftest import HERE, train_in_process
 from linear_ce import linear_cross_entropy
-from model import LoopedGPT, LoopedGPTConfig, diagnostics
+from beyond.additions import FieldGPT
+from model import LoopedGPT, diagnostics
 
 V, T = 64, 16
 
 
-def tiny(**kw):
+def tiny(cls=LoopedGPT, **kw):
     torch.manual_seed(0)
     cfg = dict(vocab_size=V, block_size=T, n_layer=1, n_head=2, n_embd=32, n_loops=4, dropout=0.0)
-    return LoopedGPT(LoopedGPTConfig(**{**cfg, **kw}))
+    return cls(cls.config_class(**{**cfg, **kw}))
 
 
 def batch(B=2, seed=1):
@@ -44,25 +45,25 @@ def batch(B=2, seed=1):
 def step(model, x, y, K, bptt):
     """loss, per-loop CE and every parameter's gradient of one training forward and backward."""
     model.zero_grad()
-    _, loss, stats = model(x, y, n_loops=K, stats=True, bptt=bptt)
+    _, loss = model(x, y, n_loops=K, bptt=bptt)
     loss.backward()
-    return loss.detach(), stats['ce'], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), model.stats['ce'], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize('K,bptt', [(2, 2), (2, 3), (2, 8), (4, 4), (4, 5)])
 def test_bptt_at_or_past_the_drawn_depth_reads_and_trains_every_loop_that_ran(K, bptt):
     # truncated backprop counts from the last loop: with bptt >= K every loop that ran has a graph and is read,
     # the loss, the penalty, the per-loop CE and the gradients those of the untruncated step
-    model = tiny(readout='raw', norm_penalty=0.1)
+    model = tiny(FieldGPT, readout='raw', norm_penalty=0.1)
     x, y = batch()
     want, got = step(model, x, y, K, 0), step(model, x, y, K, bptt)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[1].isfinite().all()
     assert got[2].keys() == want[2].keys() and all(torch.equal(got[2][n], want[2][n]) for n in want[2])
-    assert model.flops_per_token(K, bptt=bptt) == model.flops_per_token(K)
+    assert model.flops_per_token(K, backward_loops=bptt) == model.flops_per_token(K)
     # one loop short of K is truncated: the first loop is not read, and the loss is another number
     short = step(model, x, y, K, K - 1)
     assert short[1][0].isnan() and short[1][1:].isfinite().all() and not torch.equal(short[0], want[0])
-    assert model.flops_per_token(K, bptt=K - 1) < model.flops_per_token(K)
+    assert model.flops_per_token(K, backward_loops=K - 1) < model.flops_per_token(K)
 
 
 # -----------------------------------------------------------------------------
@@ -164,9 +165,10 @@ LOWER = [  # (setting, its lowest value), as each setting's comment says: '>= x'
     ('gradient_accumulation_steps', 1), ('max_loops', 1), ('depth_sigma', 0.0), ('bptt', 0), ('max_iters', 0),
     ('weight_decay', 0.0), ('beta1', 0.0), ('beta2', 0.0), ('grad_clip', 0.0), ('warmup_iters', 0), ('min_lr', 0.0),
     ('seed', 0),
-    # the model's fields (LoopedGPTConfig)
+    # the model's fields (LoopedGPTConfig; beyond/'s, with their class)
     ('block_size', 1), ('n_layer', 1), ('n_loops', 1), ('dropout', 0.0), ('norm_penalty', 0.0), ('init_std', 0.0),
     ('window', 0), ('exit_train', 0.0)]
+CLASS = dict(window=['--model_class=beyond.additions.FieldGPT'], exit_train=['--model_class=beyond.exit_train.ExitTrainedGPT'])
 OPEN = [('learning_rate', 0.0), ('epochs', 0.0), ('beta1', 1.0), ('beta2', 1.0), ('dropout', 1.0)]  # '> x' or '[.., x)'
 
 
@@ -179,8 +181,9 @@ def refused(argv, key):
 
 @pytest.mark.parametrize('key,low', LOWER, ids=[b[0] for b in LOWER])
 def test_a_lowest_value_is_taken_and_the_value_below_it_refused(key, low):
-    assert train.setup([f'--{key}={low!r}'])[key] == low
-    refused([f'--{key}={past(low, -1)!r}'], f"'{key}'")
+    named = CLASS.get(key, [])
+    assert train.setup([*named, f'--{key}={low!r}'])[key] == low
+    refused([*named, f'--{key}={past(low, -1)!r}'], f"'{key}'")
 
 
 @pytest.mark.parametrize('key,bound', OPEN, ids=[b[0] for b in OPEN])
@@ -229,7 +232,7 @@ def test_the_models_eval_ce_under_cpu_bf16_autocast_is_float32_softmax_of_bf16_l
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
         states = model.hidden_states(x)[1:]
         got = model.depth_losses(states, y)
-        logits = [model.logits(h, last=True) for h in states]  # bf16
+        logits = [model.lm_head(model.readout(h, last=True)) for h in states]  # bf16
     want = torch.stack([F.cross_entropy(z.float().flatten(0, 1), y.flatten(), reduction='none') for z in logits])
     assert logits[0].dtype == torch.bfloat16 and got.dtype == torch.float32
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,7 +1,7 @@
 """
 Exit-aware training (beyond/exit_train.py): a token frozen after its exit loop keeps its state
 bit for bit, the others attend to it, its loss reads only its own loops; with exit_train off
-(or in evaluation) the model is LoopedGPT exactly.
+(or in evaluation) the model is FieldGPT exactly, and so, its other fields at their defaults, LoopedGPT.
 
     python -m pytest -q tests/test_exit_train.py
 """
@@ -35,7 +35,8 @@ def test_exit_training_freezes_a_token_after_its_loop_and_reads_it_only_up_to_th
     # the draw is made from the global generator, so replaying it gives the same pattern
     model.train()
     torch.manual_seed(7)
-    _, loss, stats = model(x, y, stats=True)
+    _, loss = model(x, y)
+    stats = model.stats
     torch.manual_seed(7)
     draw = torch.randint(1, 3, y.shape)
     pattern = torch.where(torch.rand(y.shape) < 0.5, draw, 3)
@@ -106,24 +107,25 @@ def test_exit_train_off_draws_nothing_and_takes_the_plain_path():
         tiny(ExitTrainedGPT, exit_train=1.0)
 
 
-def test_exit_training_runs_through_its_own_entry_point_and_train_py_names_it(tiny_data, tmp_path):
-    # train.py (the paper) knows no exit-aware model: exit_train > 0 there is one line naming the command
+def test_exit_training_runs_as_the_class_a_config_names_and_through_its_own_entry_point(tiny_data, tmp_path):
+    # the paper's model has no exit_train: on train.py without a model_class that has it, one line naming it
     r = run_script('train.py', *train_args(tiny_data, tmp_path / 'a', '--exit_train=0.25', '--max_iters=1'))
-    assert_one_line_error(r, 'train.py', 'exit_train=0.25', 'python -m beyond.exit_train')
+    assert_one_line_error(r, 'train.py', "unknown setting 'exit_train'", 'model_class')
     assert not (tmp_path / 'a' / 'ckpt.pt').exists()
-    # python -m beyond.exit_train is train.py with ExitTrainedGPT: it trains, and its checkpoint loads as LoopedGPT
+    # python -m beyond.exit_train is train.py with ExitTrainedGPT: it trains, and its checkpoint loads as that class
     r = run_script('beyond/exit_train.py', *train_args(tiny_data, tmp_path / 'b', '--exit_train=0.25', '--max_iters=2'))
     assert r.returncode == 0, r.stderr
     model, ckpt = LoopedGPT.from_checkpoint(str(tmp_path / 'b'))
+    assert type(model).__name__ == 'ExitTrainedGPT' and ckpt['model_class'] == 'beyond.exit_train.ExitTrainedGPT'
     assert ckpt['model_args']['exit_train'] == 0.25 and ckpt['iter_num'] == 2
-    # its --help is its own, over train.py's settings; what its class cannot train is one line in its name
+    # its --help is its own, over train.py's settings; what its class cannot train is one line
     r = run_script('beyond/exit_train.py', '--help')
     assert r.stdout.startswith('usage: python -m beyond.exit_train') and '--exit_train=0.0' in r.stdout
     import train
-    with pytest.raises(UserError, match='exit_train runs every loop with a graph: set bptt=0'):
+    assert train.setup(['config/raw_perloop_exit.py'])['exit_train'] == 0.25  # (train.py: the config names the class)
+    with pytest.raises(UserError, match='truncated backprop'):
         train.setup(['--exit_train=0.25', '--bptt=2'], model_class=ExitTrainedGPT)
     train.setup(['--exit_train=0.25'], model_class=ExitTrainedGPT)  # (without bptt: fine)
-    train.setup(['--bptt=2'], model_class=ExitTrainedGPT)
     # in-process, train.main trains the class it is given (the seam beyond/ uses), and that class's exit path runs
     seen = []
     class Spy(ExitTrainedGPT):

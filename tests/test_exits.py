@@ -13,10 +13,9 @@ import beyond.sample as sample_py
 from beyond import exits
 from beyond.decoder import decode, generate, new_cache
 from beyond.eval_decode import exit_loops, exit_rows
-from beyond.exit_train import ExitTrainedGPT
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
-from test_decode import between
+from test_decode import between, head_logits, masked_states
 
 V, T, K = 64, 12, 3
 
@@ -46,8 +45,8 @@ def test_a_registered_criterion_is_taken_by_name_everywhere(margin):
         threshold = between(conf[0])  # about half stop after loop 1 (between two confidences, on none)
         logits, loops = decode(model, x, new_cache(model, 2), threshold, 'margin', 'project')
         # the pattern it implies on the forward with that exit pattern (frozen tokens, projected stand-ins)
-        masked = list(ExitTrainedGPT.masked_states(model, x, loops))
-        by_hand = torch.stack([margin(None, None, model.logits(masked[k], last=True), None) for k in range(1, K + 1)])
+        masked = masked_states(model, x, loops)
+        by_hand = torch.stack([margin(None, None, head_logits(model, masked[k]), None) for k in range(1, K + 1)])
     assert 1 < len(set(loops.flatten().tolist()))
     assert torch.equal(loops.flatten(), exit_loops(by_hand.flatten(1), threshold) + 1)
     # speculative decoding's draft stop and python -m beyond.sample's settings read it too

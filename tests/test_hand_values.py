@@ -1,6 +1,6 @@
 """
 Numbers written by hand, where the decoder's equivalence tests run the same code on both sides (the
-criteria, the gate, block()'s add_product): max_prob, entropy, the gate's exit probability, the
+criteria, the gate, the sandwich norm's hook): max_prob, entropy, the gate's exit probability, the
 sandwich norm's gain, the ignore index's edge (a real target 0 is scored; -1 is not), the logged
 per-loop norm and angular change, and perplexity at its edges.
 
@@ -14,7 +14,8 @@ import torch
 from torch.nn import functional as F
 
 from beyond import exits
-from model import LoopedGPT, LoopedGPTConfig, add_product
+from beyond.additions import FieldGPT, FieldGPTConfig, sandwich
+from model import LoopedGPT, LoopedGPTConfig
 
 
 def confidence(name, logits):
@@ -51,16 +52,18 @@ def test_the_gates_exit_probability_by_hand():
 
 
 def test_the_sandwich_norms_gain_by_hand():
-    # x + RMSNorm(a @ w.T) * gain: the product is (3, 4), its RMS sqrt(12.5), the gain (2, 0.5)
-    x, a, w = torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0]]), torch.tensor([[3.0, 0.0], [4.0, 0.0]])
-    got = add_product(x, a, w, post=torch.tensor([2.0, 0.5]), eps=0.0)
+    # RMSNorm(y) * gain of a sublayer's output y: (3, 4), its RMS sqrt(12.5), the gain (2, 0.5)
+    sub = torch.nn.Module()
+    sub.ln_out, sub.out_dropout = torch.nn.RMSNorm(2, eps=0.0), 0.0
+    with torch.no_grad():
+        sub.ln_out.weight.copy_(torch.tensor([2.0, 0.5]))
+    got = sandwich(sub, (), torch.tensor([[3.0, 4.0]]))
     r = math.sqrt(12.5)
-    assert got[0].tolist() == pytest.approx([1 + 2 * 3 / r, 1 + 0.5 * 4 / r], rel=1e-6)
-    assert add_product(x, a, w).tolist() == [[4.0, 5.0]]  # without it: the product itself
+    assert got[0].tolist() == pytest.approx([2 * 3 / r, 0.5 * 4 / r], rel=1e-6)
     # in the model: zero output gains make every update zero, so the block passes its input through
     torch.manual_seed(0)
-    block = LoopedGPT(LoopedGPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.0,
-                                      sandwich_norm=True)).transformer.h[0]
+    block = FieldGPT(FieldGPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.0,
+                                    sandwich_norm=True)).transformer.h[0]
     h = torch.randn(1, 8, 8)
     with torch.no_grad():
         block.attn.ln_out.weight.zero_()

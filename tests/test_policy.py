@@ -20,9 +20,8 @@ from torch.nn import functional as F
 import data
 from beyond import decoder, parity
 from beyond.decoder import decode, generate, new_cache
-from beyond.exit_train import ExitTrainedGPT
 from data import Rows, load_rows, train_batches
-from test_decode import K, T, between, tiny, tokens
+from test_decode import K, T, between, head_logits, masked_states, tiny, tokens
 
 
 # ---------------------------------------------------------------------------------------
@@ -34,7 +33,7 @@ def confidence_by_hand(model, seq, j, criterion):
     with torch.no_grad():
         states = model.hidden_states(torch.tensor([seq]), j)
         h, before = states[j][0, -1], states[j - 1][0, -1]
-        logits = model.logits(h, last=True)
+        logits = head_logits(model, h)
     if criterion == 'max_prob':
         conf = F.softmax(logits, -1).max().item()
     else:
@@ -126,7 +125,7 @@ def test_a_draft_stop_below_every_confidence_drafts_every_token_it_may_and_one_a
 
 def conf_by_hand(criterion, model, h, before):
     """A token's confidence after a loop from its state h and the state before it (C,) each."""
-    p = F.softmax(model.logits(h, last=True).double(), -1)
+    p = F.softmax(head_logits(model, h).double(), -1)
     if criterion == 'max_prob':
         return p.max().item()
     if criterion == 'entropy':
@@ -143,11 +142,11 @@ def exits_by_hand(model, seq, threshold, criterion):
     exit_at = torch.full((1, len(seq)), K)
     with torch.no_grad():
         for t in range(len(seq)):
-            states = list(ExitTrainedGPT.masked_states(model, seq[None], exit_at))
+            states = masked_states(model, seq[None], exit_at)
             exit_at[0, t] = next((k for k in range(1, K)
                                   if conf_by_hand(criterion, model, states[k][0, t], states[k - 1][0, t]) > threshold), K)
-        states = list(ExitTrainedGPT.masked_states(model, seq[None], exit_at))
-        logits = torch.stack([model.logits(states[k][0, t], last=True) for t, k in enumerate(exit_at[0].tolist())])
+        states = masked_states(model, seq[None], exit_at)
+        logits = torch.stack([head_logits(model, states[k][0, t]) for t, k in enumerate(exit_at[0].tolist())])
     return exit_at[0], logits
 
 

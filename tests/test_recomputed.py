@@ -38,7 +38,7 @@ STEP_S = 0.25  # seconds a training step takes on the fake clock
 SEED, B, T = 1337, 8, 32  # conftest's TINY: batch 8, block 32
 # random depth with truncated backprop through the last loop: at seed 1337 the six steps draw K = 3, 1 | 2, 2 | 1, 2,
 # so each train line (two steps) has loops no step read, and loop 4 never runs
-DEPTH = ('--random_depth=True', '--n_loops=2', '--max_loops=4', '--bptt=1')
+DEPTH = ('--random_depth=True', '--n_loops=2', '--max_loops=4', '--bptt=1', '--model_class=beyond.additions.FieldGPT')
 BPTT, MEAN_K, MAX_K = 1, 2, 4
 DRAWS = [draw_depth(SEED, it, mean=MEAN_K, cap=MAX_K, sigma=0.5) for it in range(6)]
 SCORED = 256   # tokens eval_depth scores: 8 windows, one batch
@@ -144,10 +144,10 @@ def test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backpro
         assert r['tok_per_s'] == pytest.approx(tokens * 2 / seconds, rel=1e-9)
         # each step's matmul FLOPs (the estimate test_behaviour counts matmul by matmul): K loops forward,
         # the last BPTT backward
-        flops = sum(model.flops_per_token(K, bptt=BPTT, T=T) for K in Ks) * tokens
+        flops = sum(model.flops_per_token(K, backward_loops=BPTT, T=T) for K in Ks) * tokens
         assert r['mfu'] == pytest.approx(flops / seconds / PEAK, rel=1e-9)
         assert r['peak_mem_gib'] is None  # (CUDA's; below)
-    assert model.flops_per_token(3, bptt=BPTT, T=T) < model.flops_per_token(3, T=T)  # (bptt is seen)
+    assert model.flops_per_token(3, backward_loops=BPTT, T=T) < model.flops_per_token(3, T=T)  # (bptt is seen)
 
 
 def test_each_eval_record_is_the_val_loss_and_diagnostics_recomputed_from_the_states(still_run, tiny_data):
@@ -214,9 +214,10 @@ def test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_
 def test_peak_memory_is_cudas_peak_in_gib(tmp_path, monkeypatch, capsys):
     from report import log_train
     monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda device: 3 * 2 ** 30 + 2 ** 29)
-    acc = (torch.tensor(2.0), torch.ones(1), torch.ones(1), torch.ones(1), torch.ones(1))
-    log_train(str(tmp_path), 1, acc, n_iters=1, seconds=1.0, lr=1e-3, tokens_per_iter=1, flops=0, peak=None,
-              device='cuda')
+    from report import LogSums
+    sums = LogSums(1, 'cpu')
+    sums.add(torch.tensor(2.0), torch.ones(1), torch.ones(1), flops=0)
+    log_train(str(tmp_path), 1, sums, seconds=1.0, lr=1e-3, tokens_per_iter=1, peak=None, device='cuda')
     assert read_log(tmp_path)[0]['peak_mem_gib'] == 3.5 and '| 3.5 GiB' in capsys.readouterr().out
 
 
@@ -471,6 +472,7 @@ FIELDS = {
            for k in ('val_loss', 'val_ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}),
     'checkpoint': dict(
         model_args=None, model=None, optimizer=None, config=None,
+        model_class='tests/test_fields.py::test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result',
         iter_num=f'{ME}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth',
         best_val_loss=f'{ME}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth'),
     'results.json': dict(

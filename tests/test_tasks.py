@@ -16,7 +16,8 @@ import train
 from beyond import parity
 from conftest import HERE, TINY, assert_one_line_error, run_script
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
-from model import LoopedGPT, LoopedGPTConfig
+from beyond.additions import FieldGPT, FieldGPTConfig
+from model import LoopedGPT
 from test_decode import between
 
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--train_lengths', '8',
@@ -31,8 +32,8 @@ def parity_data(tmp_path_factory):
 
 
 def parity_args(root, out, *extra):
-    return [f'--data_dir={root}', '--dataset=parity', f'--out_dir={out}', *TINY, '--positions=none', '--window=2',
-            '--inject=True', '--readout=raw', *extra]
+    return [f'--data_dir={root}', '--dataset=parity', f'--out_dir={out}', *TINY, '--model_class=beyond.additions.FieldGPT',
+            '--positions=none', '--window=2', '--inject=True', '--readout=raw', *extra]
 
 
 # -----------------------------------------------------------------------------
@@ -90,7 +91,7 @@ def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data)
 def test_val_loss_reads_only_scored_positions(parity_data):
     _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
     torch.manual_seed(0)
-    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
                                       positions='none', window=2, inject=True, init_std=0.02))
     batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
     val_loss = train.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
@@ -148,9 +149,9 @@ def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
 
 def test_a_token_outside_the_window_has_no_influence():
     torch.manual_seed(0)
-    cfg = LoopedGPTConfig(vocab_size=4, n_layer=2, n_head=2, n_embd=32, n_loops=2, dropout=0.0, window=2,
+    cfg = FieldGPTConfig(vocab_size=4, n_layer=2, n_head=2, n_embd=32, n_loops=2, dropout=0.0, window=2,
                           positions='none', init_std=0.1)
-    model = LoopedGPT(cfg).eval()
+    model = FieldGPT(cfg).eval()
     x = torch.randint(0, 4, (1, 20))
     t = 15  # 2 layers x 2 loops, each moving information one position: t sees t-4 .. t
     with torch.no_grad():
@@ -160,9 +161,9 @@ def test_a_token_outside_the_window_has_no_influence():
             y[0, s] = (y[0, s] + 1) % 4
             assert (not torch.allclose(model(y)[0][0, t], base, atol=1e-6)) == moves, s
     # a window as long as the sequence is the full causal attention; window 0 is that attention
-    full = LoopedGPT(LoopedGPTConfig(**{**cfg.__dict__, 'window': 0}))
+    full = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 0}))
     full.load_state_dict(model.state_dict())
-    wide = LoopedGPT(LoopedGPTConfig(**{**cfg.__dict__, 'window': 20}))
+    wide = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 20}))
     wide.load_state_dict(model.state_dict())
     with torch.no_grad():
         assert torch.allclose(full.eval()(x)[0], wide.eval()(x)[0], atol=1e-5)
@@ -171,17 +172,17 @@ def test_a_token_outside_the_window_has_no_influence():
 
 def test_without_positions_any_length_runs_and_learned_positions_refuse():
     cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
-    nope = LoopedGPT(LoopedGPTConfig(**cfg, positions='none')).eval()
+    nope = FieldGPT(FieldGPTConfig(**cfg, positions='none')).eval()
     assert nope(torch.zeros(1, 50, dtype=torch.long))[0].shape == (1, 50, 4)
-    learned = LoopedGPT(LoopedGPTConfig(**cfg)).eval()
+    learned = FieldGPT(FieldGPTConfig(**cfg)).eval()
     assert learned(torch.zeros(1, 8, dtype=torch.long))[0].shape == (1, 8, 4)  # block_size itself runs
     for n in (9, 50):  # one past it, and far past it: the clear error, not a broadcast one
         with pytest.raises(ValueError, match=f'sequence of length {n} exceeds block_size 8'):
             learned(torch.zeros(1, n, dtype=torch.long))
     with pytest.raises(ValueError, match="'positions' must be one of"):
-        LoopedGPTConfig(**cfg, positions='rope')
+        FieldGPTConfig(**cfg, positions='rope')
     with pytest.raises(ValueError, match="'window' must be >= 0"):
-        LoopedGPTConfig(**cfg, window=-1)
+        FieldGPTConfig(**cfg, window=-1)
 
 
 # -----------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_da
 def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
     from beyond.tasks import trajectory
     torch.manual_seed(0)
-    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=4,
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=4,
                                       dropout=0.0)).eval()
     x = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

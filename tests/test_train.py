@@ -42,6 +42,9 @@ def settings(*argv):
     return train_module.setup(list(argv))
 
 
+EXIT = '--model_class=beyond.exit_train.ExitTrainedGPT'  # (exit-aware training: beyond/'s class, with its field)
+
+
 # -----------------------------------------------------------------------------
 # train.py as a script
 
@@ -248,8 +251,10 @@ def test_key_space_value_and_int_for_float_work():
     (['--dropout=1.0'], "'dropout'"), (['--dropout=-0.1'], "'dropout'"), (['--batch_size=0'], "'batch_size'"),
     (['--block_size=0'], "'block_size'"), (['--eval_iters=0'], "'eval_iters'"), (['--beta2=1.5'], "'beta2'"),
     (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'"),
-    (['--exit_train=1.0'], "'exit_train'"), (['--exit_train=-0.5'], "'exit_train'"),
-    (['--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'"),
+    ([EXIT, '--exit_train=1.0'], "'exit_train'"), ([EXIT, '--exit_train=-0.5'], "'exit_train'"),
+    ([EXIT, '--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'"),
+    (['--model_class=beyond.additions.FieldGPT', '--positions=rope'], "'positions'"), (['--bptt=1'], 'truncated backprop'),
+    (['--model_class=beyond.nowhere.Model'], "beyond/ is not here"), (['--window=2'], "unknown setting 'window'"),
     (['--loss_path=unfused'], "'loss_path'"), (['--compile=yes'], "'compile'")])
 def test_settings_that_make_no_sense_are_refused(bad, needle):
     with pytest.raises(UserError) as e:
@@ -360,8 +365,7 @@ def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
 
 def test_every_condition_config_loads_and_overlays_compose():
     defaults = dict(out_dir='out', readout='norm', loss='perloop', norm_penalty=0.0, interloop_norm=False,
-                    exit_train=0.0, sandwich_norm=False, inject=False, damping=False, n_layer=8, n_head=8, n_embd=512,
-                    batch_size=64)
+                    n_layer=8, n_head=8, n_embd=512, batch_size=64, model_class='model.LoopedGPT')
     config = os.path.join(HERE, 'config')
     overlays = ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py', 'random_depth.py')
     conditions = sorted(f for f in os.listdir(config) if f not in overlays + ('parity.py',))  # (a task's recipe: test_tasks.py)
@@ -370,8 +374,8 @@ def test_every_condition_config_loads_and_overlays_compose():
     for name in conditions:
         c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
         assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
-        seen.add(tuple(c[k] for k in ('readout', 'loss', 'norm_penalty', 'interloop_norm', 'exit_train', 'sandwich_norm',
-                                      'inject', 'damping')))
+        seen.add(tuple(c.get(k) for k in ('readout', 'loss', 'norm_penalty', 'interloop_norm', 'exit_train',
+                                          'sandwich_norm', 'inject', 'damping')))  # (beyond/'s: where its class is named)
         long = configure(dict(defaults, max_iters=0, epochs=4.0, eval_interval=500, dataset='x', device='auto',
                               compile='auto', dropout=0.1, block_size=256, learning_rate=3e-4, eval_iters=40,
                               log_interval=50),
@@ -395,19 +399,26 @@ def test_the_cpu_44m_overlay_keeps_the_papers_recipe():
 
 
 ALTERED = dict(block_size=16, n_layer=2, n_head=4, n_embd=64, dropout=0.1, n_loops=3, readout='raw', loss='terminal',
-               norm_penalty=0.01, interloop_norm=True, sandwich_norm=True, inject=True, damping=True, init_std=0.05,
-               window=4, positions='none')  # a value other than TINY's for every model field but exit_train, which
-                                            # LoopedGPT refuses before any checkpoint is read (beyond/exit_train.py's)
+               norm_penalty=0.01, interloop_norm=True, init_std=0.05)  # a value other than TINY's for every model field
+FIELD = '--model_class=beyond.additions.FieldGPT'
+ALTERED_FIELD = dict(sandwich_norm=True, inject=True, damping=True, window=4, positions='none')  # and beyond/'s
 
 
-def test_resume_refuses_a_checkpoint_that_differs_in_any_model_field(tiny_data, tmp_path):
-    out = tmp_path / 'run'
+def test_resume_refuses_a_checkpoint_that_differs_in_any_model_field_or_class(tiny_data, tmp_path):
+    from beyond.additions import FieldGPT
+    out, field = tmp_path / 'run', tmp_path / 'field'
     tiny_checkpoint(out, tiny_data)
-    assert set(ALTERED) | {'exit_train'} == set(train_module.model_fields())  # (a new field needs its value here)
-    for field, value in ALTERED.items():
-        c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', f'--{field}={value}')))
-        with pytest.raises(UserError, match=rf"does not match this config: {field}="):
-            train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    tiny_checkpoint(field, tiny_data, FIELD)
+    assert set(ALTERED) == set(train_module.model_fields())  # (a new field needs its value here)
+    assert set(ALTERED) | set(ALTERED_FIELD) == set(train_module.model_fields(FieldGPT))
+    for run, named, altered in ((out, (), ALTERED), (field, (FIELD,), {**ALTERED, **ALTERED_FIELD})):
+        for key, value in altered.items():
+            c = SimpleNamespace(**settings(*train_args(tiny_data, run, *named, '--init_from=resume', f'--{key}={value}')))
+            with pytest.raises(UserError, match=rf"does not match this config: {key}="):  # {key}
+                train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, FIELD, '--init_from=resume')))
+    with pytest.raises(UserError, match='holds a model.LoopedGPT, not the beyond.additions.FieldGPT'):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
 
 
 def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
@@ -489,10 +500,10 @@ def test_train_windows_are_drawn_from_the_whole_split():
     assert starts.min() < 20 and starts.max() > len(data) - 8 - 1 - 20  # both ends (a uniform draw: ~1e-14 to miss)
 
 
-def tiny_model(**kw):
+def tiny_model(cls=LoopedGPT, **kw):
     torch.manual_seed(0)
-    return LoopedGPT(LoopedGPTConfig(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
-                                                 n_loops=2, dropout=0.0, init_std=0.02), **kw)))
+    return cls(cls.config_class(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
+                                            n_loops=2, dropout=0.0, init_std=0.02), **kw)))
 
 
 def step_once(model, dtype, scaler):
@@ -644,7 +655,8 @@ def test_evaluation_scores_no_more_batches_than_the_split_holds():
     (dict(damping=True, n_loops=1), 1, 0), (dict(positions='none'), 2, 0), (dict(window=4), 2, 0),
     (dict(), 3, 1)])  # the last: random depth's truncated backprop, loop 1 without a graph
 def test_ddp_is_told_of_unused_parameters_exactly_where_a_step_leaves_one_without_a_gradient(kw, n_loops, bptt):
-    model = tiny_model(**kw)
+    from beyond.additions import FieldGPT
+    model = tiny_model(FieldGPT, **kw)  # (the paper's, with beyond/'s fields at their defaults)
     x, y = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1))
     model(x, y, n_loops=n_loops, bptt=bptt)[1].backward()
     unused = [name for name, p in model.named_parameters() if p.grad is None]
