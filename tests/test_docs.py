@@ -833,20 +833,20 @@ def expansions(word, shell_vars):
 class Captured(BaseException):
     """What a script's --help reached first: configurator's settings, or its argparse parser."""
 
-    def __init__(self, settings=None, parser=None):
-        self.settings, self.parser = settings, parser
+    def __init__(self, settings=None, parser=None, scripts=None):
+        self.settings, self.parser, self.scripts = settings, parser, scripts
 
 
 @lru_cache(maxsize=None)
 def command_line(script, module):
-    """The command line a script takes, as its own code declares it: ('settings', {name: default})
-    for configurator's scripts, ('argparse', parser) for the others; its --help run in this process
-    stops at the first of the two."""
+    """The command line a script takes, as its own code declares it: ('settings', ({name: default}, the
+    sources of the settings: its files and its model's config classes)) for configurator's scripts,
+    ('argparse', parser) for the others; its --help run in this process stops at the first of the two."""
     import configurator   # (imported here: the table checks above need no script)
     saved = (sys.argv, configurator.help_text, argparse.ArgumentParser.parse_args, os.getcwd(), list(sys.path))
 
     def settings_seen(settings, scripts):
-        raise Captured(settings=dict(settings))
+        raise Captured(settings=dict(settings), scripts=list(scripts))
 
     def parser_seen(parser, *args, **kwargs):
         raise Captured(parser=parser)
@@ -862,7 +862,7 @@ def command_line(script, module):
             else:
                 runpy.run_path(str(ROOT / script), run_name='__main__')
     except Captured as c:
-        return ('settings', c.settings) if c.settings is not None else ('argparse', c.parser)
+        return ('settings', (c.settings, c.scripts)) if c.settings is not None else ('argparse', c.parser)
     finally:
         sys.argv, configurator.help_text, argparse.ArgumentParser.parse_args, cwd, sys.path[:] = saved
         os.chdir(cwd)
@@ -928,7 +928,8 @@ def check_command(words, env, shell_vars):
                 cwd = os.getcwd()
                 os.chdir(ROOT)
                 try:
-                    configurator.configure(spec, argv, [str(ROOT / script)])
+                    settings, scripts = spec
+                    configurator.configure(settings, argv, scripts)
                 finally:
                     os.chdir(cwd)
             else:
