@@ -103,7 +103,8 @@ class MLP(nn.Module):
 
     def forward(self, x):
         h = F.silu(F.linear(x, self.w_gate.weight)) * F.linear(x, self.w_up.weight)  # (B, T, 4C)
-        return F.dropout(F.linear(h, self.w_down.weight), self.dropout, self.training)
+        y = F.linear(h, self.w_down.weight)
+        return F.dropout(y, self.dropout) if self.training else y
 
 
 class Block(nn.Module):
@@ -225,7 +226,7 @@ class LoopedGPT(nn.Module):
         if t0 + T > self.config.block_size:
             raise ValueError(f"sequence of length {t0 + T} exceeds block_size {self.config.block_size}")
         h = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[t0:t0 + T]
-        return F.dropout(h, self.config.dropout, self.training)  # (functional: no module call for a decoded token)
+        return F.dropout(h, self.config.dropout) if self.training else h  # (no module call for a decoded token)
 
     def loop_input(self, h, k, e):
         """What loop k+1 starts from (e = H_0, for a subclass): H_k, or with the inter-loop norm RMSNorm(H_k) from loop

@@ -85,7 +85,8 @@ class FieldGPT(LoopedGPT):
         if self.config.positions == 'learned':
             return super().embed(idx, t0)
         # NoPE: no position embedding (only the causal mask tells positions apart), so any length runs
-        return F.dropout(F.embedding(idx, self.transformer.wte.weight), self.config.dropout, self.training)
+        h = F.embedding(idx, self.transformer.wte.weight)
+        return F.dropout(h, self.config.dropout) if self.training else h
 
     @property
     def max_length(self):

@@ -176,7 +176,9 @@ class Weights:
     the same block), in evaluation mode, its matrices cast once to the matmuls' dtype (autocast re-casts a weight
     it is handed at every call unless it is a leaf parameter already in its dtype; in the model's own dtype the
     copy holds the model's parameters themselves); the LM head, cast; the 'project' matrix. The norms' gains stay
-    in the stream's dtype, as their input (a bf16 gain on a float32 input runs RMSNorm unfused)."""
+    in the stream's dtype, as their input (a bf16 gain on a float32 input runs RMSNorm unfused). The copy's
+    submodules and parameters are plain attributes too, so a decoded token reads them without nn.Module's
+    __getattr__ (about 17 calls a block: at the demo shape, a few percent of a token)."""
 
     def __init__(self, model, dtype, static):
         stack = model.transformer.h
@@ -184,6 +186,7 @@ class Weights:
         for m in self.blocks.modules():
             if isinstance(m, nn.Linear) and m.weight.dtype != dtype:
                 m.weight = nn.Parameter(m.weight.detach().to(dtype), requires_grad=False)
+            m.__dict__.update(m._modules, **m._parameters)  # (found before Module.__getattr__ is asked)
         self.head = model.lm_head.weight.detach().to(dtype)  # (the model's head would be cast at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side

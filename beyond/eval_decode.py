@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from beyond import exits
-from beyond.decoder import STAND_INS, WINDOWED, Stepper, windowed, decode, generate, new_cache, draw, next_token_probs, stand_ins
+from beyond.decoder import STAND_INS, WINDOWED, Stepper, decode, draw, generate, new_cache, next_token_probs, stand_ins, windowed
 import eval_depth
 from configurator import UserError
 from data import Scoring, load_run, run_folder, score_windows
