@@ -275,8 +275,8 @@ class Stepper:
         return x
 
     def logits(self, h, last):
-        """model.logits(h, last) with the head already in the matmuls' dtype (autocast's cast of
-        it, made once): the same numbers."""
+        """The LM head on the model's readout (forward's last step), the head already in the matmuls' dtype
+        (autocast's cast of it, made once): the same numbers."""
         return F.linear(self.model.readout(h, last), self.weights().head)
 
     def project(self, h, e=None):

@@ -47,7 +47,7 @@ def main():
     def row(name, f):
         print(f"| {name} | {median_ms(f, a.reps):.2f} |", flush=True)
 
-    # --- attention, forward and backward, as model.attention calls SDPA (causal)
+    # --- attention, forward and backward, as the model's attention (model.CausalSelfAttention) calls SDPA (causal)
     q, k, v = (torch.randn(a.B, a.H, a.T, a.hs, requires_grad=True) for _ in range(3))
     for p_drop in (0.0, 0.1):
         for dtype in (torch.float32, torch.bfloat16):
