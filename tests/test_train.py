@@ -371,7 +371,11 @@ def test_every_condition_config_loads_and_overlays_compose():
     conditions = sorted(f for f in os.listdir(config) if f not in overlays + ('parity.py',))  # (a task's recipe: test_tasks.py)
     assert len(conditions) == 15  # the paper's eight, two with exit-aware training, five of the field's scale controls
     seen = set()
-    for name in conditions:
+    field, exit_aware = 'beyond.additions.FieldGPT', 'beyond.exit_train.ExitTrainedGPT'
+    beyond = {'sandwich_perloop.py': field, 'inject_perloop.py': field, 'damped_perloop.py': field,
+              'contractive_perloop.py': field, 'raw_perloop_exit.py': exit_aware, 'penalty_perloop_exit.py': exit_aware}
+    for name in conditions:  # each names its model: the paper's, or beyond/'s (train.py's own checks, with that class)
+        assert settings(os.path.join(config, name))['model_class'] == beyond.get(name, 'model.LoopedGPT'), name
         c = configure(defaults, [os.path.join(config, name), os.path.join(config, '129m.py')])
         assert c['out_dir'] == f"out-{name[:-3]}-129m" and c['n_embd'] == 768
         seen.add(tuple(c.get(k) for k in ('readout', 'loss', 'norm_penalty', 'interloop_norm', 'exit_train',
