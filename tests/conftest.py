@@ -301,7 +301,8 @@ def leave_stand_in(folder):
 # itself, bridged here for the stand-in's children: a script runs as __main__, so the mutants of its own
 # functions (named `train.x_main__mutmut_3`) are renamed to `__main__....` for that child; and mutmut
 # learns which tests call which function in one run of the suite ("stats"), where the children record
-# the functions they call into a file that the test's teardown hands to mutmut.
+# the functions they call into a file that the test's teardown hands to mutmut, and where what a shared
+# fixture calls is credited to every test that uses it.
 
 def script_module(script):
     """`beyond.tasks` for `-m beyond.tasks`, `train` for .../train.py in the repository."""
@@ -343,15 +344,45 @@ def pytest_configure(config):
         trampoline.get_mutant_under_test = lambda: '' if torch.compiler.is_compiling() else recorded()
 
 
+def scripts_hits():
+    """The functions the scripts' processes called since the last call (and forgets them)."""
+    path = os.environ.get('MUTMUT_HITS_FILE')
+    if not (path and os.path.exists(path)):
+        return set()
+    with open(path) as f:
+        hits = set(f.read().split())
+    os.remove(path)
+    return hits
+
+
+FIXTURE_HITS = {}  # fixture definition -> the functions its setup called (stats run)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A shared fixture is made in the first test that uses it; mutmut would credit what it calls to that
+    test alone. Recorded here, it is credited to every test that uses the fixture (below)."""
+    if 'MUTMUT_HITS_FILE' not in os.environ:
+        yield
+        return
+    from mutmut.state import state
+    before, hits = set(state()._stats), scripts_hits()
+    state()._stats.clear()
+    yield
+    FIXTURE_HITS.setdefault(fixturedef, set()).update(state()._stats, scripts_hits())
+    state()._stats.update(before | hits)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item):
-    """The functions a test's scripts called, added to the test's own (before mutmut reads them)."""
-    path = os.environ.get('MUTMUT_HITS_FILE')
-    if path and os.path.exists(path):
-        from mutmut.state import state
-        with open(path) as f:
-            state()._stats.update(f.read().split())
-        os.remove(path)
+    """The functions a test's scripts and fixtures called, added to the test's own (before mutmut reads them)."""
+    if 'MUTMUT_HITS_FILE' not in os.environ:
+        return
+    from mutmut.state import state
+    state()._stats.update(scripts_hits())
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        for fixturedef in defs:
+            state()._stats.update(FIXTURE_HITS.get(fixturedef, ()))
 
 
 def pytest_collection_modifyitems(config, items):
