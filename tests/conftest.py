@@ -135,9 +135,13 @@ sys.exit(int(code) if code else 1)  # (no code: the child died)
 '''
 
 
-def serve(path):
+def serve(path, private=False):
     """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
-    returns."""
+    returns. private (a server of one process, not of a pytest-xdist run): it dies with that process,
+    however the process ends (mutmut's workers leave by os._exit, some before pytest_unconfigure)."""
+    if private and sys.platform.startswith('linux'):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.figure
@@ -237,7 +241,7 @@ def stand_in_python():
             os.makedirs(os.path.join(folder, 'users'), exist_ok=True)  # (again: the last user may have just left)
             open(os.path.join(folder, 'users', str(os.getpid())), 'w').close()
             if not os.path.exists(ready):
-                start_server(folder, python, ready)
+                start_server(folder, python, ready, private=not run)
         STAND_IN.update(folder=folder, python=pathlib.Path(python), ready=os.path.exists(ready))
     assert STAND_IN['ready'], ('the server for the scripts did not start: '
                                + open(os.path.join(STAND_IN['python'].parent, 'server.log')).read()[-2000:])
@@ -251,7 +255,7 @@ def stand_in_lock(folder):
         yield
 
 
-def start_server(folder, python, ready):
+def start_server(folder, python, ready, private=False):
     """The server (or, with STUDIES_PYTHON=real, a wrapper) and the shim at `python`; `ready` is written
     once the server has done its imports."""
     if os.environ.get('STUDIES_PYTHON') == 'real':
@@ -261,7 +265,7 @@ def start_server(folder, python, ready):
         sock = os.path.join(folder, 'server')
         with open(os.path.join(folder, 'server.log'), 'w') as log:
             server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
-                                       f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE,
+                                       f'import conftest; conftest.serve({sock!r}, {private})'], stdout=subprocess.PIPE,
                                       stderr=log, cwd=HERE, env=ENVIRON)  # (ENVIRON: torch reads some at import)
         if server.stdout.readline() != b'ready\n':
             return
