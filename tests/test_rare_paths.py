@@ -187,3 +187,18 @@ def test_under_torchrun_each_rank_takes_its_own_gpu_over_nccl_and_a_cpu_rank_glo
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         torch.set_flush_denormal(False)
+
+
+@pytest.mark.parametrize('flags, native', [('fpu avx512f avx512_bf16', True), ('fpu amx_bf16 amx_tile', True),
+                                           ('fpu avx512f avx2', False), (None, False)])
+def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, flags, native):
+    """runtime.cpu_has_bf16 (which decides dtype='auto' on a CPU) reads Linux's /proc/cpuinfo: AVX-512 BF16
+    or AMX is native bf16, any other CPU is not, and a machine without the file (macOS) is not either."""
+    import io
+
+    def fake_open(path, *args, **kwargs):
+        if path != '/proc/cpuinfo' or flags is None:
+            raise FileNotFoundError(path)
+        return io.StringIO(f'processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\nbugs\t\t: none\n')
+    monkeypatch.setattr(runtime, 'open', fake_open, raising=False)
+    assert runtime.cpu_has_bf16() is native
