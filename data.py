@@ -202,6 +202,11 @@ def run_folder(path):
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
+def data_folder(config, data_dir=None):
+    """The data folder a run trained on, from its training config (data_dir: another root to find it in)."""
+    return os.path.join(data_dir or config.get('data_dir', 'data'), config.get('dataset', ''))
+
+
 def load_run(path, device, split, data_dir=None):
     """(model in eval mode, its training config, the split's tokens) of a run folder or checkpoint,
     on the data it was trained on; the model of the class its checkpoint records."""
@@ -210,7 +215,7 @@ def load_run(path, device, split, data_dir=None):
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e))
     config = ckpt.get('config', {})
-    folder = os.path.join(data_dir or config.get('data_dir', 'data'), config.get('dataset', ''))
+    folder = data_folder(config, data_dir)
     try:
         data, meta = load_tokens(folder, split)
     except FileNotFoundError as e:

@@ -424,7 +424,7 @@ def main(argv=None, studies=(), script='eval_depth.py'):
     p.add_argument('--curves', action='store_true', help="the drift over training, from each run's log.jsonl")
     p.add_argument('--out', default='eval-out', help='folder for results.json and the plots')
     p.add_argument('--data_dir', default=None, help="where prepare.py wrote the data (default: the run's data_dir)")
-    p.add_argument('--device', default='auto')
+    p.add_argument('--device', default='auto', help="'auto' (cuda, then mps, then cpu), 'cpu', 'cuda', 'cuda:1', 'mps'")
     p.add_argument('--dtype', default='auto', choices=['auto', 'float32', 'bfloat16', 'float16'])
     p.add_argument('--compile', default='as_trained', choices=['as_trained', 'on', 'off'],
                    help='for the throughput timing')

@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from configurator import UserError, error_line
-from data import load_meta
+from data import data_folder, load_meta
 from model import LoopedGPT
 from report import write_json
 from beyond.parity import VOCAB, parity_rows
@@ -58,7 +58,7 @@ def check_parity_run(run, model, ckpt):
     task 'parity', as beyond.parity writes it)."""
     config = ckpt.get('config', {})
     try:
-        meta = load_meta(os.path.join(config.get('data_dir', 'data'), config.get('dataset', '')))
+        meta = load_meta(data_folder(config))
     except FileNotFoundError:
         meta = {}
     if model.config.vocab_size != len(VOCAB) or meta and meta.get('task') != 'parity':

@@ -135,9 +135,13 @@ sys.exit(int(code) if code else 1)  # (no code: the child died)
 '''
 
 
-def serve(path):
+def serve(path, private=False):
     """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
-    returns."""
+    returns. private (a server of one process, not of a pytest-xdist run): it dies with that process,
+    however the process ends (mutmut's workers leave by os._exit, some before pytest_unconfigure)."""
+    if private and sys.platform.startswith('linux'):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.figure
@@ -237,7 +241,7 @@ def stand_in_python():
             os.makedirs(os.path.join(folder, 'users'), exist_ok=True)  # (again: the last user may have just left)
             open(os.path.join(folder, 'users', str(os.getpid())), 'w').close()
             if not os.path.exists(ready):
-                start_server(folder, python, ready)
+                start_server(folder, python, ready, private=not run)
         STAND_IN.update(folder=folder, python=pathlib.Path(python), ready=os.path.exists(ready))
     assert STAND_IN['ready'], ('the server for the scripts did not start: '
                                + open(os.path.join(STAND_IN['python'].parent, 'server.log')).read()[-2000:])
@@ -251,7 +255,7 @@ def stand_in_lock(folder):
         yield
 
 
-def start_server(folder, python, ready):
+def start_server(folder, python, ready, private=False):
     """The server (or, with STUDIES_PYTHON=real, a wrapper) and the shim at `python`; `ready` is written
     once the server has done its imports."""
     if os.environ.get('STUDIES_PYTHON') == 'real':
@@ -261,7 +265,7 @@ def start_server(folder, python, ready):
         sock = os.path.join(folder, 'server')
         with open(os.path.join(folder, 'server.log'), 'w') as log:
             server = subprocess.Popen([sys.executable, '-c', f'import sys; sys.path[0] = {os.path.dirname(__file__)!r}; '
-                                       f'import conftest; conftest.serve({sock!r})'], stdout=subprocess.PIPE,
+                                       f'import conftest; conftest.serve({sock!r}, {private})'], stdout=subprocess.PIPE,
                                       stderr=log, cwd=HERE, env=ENVIRON)  # (ENVIRON: torch reads some at import)
         if server.stdout.readline() != b'ready\n':
             return
@@ -301,7 +305,8 @@ def leave_stand_in(folder):
 # itself, bridged here for the stand-in's children: a script runs as __main__, so the mutants of its own
 # functions (named `train.x_main__mutmut_3`) are renamed to `__main__....` for that child; and mutmut
 # learns which tests call which function in one run of the suite ("stats"), where the children record
-# the functions they call into a file that the test's teardown hands to mutmut.
+# the functions they call into a file that the test's teardown hands to mutmut, and where what a shared
+# fixture calls is credited to every test that uses it.
 
 def script_module(script):
     """`beyond.tasks` for `-m beyond.tasks`, `train` for .../train.py in the repository."""
@@ -343,15 +348,45 @@ def pytest_configure(config):
         trampoline.get_mutant_under_test = lambda: '' if torch.compiler.is_compiling() else recorded()
 
 
+def scripts_hits():
+    """The functions the scripts' processes called since the last call (and forgets them)."""
+    path = os.environ.get('MUTMUT_HITS_FILE')
+    if not (path and os.path.exists(path)):
+        return set()
+    with open(path) as f:
+        hits = set(f.read().split())
+    os.remove(path)
+    return hits
+
+
+FIXTURE_HITS = {}  # fixture definition -> the functions its setup called (stats run)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A shared fixture is made in the first test that uses it; mutmut would credit what it calls to that
+    test alone. Recorded here, it is credited to every test that uses the fixture (below)."""
+    if 'MUTMUT_HITS_FILE' not in os.environ:
+        yield
+        return
+    from mutmut.state import state
+    before, hits = set(state()._stats), scripts_hits()
+    state()._stats.clear()
+    yield
+    FIXTURE_HITS.setdefault(fixturedef, set()).update(state()._stats, scripts_hits())
+    state()._stats.update(before | hits)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item):
-    """The functions a test's scripts called, added to the test's own (before mutmut reads them)."""
-    path = os.environ.get('MUTMUT_HITS_FILE')
-    if path and os.path.exists(path):
-        from mutmut.state import state
-        with open(path) as f:
-            state()._stats.update(f.read().split())
-        os.remove(path)
+    """The functions a test's scripts and fixtures called, added to the test's own (before mutmut reads them)."""
+    if 'MUTMUT_HITS_FILE' not in os.environ:
+        return
+    from mutmut.state import state
+    state()._stats.update(scripts_hits())
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        for fixturedef in defs:
+            state()._stats.update(FIXTURE_HITS.get(fixturedef, ()))
 
 
 def pytest_collection_modifyitems(config, items):

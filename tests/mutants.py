@@ -5,6 +5,7 @@ tens of minutes); run it from the repository root after installing mutmut (pip i
     python tests/mutants.py --sample 200 --seed 1        # a random sample of 200 mutants, and its score
     python tests/mutants.py --changed main               # every mutant of the files changed since main
     python tests/mutants.py --names 'model.x_*'          # mutmut's names or globs, as `mutmut run` takes
+    python tests/mutants.py --sample 200 --seed 1 --reuse --unkilled   # again, after tests were added
 
 mutmut (setup.cfg, [mutmut]) copies the repository into mutants/, rewrites each function of the files
 it mutates into its variants (an operator, a constant, a string, a call's argument changed), and for
@@ -13,8 +14,8 @@ failure. The mutants are the tool's: this script only chooses which of them run,
 out two kinds, each by one rule:
 - mutants recorded as equivalent in tests/mutants-equivalent.txt (a line `NAME  # why`): no input can
   tell them from the code. A recorded name whose change is no longer the one recorded is run again.
-- mutants that change only the text of an error message: a string inside a `raise` statement or inside
-  a call of an error (UserError, SystemExit, error_line, any *Error or *Exception, parser.error,
+- mutants that change only the text of an error message: a string (or f-string, or None in its place)
+  inside a `raise` statement or inside a call of an error (UserError, SystemExit, error_line, any *Error or *Exception, parser.error,
   sys.exit). The tests check that a bad input gives one clear line that names what is wrong, not each
   message's wording.
 
@@ -26,6 +27,7 @@ or a line in tests/mutants-equivalent.txt with the reason.
 import argparse
 import ast
 import fnmatch
+import hashlib
 import json
 import os
 import random
@@ -40,12 +42,14 @@ EQUIVALENT = os.path.join(ROOT, 'tests', 'mutants-equivalent.txt')
 ERROR_CALLS = {'UserError', 'SystemExit', 'error_line', 'error', 'exit'}  # (and any name ending Error/Exception)
 
 
-def generate():
+def generate(reuse=False):
     """mutmut's generation step alone (the copy into mutants/ and the mutants of each file); returns
-    {mutant name: the file it is in}."""
+    {mutant name: the file it is in}. reuse: keep mutants/ as the last run left it (its copy, the
+    results and mutmut's record of which tests call which function), for code that has not changed."""
     from mutmut.__main__ import copy_also_copy_files, copy_src_dir, create_mutants, setup_source_paths
-    shutil.rmtree('mutants', ignore_errors=True)  # (mutmut keeps a copy it made before; the code may have changed)
-    os.makedirs('mutants')
+    if not reuse:  # (mutmut keeps a copy it made before, and would not see code changed since)
+        shutil.rmtree('mutants', ignore_errors=True)
+    os.makedirs('mutants', exist_ok=True)
     copy_src_dir()
     copy_also_copy_files()
     setup_source_paths()
@@ -85,17 +89,27 @@ def is_error_call(node):
     return False
 
 
+class BlankErrorText(ast.NodeTransformer):
+    """Every message inside an error (a string, an f-string, or None in its place) made one blank."""
+    depth = 0
+
+    def generic_visit(self, node):
+        inside = is_error_call(node)
+        self.depth += inside
+        node = super().generic_visit(node)
+        self.depth -= inside
+        return node
+
+    def visit_JoinedStr(self, node):
+        return ast.Constant('') if self.depth else node
+
+    def visit_Constant(self, node):
+        return ast.Constant('') if self.depth and (node.value is None or isinstance(node.value, str)) else node
+
+
 def without_error_text(code):
-    """The function's syntax tree with every string inside an error blanked."""
-    tree = ast.parse(code)
-    for node in ast.walk(tree):
-        if is_error_call(node):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
-                    inner.value = ''
-                elif isinstance(inner, ast.JoinedStr):
-                    inner.values = []
-    return ast.dump(tree)
+    """The function's syntax tree with every message inside an error blanked."""
+    return ast.dump(BlankErrorText().visit(ast.parse(code)))
 
 
 def error_text_only(original, mutant):
@@ -133,7 +147,9 @@ def choose(names, args):
         diff = subprocess.run(['git', 'diff', '--name-only', args.changed], capture_output=True, text=True,
                               cwd=ROOT, check=True).stdout.split()
         pool = [n for n in pool if names[n] in diff]
-    random.Random(args.seed).shuffle(pool)
+    # each mutant ranked by a hash of (seed, name): a seed draws the same mutants while their names stand,
+    # whatever else the code gains or loses (a shuffle of the list would draw anew at any change)
+    pool.sort(key=lambda n: hashlib.sha256(f'{args.seed} {n}'.encode()).digest())
     equivalent, chosen, left_out = recorded_equivalents(), [], {'equivalent': 0, 'error text': 0}
     for name in pool:
         if args.sample and len(chosen) == args.sample:
@@ -156,31 +172,41 @@ def main(argv=None):
     parser.add_argument('--changed', metavar='REF', help='only the mutants of files that differ from this git ref')
     parser.add_argument('--names', nargs='*', default=[], help='only these mutants (names or globs)')
     parser.add_argument('--jobs', type=int, default=2, help='mutants run at once, one thread each')
+    parser.add_argument('--reuse', action='store_true', help='keep mutants/ from the last run (only if no code changed)')
+    parser.add_argument('--unkilled', action='store_true', help='with --reuse: run only the chosen mutants the last '
+                        'run did not kill (when tests were only added since, and no code changed)')
     parser.add_argument('--out', default='mutants/score.json', help='where the results are written (JSON)')
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(10 ** 6)
     t0 = time.time()
-    names = generate()
+    names = generate(args.reuse)
     chosen, left_out = choose(names, args)
     print(f'mutants: {len(names)} generated; seed {args.seed}; {len(chosen)} chosen; left out by rule: '
           f'{left_out["equivalent"]} recorded equivalent, {left_out["error text"]} error text only', flush=True)
     if not chosen:
         return
+    if args.unkilled and not args.reuse:
+        sys.exit('mutants.py: error: --unkilled reads the last run\'s results: add --reuse')
+    to_run = [n for n in chosen if last_status(names, n) not in ('killed', 'timeout')] if args.unkilled else chosen
+    print(f'running {len(to_run)} of them' + (' (the rest were killed by the last run)' if args.unkilled else ''))
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    run = subprocess.run([sys.executable, '-m', 'mutmut', 'run', '--max-children', str(args.jobs), *chosen], env=env)
+    run = subprocess.run([sys.executable, '-m', 'mutmut', 'run', '--max-children', str(args.jobs), *to_run], env=env)
     if run.returncode not in (0, 1):  # (mutmut's own failure, not a surviving mutant)
         sys.exit(f'mutants.py: error: mutmut run stopped with exit code {run.returncode}; see its output above')
     report(names, chosen, args, left_out, time.time() - t0)
 
 
-def report(names, chosen, args, left_out, seconds):
+def last_status(names, name):
+    """What mutants/ holds of the mutant's last run: 'killed', 'survived', 'timeout', 'not checked', ..."""
     from mutmut.stats import status_by_exit_code
-    codes = {}
-    for source in {names[n] for n in chosen}:
-        codes.update(json.load(open(os.path.join('mutants', source + '.meta')))['exit_code_by_key'])
-    status = {n: status_by_exit_code[codes.get(n)] for n in chosen}
+    with open(os.path.join('mutants', names[name] + '.meta')) as f:
+        return status_by_exit_code[json.load(f)['exit_code_by_key'].get(name)]
+
+
+def report(names, chosen, args, left_out, seconds):
+    status = {n: last_status(names, n) for n in chosen}
     per_file = {}
     for n in chosen:
         s = status[n]

@@ -1,0 +1,94 @@
+"""
+What one block does in training and what the fused loss does under torch.compile, checked on the CPU
+without compiling anything:
+
+    python -m pytest -q tests/test_block_and_loss_paths.py
+
+- the block drops the MLP's output in training (model.block's docstring): with the attention's output
+  projection zeroed, a train-mode update is the eval-mode one with each entry either dropped (exactly
+  0) or scaled by 1 / (1 - p);
+- the block's RMSNorms use the layer's eps (BlockWeights.eps), each of them: the block agrees with
+  its own nn.RMSNorm modules when their eps is set;
+- the fused loss's compiled form (the branch torch.compile traces, taken here eagerly) gives the same
+  loss, per-row CE and gradients as its eager form.
+"""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import linear_ce
+from linear_ce import linear_cross_entropy
+from model import Block, LoopedGPTConfig
+
+C, NH = 32, 2
+
+
+def tiny_block(**kw):
+    torch.manual_seed(0)
+    return Block(LoopedGPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=NH, n_embd=C, n_loops=1, **kw))
+
+
+def test_training_drops_the_mlp_output_and_rescales_the_rest():
+    p = 0.5
+    blk = tiny_block(dropout=p)
+    with torch.no_grad():
+        blk.attn.c_proj.weight.zero_()  # the attention adds nothing: the update is the MLP's alone
+    x = torch.randn(2, 8, C)
+    with torch.no_grad():
+        want = blk.eval()(x) - x     # (B, T, C) the MLP's update, nothing dropped
+        torch.manual_seed(1)
+        got = blk.train()(x) - x
+    assert (want != 0).all()
+    dropped = got == 0
+    assert 0.35 < dropped.float().mean() < 0.65  # about p of the 512 entries
+    assert torch.allclose(got[~dropped], want[~dropped] / (1 - p), rtol=1e-5, atol=1e-6)
+
+
+def reference_block(blk, x):
+    """x + attn(ln_1(x)), then x + mlp(ln_2(x)), through the layer's own modules (their eps included)."""
+    B, T, _ = x.shape
+    q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(C, -1)
+    heads = [t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v)]  # (B, nh, T, hs)
+    y = F.scaled_dot_product_attention(*heads, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    x = x + blk.attn.c_proj(y)
+    h = blk.ln_2(x)
+    return x + blk.mlp.w_down(F.silu(blk.mlp.w_gate(h)) * blk.mlp.w_up(h))
+
+
+def test_every_norm_of_the_block_uses_the_layers_eps():
+    blk = tiny_block(dropout=0.0).eval()
+    x = 0.3 * torch.randn(2, 8, C)  # RMS ~0.3: an eps of 1 changes each norm's output about 3x
+    blk.ln_1.eps = blk.ln_2.eps = 1.0
+    with torch.no_grad():
+        got, want = blk(x), reference_block(blk, x)
+        blk.ln_1.eps = blk.ln_2.eps = None
+        default = reference_block(blk, x)
+    assert not torch.allclose(want, default, atol=1e-3)  # (the eps matters at this scale)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_the_compiled_form_of_the_fused_loss_matches_its_eager_form(monkeypatch, autocast):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, C, generator=g, requires_grad=True)
+    w = torch.randn(50, C, generator=g, requires_grad=True)
+    y = torch.randint(0, 50, (40,), generator=g)
+    y[::5] = -1  # ignored rows
+
+    def run():
+        x.grad = w.grad = None
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            total, ce = linear_cross_entropy(x, w, y, chunk=16)
+        total.backward()
+        return total.detach(), ce, x.grad.clone(), w.grad.clone()
+
+    eager = run()
+    # the branch taken under torch.compile (_softmax_grad_compiled, no reused buffer), here run eagerly
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, 'is_compiling', lambda: True)
+        compiled = run()
+    tol = dict(rtol=1e-2, atol=1e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+    assert (compiled[1][::5] == 0).all()
+    for a, b in zip(compiled, eager):
+        assert torch.allclose(a.float(), b.float(), **tol)
