@@ -254,14 +254,13 @@ def test_the_task_figure_is_drawn_as_its_description_says(plt, monkeypatch):
 # read MFU, so here log_train is called by the test that checks it, with a peak given.)
 
 def test_the_train_line_and_its_record_give_the_mfu_against_the_peak(tmp_path, capsys):
-    acc = [torch.zeros(()), torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.zeros(3)]
+    sums = report.LogSums(3, 'cpu')
     for loss, ce, h_norm in ((2.5, [3.0, 2.0], [1.0, 4.0]), (1.5, [2.0, 1.0], [1.0, 2.0])):  # K=2 of 3: loop 3 unread
-        report.accumulate(acc, (torch.tensor(loss), torch.tensor(ce), torch.tensor(h_norm)))
+        sums.add(torch.tensor(loss), torch.tensor(ce), torch.tensor(h_norm), flops=1.5e9)
     # 3e9 FLOPs in 0.5 s against a peak of 1e10 FLOP/s: 60 % of the peak
-    report.log_train(str(tmp_path), 8, acc, n_iters=2, seconds=0.5, lr=3e-4, tokens_per_iter=512, flops=3e9,
-                     peak=1e10, device='cpu')
-    report.log_train(str(tmp_path), 9, acc, n_iters=2, seconds=0.5, lr=3e-4, tokens_per_iter=512, flops=3e9,
-                     peak=None, device='cpu')  # (no peak known: no MFU)
+    report.log_train(str(tmp_path), 8, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=1e10, device='cpu')
+    report.log_train(str(tmp_path), 9, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=None,
+                     device='cpu')  # (no peak known: no MFU)
     assert capsys.readouterr().out.splitlines() == [
         'iter 8: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s | mfu 60.0%',
         'iter 9: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s']

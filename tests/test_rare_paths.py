@@ -68,13 +68,13 @@ def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device(
     model = tiny(interloop_norm=True).to('meta')
     x = torch.zeros(1, T, dtype=torch.long, device='meta')
     with torch.no_grad():
-        _, _, stats = model(x, x, stats=True)
-    assert {t.device.type for t in stats.values()} == {'meta'}
+        model(x, x)
+    assert {t.device.type for t in model.stats.values()} == {'meta'}
     weights = decoder.Weights(model, torch.float32, static=False)  # the compiled step's inputs, as a Stepper makes them
     cache = decoder.KVCache(model.config, 1, K, 'meta', torch.float32)
     pos = torch.full((1,), 5, dtype=torch.long, device='meta')
     with torch.inference_mode():
-        h = decoder.static_token(model, weights.layers, model.config.n_head, model.embed(x[:, :1], 5), pos, cache.kv, K)
+        h = decoder.static_token(model, weights.blocks, model.embed(x[:, :1], 5), pos, cache.kv, K)
     assert h.device.type == 'meta' and h.shape == (1, 1, D)
 
 
