@@ -100,9 +100,12 @@ class MLP(nn.Module):
         self.w_gate = nn.Linear(C, 4 * C, bias=False)
         self.w_up = nn.Linear(C, 4 * C, bias=False)
         self.w_down = nn.Linear(4 * C, C, bias=False)
+        self.gate_up = None  # beyond/decoder.py's copy sets w_gate and w_up side by side, (8C, C): one matmul a token
 
     def forward(self, x):
-        h = F.silu(F.linear(x, self.w_gate.weight)) * F.linear(x, self.w_up.weight)  # (B, T, 4C)
+        gate, up = ((F.linear(x, self.w_gate.weight), F.linear(x, self.w_up.weight)) if self.gate_up is None
+                    else F.linear(x, self.gate_up).chunk(2, -1))
+        h = F.silu(gate) * up  # (B, T, 4C)
         y = F.linear(h, self.w_down.weight)
         return F.dropout(y, self.dropout) if self.training else y
 
@@ -281,9 +284,8 @@ class LoopedGPT(nn.Module):
 
     def learned_scalars(self):
         """The scalars the model learned of its scale: alpha and s_ref of the alpha readout."""
-        if self.config.readout != 'alpha':
-            return {}
-        return dict(alpha=torch.sigmoid(self.alpha_logit).item(), s_ref=self.log_s_ref.exp().item())
+        alpha = self.config.readout == 'alpha'
+        return dict(alpha=torch.sigmoid(self.alpha_logit).item(), s_ref=self.log_s_ref.exp().item()) if alpha else {}
 
     def get_num_params(self, non_embedding=True):
         """Parameters, counted once however many loops run; as nanoGPT's, less the position embeddings."""
@@ -309,8 +311,7 @@ class LoopedGPT(nn.Module):
     def from_checkpoint(cls, path, device='cpu'):
         """The model a checkpoint written by train.py holds (a file, or a run folder holding ckpt.pt), rebuilt as
         the class it records (model_class). Returns (model, checkpoint dict). The one loader everything uses."""
-        if os.path.isdir(path):
-            path = os.path.join(path, 'ckpt.pt')
+        path = os.path.join(path, 'ckpt.pt') if os.path.isdir(path) else path
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no checkpoint at {path} (train.py writes <out_dir>/ckpt.pt)")
         try:  # weights_only: a checkpoint holds tensors and plain values, never code
@@ -347,8 +348,7 @@ def named_class(name):
         raise ValueError(f"model_class {name!r} cannot be loaded{where}: {type(e).__name__}: {e}")
 
 
-# the fields older checkpoints and results hold that beyond/additions.py and beyond/exit_train.py now declare, at
-# their defaults (from_checkpoint: at these the model is the paper's)
+# fields of older checkpoints that beyond/additions.py and exit_train.py declare, at defaults (there: the paper's)
 MOVED = dict(sandwich_norm=False, inject=False, damping=False, exit_train=0.0, window=0, positions='learned')
 
 

@@ -46,6 +46,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from beyond import exits
+from model import MLP
 from sample import next_token_probs  # the plain sampler's distribution (temperature, top_k)
 
 STAND_INS = ('copy', 'project')
@@ -187,6 +188,9 @@ class Weights:
             if isinstance(m, nn.Linear) and m.weight.dtype != dtype:
                 m.weight = nn.Parameter(m.weight.detach().to(dtype), requires_grad=False)
             m.__dict__.update(m._modules, **m._parameters)  # (found before Module.__getattr__ is asked)
+        for m in self.blocks.modules():
+            if isinstance(m, MLP):  # (a decoded token's gate and up in one matmul, not two; cast above)
+                m.gate_up = torch.cat([m.w_gate.weight, m.w_up.weight]).detach()
         self.head = model.lm_head.weight.detach().to(dtype)  # (the model's head would be cast at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side
@@ -195,7 +199,8 @@ class Weights:
         self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
                                   for b in model.transformer.h], dim=1).detach().to(dtype)
         if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
-            for w in [self.head, self.kv_proj, *self.blocks.parameters()]:
+            fused = [m.gate_up for m in self.blocks.modules() if isinstance(m, MLP)]
+            for w in [self.head, self.kv_proj, *self.blocks.parameters(), *fused]:
                 torch._dynamo.mark_static_address(w, guard=False)
 
 
