@@ -10,7 +10,10 @@ without compiling anything:
 - the block's RMSNorms use the layer's eps (BlockWeights.eps), each of them: the block agrees with
   its own nn.RMSNorm modules when their eps is set;
 - the fused loss's compiled form (the branch torch.compile traces, taken here eagerly) gives the same
-  loss, per-row CE and gradients as its eager form.
+  loss, per-row CE and gradients as its eager form;
+- the fused loss makes its tensors on its inputs' device (the default device 'meta' changes nothing),
+  and holds no (chunk, V) tensor beyond each chunk's logits but the one float32 buffer of a narrower dtype;
+- the model's loss without stats is the loss alone.
 """
 
 import pytest
@@ -19,7 +22,7 @@ from torch.nn import functional as F
 
 import linear_ce
 from linear_ce import linear_cross_entropy
-from model import Block, LoopedGPTConfig
+from model import Block, LoopedGPT, LoopedGPTConfig
 
 C, NH = 32, 2
 
@@ -92,3 +95,73 @@ def test_the_compiled_form_of_the_fused_loss_matches_its_eager_form(monkeypatch,
     assert (compiled[1][::5] == 0).all()
     for a, b in zip(compiled, eager):
         assert torch.allclose(a.float(), b.float(), **tol)
+
+
+@pytest.mark.parametrize('compiling', [False, True])
+def test_the_fused_loss_makes_its_tensors_on_its_inputs_device(monkeypatch, compiling):
+    # on a GPU a tensor made on the default device (the CPU) would meet the inputs' in an op and raise (or
+    # copy through the host). The default device set to 'meta' stands for that here: the loss of CPU inputs
+    # must not change, in either of its forms
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(40, C, generator=g, requires_grad=True)
+    w = torch.randn(50, C, generator=g, requires_grad=True)
+    y = torch.randint(0, 50, (40,), generator=g)
+    y[::5] = -1
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: compiling)
+
+    def run():
+        x.grad = w.grad = None
+        total, ce = linear_cross_entropy(x, w, y, chunk=16)
+        total.backward()
+        return total.detach(), ce, x.grad.clone(), w.grad.clone()
+    want = run()
+    with torch.device('meta'):
+        got = run()
+    for a, b in zip(got, want):
+        assert a.device.type == 'cpu' and torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+class ChunkByVocabulary(torch.utils._python_dispatch.TorchDispatchMode):
+    """The (rows of a chunk, V) tensors that the ops below autograd make, by storage (a view or an in-place
+    op's output shares its input's: one storage each), kept alive so that no two share an address."""
+
+    def __init__(self, chunk, V):
+        super().__init__()
+        self.chunk, self.V, self.storages = chunk, V, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dim() == 2 and t.size(0) <= self.chunk and t.size(1) == self.V:
+                self.storages.setdefault(t.untyped_storage().data_ptr(), (t.dtype, t))
+        return out
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_the_fused_loss_holds_a_chunk_of_logits_and_a_float32_buffer_only_where_they_are_narrower(autocast):
+    # the loss's memory is O(chunk x V): in float32 the softmax and its gradient are made in each chunk's
+    # logits themselves, nothing more of the vocabulary's width; under bf16 autocast the float32 gradient
+    # needs one buffer of its own, made once and reused by every chunk
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, C, generator=g, requires_grad=True)
+    w = torch.randn(50, C, generator=g, requires_grad=True)
+    y = torch.randint(0, 50, (40,), generator=g)
+    wide = ChunkByVocabulary(16, 50)  # (C = 32 rows: the head's weight transposed is not one)
+    with wide, torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        linear_cross_entropy(x, w, y, chunk=16)  # 3 chunks: 16, 16 and 8 rows
+    made = sorted(str(dtype) for dtype, _ in wide.storages.values())
+    assert made == (['torch.bfloat16'] * 3 + ['torch.float32'] if autocast else ['torch.float32'] * 3)
+
+
+def test_the_models_loss_without_stats_is_the_loss_alone():
+    # model.loss(states, targets) returns (loss,), as its docstring says; the statistics (a sync to read) only
+    # when asked for
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=NH, n_embd=C, n_loops=2,
+                                      dropout=0.0))
+    x = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        states = model.hidden_states(x)[1:]  # H_1, H_2
+        alone = model.loss(states, x)
+        loss, stats = model.loss(states, x, stats=True)
+    assert len(alone) == 1 and torch.equal(alone[0], loss) and set(stats) == {'ce', 'h_norm'}

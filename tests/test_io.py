@@ -3,7 +3,8 @@ Reading and writing what the scripts share: the tokenizers' decode (tiktoken's B
 small one built here, as its ranks need a download), a checkpoint without its training config
 loaded on the data folder named, a checkpoint file given where a run folder goes, the scoring
 progress bar (only on a terminal) and first batch, the argument bounds of eval_depth.py, the
-exit gate's base rate at 0 and 1, and beyond/parity.py's folders as prepare.py and a rewrite see them.
+exit gate's base rate at 0 and 1, a results file's non-finite numbers, beyond/tasks.py's results.json,
+prepare.py's progress bar, and beyond/parity.py's folders as prepare.py and a rewrite see them.
 
     python -m pytest -q tests/test_io.py
 """
@@ -23,8 +24,9 @@ import torch
 import data
 import eval_depth
 import prepare
+import report
 import sample
-from beyond import exit_gate, parity
+from beyond import exit_gate, parity, tasks
 from configurator import UserError
 from data import ByteTokenizer, Scoring, get_tokenizer, load_rows, load_run, score_windows
 from model import LoopedGPT, LoopedGPTConfig
@@ -104,12 +106,16 @@ def test_a_checkpoint_without_its_config_loads_on_the_data_folder_named(bare_che
 
 
 def test_exit_gate_given_a_checkpoint_file_writes_the_gate_beside_it_and_reports_its_losses(
-        bare_checkpoint, tiny_data, capsys):
+        bare_checkpoint, tiny_data, capsys, monkeypatch):
+    loaded, load_run = [], exit_gate.load_run  # (the device the run is loaded on: on a GPU, the gate's)
+    monkeypatch.setattr(exit_gate, 'load_run', lambda path, device, *a, **kw: loaded.append(device) or
+                        load_run(path, device, *a, **kw))
     try:
         exit_gate.main([f'--out_dir={bare_checkpoint}', f'--data_dir={tiny_data / "tiny-bytes"}', '--device=cpu',
                         '--tokens=512', '--iters=5'])
     finally:
         torch.set_flush_denormal(False)  # (setup_device turns it on process-wide)
+    assert loaded == ['cpu']  # the device asked for
     gate = bare_checkpoint.parent / 'gate.pt'
     info = torch.load(gate, weights_only=True)['info']
     line = capsys.readouterr().err
@@ -193,6 +199,49 @@ def test_eval_depth_takes_each_settings_least_value_and_refuses_one_less(name):
     eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name]})))
     with pytest.raises(UserError, match=f'--{name}'):
         eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name] - 1})))
+
+
+# ---------------------------------------------------------------------------------------
+# the results files and beyond/tasks.py's results.json
+
+def test_a_results_file_has_null_for_a_non_finite_value_and_refuses_one_it_cannot_null(tmp_path):
+    path = tmp_path / 'results.json'
+    report.write_json(str(path), dict(ppl=[5.0, float('nan')], loss={'K=1': float('inf')}))
+    assert json.loads(path.read_text()) == dict(ppl=[5.0, None], loss={'K=1': None})
+    # a non-finite dict key is no value json_safe makes null: an error, not a file with a 'NaN' in it
+    with pytest.raises(ValueError):
+        report.write_json(str(tmp_path / 'keys.json'), {float('nan'): 1.0})
+    assert not (tmp_path / 'keys.json').exists()
+
+
+def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
+    asked = []
+
+    def evaluate(runs, lengths, loops, seed, rows, interventions, device):  # (no model: rows of 50 %)
+        asked.append(device)
+        return [dict(run=run, length=n, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
+                     rms=1.0, one_minus_cos=0.0) for run in runs for n in lengths for k in loops]
+    monkeypatch.setattr(tasks, 'evaluate', evaluate)
+    monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
+    tasks.main(['--runs=out/b-s2,out/a,out/b-s1', '--lengths=4,8', '--loops=1,2', '--device=cuda:1',
+                f'--out={tmp_path}'])
+    assert asked == ['cuda:1']
+    results = json.loads((tmp_path / 'results.json').read_text())
+    assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
+    assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
+
+
+# ---------------------------------------------------------------------------------------
+# prepare.py's progress bar
+
+def test_prepares_progress_bar_counts_a_files_bytes_in_scaled_units(tmp_path, capsys):
+    text = tmp_path / 'train.txt'
+    text.write_text('hello world\n' * 500)  # 6,000 bytes
+    n, _ = prepare.write_bin(str(tmp_path / 'train.bin'), data.ByteTokenizer(), np.uint16,
+                             prepare.file_source(str(text)), 'train', 1)
+    assert n == 6000
+    bar = capsys.readouterr().err
+    assert '6.00k/6.00k' in bar and 'B/s' in bar, bar  # (not 6000/6000)
 
 
 # ---------------------------------------------------------------------------------------

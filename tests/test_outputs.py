@@ -1,7 +1,8 @@
 """
 What the scripts show beside their numbers, each drawn or printed here from a small input made by hand
 (nothing trained, no subprocess): the figures of eval_depth.py (report.py's, from a results dict of three runs
-in two groups) and of beyond/tasks.py (accuracy.png, from rows of two designs), train.py's train line with its
+in two groups) and of beyond/tasks.py (accuracy.png, from rows of two designs, and of 25 for its line styles;
+its legend's place and its size in pixels as saved), train.py's train line with its
 MFU (report.log_train), and the command line of the argparse scripts (prepare.py, eval_depth.py,
 beyond/parity.py, beyond/tasks.py) and of configurator's --help.
 
@@ -189,6 +190,41 @@ def test_the_frontier_shows_both_spreads_and_names_each_point_by_its_k(plt):
     assert ax.get_xscale() == 'log' and ax.get_ylim()[1] == pytest.approx(2 * 6.1)  # (cut at 2x the best)
 
 
+def test_the_drift_figure_sets_its_two_panels_side_by_side(plt):
+    train_norm, val_loss = drawn(plt, report.drift)['drift'].axes
+    left, right = train_norm.get_position(), val_loss.get_position()
+    assert (left.y0, left.y1) == pytest.approx((right.y0, right.y1)) and left.x1 < right.x0  # one row, the norms first
+
+
+def test_the_perplexity_axis_is_cut_only_past_twice_the_best(plt):
+    # a curve from 3 to exactly 6 (twice the best) is drawn whole, with margins and its title as it was;
+    # one that goes past 6 is cut at 6, and the title says so
+    for worst, cut in ((6.0, False), (6.5, True)):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [3.0, 4.0, worst])
+        ax.set_title('ppl')
+        report.clip_ppl(ax, [3.0, 4.0, worst])
+        assert (ax.get_title() != 'ppl') == cut
+        assert ax.get_ylim() == pytest.approx((0.97 * 3, 6.0)) if cut else ax.get_ylim()[1] > worst
+
+
+def test_each_lemma_groups_dotted_fit_is_in_its_groups_colour_in_a_style_of_more_colours(plt):
+    # the Lemma-2 figure colours a group C0..C9 (the 11th again C0); its dotted c / s_k line must take the
+    # colour of its group's solid line, also where the style's colour cycle is longer than ten (tab20 here)
+    import copy
+
+    from cycler import cycler
+    raw = groups()[0]
+    many = [dict(copy.deepcopy(raw), name=f'raw{i}') for i in range(11)]
+    with plt.rc_context({'axes.prop_cycle': cycler(color=plt.get_cmap('tab20').colors)}):  # (a 'CN' is read on use)
+        fig, _ = report.lemma_figure(plt, many, RUNS)
+        angular = fig.axes[2]
+        solid, dotted = angular.lines[0::2], angular.lines[1::2]
+        assert len(solid) == len(dotted) == 11 and {l.get_linestyle() for l in dotted} == {':'}
+        assert hexes([l.get_color() for l in dotted]) == hexes([l.get_color() for l in solid])
+        assert hexes([solid[10].get_color()]) == hexes(['C0'])  # (the 11th group: C0 again)
+
+
 @pytest.mark.parametrize('figure', report.FIGURES, ids=lambda f: f.__name__)
 def test_every_figure_is_drawn_as_its_description_says(plt, figure):
     name = figure.__name__
@@ -246,6 +282,43 @@ def test_the_task_figure_has_a_panel_per_length_with_each_designs_seed_spread_as
 def test_the_task_figure_is_drawn_as_its_description_says(plt, monkeypatch):
     assert matches_snapshot('figures.json', 'beyond.tasks.plot', describe(task_figure(monkeypatch)[0])), \
         'accuracy.png differs from tests/snapshots/figures.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
+
+
+def task_rows_of(n_designs):
+    """One seed of each of n_designs designs, at one length and two K."""
+    return [dict(run=f'out/d{d}', length=8, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
+                 rms=1.0, one_minus_cos=0.0) for d in range(n_designs) for k in (1, 2)]
+
+
+def test_the_task_figure_draws_designs_past_ten_in_another_line_style(plt, monkeypatch):
+    # ten colours, then the colours again with dashes, then dotted: 25 designs stay told apart
+    import matplotlib.figure
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', lambda fig, *args, **kw: saved.append(fig))
+    tasks.plot(tasks.designs(task_rows_of(25)), 'accuracy.png')
+    lines = saved[0].axes[0].lines
+    assert [l.get_linestyle() for l in lines] == ['-'] * 10 + ['--'] * 10 + [':'] * 5
+    assert len({(hexes([l.get_color()])[0], l.get_linestyle()) for l in lines}) == 25
+
+
+def test_the_task_figures_legend_sits_flush_at_its_anchor_right_of_the_last_panel(plt, monkeypatch):
+    fig, _ = task_figure(monkeypatch)
+    fig.canvas.draw()
+    ax = fig.axes[-1]
+    box = ax.get_legend().get_window_extent()
+    x, y = ax.transAxes.transform((1.02, 1))  # the anchor: its upper left corner there, no padding between
+    assert box.x0 == pytest.approx(x, abs=0.5) and box.y1 == pytest.approx(y, abs=0.5)
+
+
+def test_the_task_figure_is_saved_at_100_dpi_whatever_the_matplotlib_settings(plt, tmp_path):
+    # accuracy.png is (4 x lengths + 2) x 3.2 inches at 100 dpi: 1400 x 320 pixels for three lengths, also
+    # where a matplotlibrc sets another dpi for saved figures or for figures
+    import struct
+    for rc in ({'savefig.dpi': 72}, {'figure.dpi': 150}):
+        with plt.rc_context(rc):
+            tasks.plot(tasks.designs(task_rows()), str(tmp_path / 'accuracy.png'))
+        png = (tmp_path / 'accuracy.png').read_bytes()
+        assert png[:8] == b'\x89PNG\r\n\x1a\n' and struct.unpack('>II', png[16:24]) == (1400, 320), rc
 
 
 # -----------------------------------------------------------------------------
@@ -320,3 +393,16 @@ def test_configurators_help_lists_a_setting_no_source_block_names_after_a_blank_
         'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
         'Settings, with their defaults; config files and --key=value override them, in order:',
         '  --steps=3  iterations', '', "  --extra='x'"]
+
+
+def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tmp_path):
+    # in a settings block only `name = value` and `name: type = value` are settings; a declaration without
+    # a value, a tuple or a chain of assignments, an attribute's assignment are passed over, not a crash
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\nwidth: int  # declared only\n'
+                      'lo, hi = 0, 1  # a pair\na = b = 2  # a chain\nsteps.real = 4  # an attribute\n'
+                      'rate: float = 0.5  # the rate\n# ---\n')
+    assert configurator.help_text({'steps': 3, 'rate': 0.5}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '  --steps=3   iterations', '  --rate=0.5  the rate']

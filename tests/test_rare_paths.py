@@ -1,15 +1,17 @@
 """
 The paths the rest of the suite reaches only on a GPU, under the compiler, across ranks, or not at
 all, each run here on the CPU: the decoder's compiled step run as plain Python (the code torch.compile
-compiles) decodes as the eager step; what the step and the loss statistics make sits on their inputs'
-device ('meta': a device other than the CPU, with no data and no GPU); a Stepper's cache starts empty
-at every call; a scaled loss's gradient is rounded once; a token predicted with probability 1 has no
-radial fraction; under torchrun, a non-finite evaluation stops every rank and each rank takes its own
-GPU over NCCL.
+compiles) decodes as the eager step, and traced by dynamo it has static shapes, a graph for each batch
+size; what the step and the loss statistics make sits on their inputs' device ('meta': a device other
+than the CPU, with no data and no GPU); a Stepper's cache starts empty at every call; a scaled loss's
+gradient is rounded once; a token predicted with probability 1 has no radial fraction; the quantiles of
+a row past 2**24 tokens reach its last; under torchrun, a non-finite evaluation stops every rank and
+each rank takes its own GPU over NCCL.
 
     python -m pytest -q tests/test_rare_paths.py
 """
 
+import math
 import socket
 
 import pytest
@@ -60,6 +62,31 @@ def test_the_compiled_step_run_as_python_decodes_as_the_eager_step(monkeypatch):
         got = decode(model, prompt[:, -1:], b, stepper=stepper)[0]
     assert torch.allclose(want, got, atol=1e-5)
     assert torch.allclose(a.all[..., :5, :], b.all[..., :5, :], atol=1e-5)  # the same keys and values cached
+
+
+def test_a_compiled_stepper_traces_its_loop_with_static_shapes_a_graph_for_each_batch_size(monkeypatch):
+    # the compiled loop is specialised to its shapes (kernels for that batch size; on CUDA, a graph's fixed
+    # buffers): a new batch size is a graph of its own, where dynamo's default would make the second one of
+    # symbolic sizes and serve every later size with it. Traced by dynamo alone (a backend that keeps the
+    # graphs' inputs, no inductor); one loop (K=1): every token through the loop graph
+    graphs, compile = [], torch.compile
+
+    def keep(gm, example_inputs):
+        graphs.append([tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs])
+        return gm.forward
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: compile(fn, **{**kw, 'backend': keep}))
+    torch._dynamo.reset()
+    model = tiny(n_layer=1)
+    stepper = decoder.Stepper(model, compile=True)
+    for B in (1, 2, 3):
+        prompt = torch.randint(0, V, (B, 4), generator=torch.Generator().manual_seed(B))
+        eager = generate(model, prompt, 2, top_k=1, n_loops=1)
+        assert torch.equal(generate(model, prompt, 2, top_k=1, n_loops=1, stepper=stepper)[0], eager[0])
+    torch._dynamo.reset()
+    assert len(graphs) == 3, graphs
+    for B, inputs in zip((1, 2, 3), graphs):  # each its cache's layer, the position, and the state (B, 1, C)
+        assert all(isinstance(shape, tuple) and all(isinstance(n, int) for n in shape) for shape in inputs), inputs
+        assert (B, 1, D) in inputs
 
 
 def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device():
@@ -137,6 +164,16 @@ def test_a_token_predicted_with_probability_one_has_no_radial_fraction():
     radial = per_token['radial'][0]
     assert radial[0].isnan() and 0 < radial[1] <= 1
     assert summarize(per_token)['radial'] == [pytest.approx(radial[1].item())]
+
+
+def test_the_quantiles_of_a_row_past_2_24_tokens_take_its_first_and_last_token():
+    # torch.quantile takes at most 2**24 elements a row: summarize subsamples a longer row evenly, from its
+    # first token to its last. 2**25 tokens, the last a NaN (a diverged token): the median and p99 are NaN,
+    # as the mean and max of the whole row are (in float32 indices the last index was 2**25: an IndexError)
+    norm = torch.ones(1, 2**25)
+    norm[0, -1] = float('nan')
+    got = summarize(dict(norm=norm, radial=torch.zeros(1, 1), angular=torch.zeros(1, 1)))
+    assert all(math.isnan(got[name][0]) for name in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max'))
 
 
 # -----------------------------------------------------------------------------

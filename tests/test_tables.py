@@ -12,6 +12,7 @@ import os
 import pytest
 
 import eval_depth
+from beyond import eval_decode
 from beyond.eval_decode import DecodingStudies
 from conftest import HERE
 
@@ -48,6 +49,16 @@ def test_tables_md_is_its_results_rendered(study):
         f"assets/{study}/tables.md is not what its results render to: write it again with "
         f"python -m beyond.eval_decode --from_results {os.path.relpath(sources(folder), HERE)} --out /tmp/x "
         f"> assets/{study}/tables.md")
+
+
+def test_the_command_named_prints_tables_md_to_its_last_byte(tmp_path, monkeypatch, capsys):
+    # the command the failure above names, redirected into tables.md, writes the file stored: no line
+    # more at its end (the figures it also draws are not read here)
+    folder = os.path.join(ASSETS, 'cpu-long-speculative')
+    monkeypatch.setattr(eval_depth, 'all_plots', lambda *args, **kwargs: [])
+    eval_decode.main(['--from_results', sources(folder), '--out', str(tmp_path)])
+    with open(os.path.join(folder, 'tables.md')) as f:
+        assert capsys.readouterr().out == f.read()
 
 
 def test_a_changed_number_fails(tmp_path):

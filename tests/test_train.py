@@ -348,6 +348,22 @@ def test_missing_data_names_the_prepare_command(tmp_path):
         train_module.load_splits(c.data_dir, c.dataset, c.block_size)
 
 
+def test_resume_loads_the_checkpoint_onto_the_device_the_run_trains_on(tiny_data, tmp_path, monkeypatch):
+    # on a GPU the checkpoint's tensors go to it as they are read, not to the host's memory first. No GPU
+    # here: the device the loader is asked for is recorded, and the loading done on the CPU
+    out = tmp_path / 'run'
+    tiny_checkpoint(out, tiny_data)
+    asked, load = [], LoopedGPT.from_checkpoint.__func__
+
+    def from_checkpoint(cls, path, device='cpu'):
+        asked.append(device)
+        return load(cls, path, 'cpu')
+    monkeypatch.setattr(LoopedGPT, 'from_checkpoint', classmethod(from_checkpoint))
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
+    _, ckpt = train_module.build_model(c, {'vocab_size': 256}, 'cuda:1')
+    assert asked == ['cuda:1'] and ckpt['iter_num'] == 4
+
+
 def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
     out = tmp_path / 'run'
     tiny_checkpoint(out, tiny_data)
