@@ -400,10 +400,8 @@ def summarize(per_token):
     """(K, N) per-token diagnostics -> dict of per-loop python lists: norm mean/median/p99/max,
     mean radial fraction, mean angular change. One device sync."""
     norm = per_token['norm'].float()
-    # quantiles on a subsample if huge: torch.quantile takes at most 2**24 elements per row. The indices in
-    # float64: in float32 the last, N - 1, rounds to N itself for some N past 2**24 (an IndexError at 2**25)
-    q = norm if norm.size(1) <= 2**24 else \
-        norm[:, torch.linspace(0, norm.size(1) - 1, 2**24, dtype=torch.float64).long()]
+    # quantiles of a subsample past torch.quantile's 2**24 a row (float64 indices: float32 rounds N - 1 to N past 2**24)
+    q = norm if norm.size(1) <= 2**24 else norm[:, torch.linspace(0, norm.size(1) - 1, 2**24, dtype=torch.float64).long()]
     stats = torch.stack([norm.mean(1), q.median(1).values, torch.quantile(q, 0.99, dim=1), norm.amax(1),
                          per_token['radial'].float().nanmean(1), per_token['angular'].float().mean(1)])
     names = ['norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular']

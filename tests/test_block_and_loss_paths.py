@@ -4,16 +4,15 @@ without compiling anything:
 
     python -m pytest -q tests/test_block_and_loss_paths.py
 
-- the block drops the MLP's output in training (model.block's docstring): with the attention's output
+- the block drops the MLP's output in training (model.py's block comment): with the attention's output
   projection zeroed, a train-mode update is the eval-mode one with each entry either dropped (exactly
   0) or scaled by 1 / (1 - p);
-- the block's RMSNorms use the layer's eps (BlockWeights.eps), each of them: the block agrees with
+- the block's RMSNorms use the layer's eps (the block's ln_1 and ln_2), each of them: the block agrees with
   its own nn.RMSNorm modules when their eps is set;
 - the fused loss's compiled form (the branch torch.compile traces, taken here eagerly) gives the same
   loss, per-row CE and gradients as its eager form;
 - the fused loss makes its tensors on its inputs' device (the default device 'meta' changes nothing),
-  and holds no (chunk, V) tensor beyond each chunk's logits but the one float32 buffer of a narrower dtype;
-- the model's loss without stats is the loss alone.
+  and holds no (chunk, V) tensor beyond each chunk's logits but the one float32 buffer of a narrower dtype.
 """
 
 import pytest
@@ -22,7 +21,7 @@ from torch.nn import functional as F
 
 import linear_ce
 from linear_ce import linear_cross_entropy
-from model import Block, LoopedGPT, LoopedGPTConfig
+from model import Block, LoopedGPTConfig
 
 C, NH = 32, 2
 
@@ -151,17 +150,3 @@ def test_the_fused_loss_holds_a_chunk_of_logits_and_a_float32_buffer_only_where_
         linear_cross_entropy(x, w, y, chunk=16)  # 3 chunks: 16, 16 and 8 rows
     made = sorted(str(dtype) for dtype, _ in wide.storages.values())
     assert made == (['torch.bfloat16'] * 3 + ['torch.float32'] if autocast else ['torch.float32'] * 3)
-
-
-def test_the_models_loss_without_stats_is_the_loss_alone():
-    # model.loss(states, targets) returns (loss,), as its docstring says; the statistics (a sync to read) only
-    # when asked for
-    torch.manual_seed(0)
-    model = LoopedGPT(LoopedGPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=NH, n_embd=C, n_loops=2,
-                                      dropout=0.0))
-    x = torch.randint(0, 64, (2, 8))
-    with torch.no_grad():
-        states = model.hidden_states(x)[1:]  # H_1, H_2
-        alone = model.loss(states, x)
-        loss, stats = model.loss(states, x, stats=True)
-    assert len(alone) == 1 and torch.equal(alone[0], loss) and set(stats) == {'ce', 'h_norm'}
