@@ -52,10 +52,10 @@ class Window:
     def __init__(self, width):
         self.width = width
 
-    def __call__(self, k, v):  # the new keys and values, all of them attended over, with the window's mask
-        t = torch.arange(k.size(-2), device=k.device)
+    def __call__(self, kv):  # the new keys and values (2, B, nh, T, hs), all of them attended over, with the window's mask
+        t = torch.arange(kv.size(-2), device=kv.device)
         offset = t[:, None] - t[None, :]  # (T, T): how far back key s sits from query t
-        return k, v, (offset >= 0) & (offset < self.width)
+        return kv[0], kv[1], (offset >= 0) & (offset < self.width)
 
 
 def sandwich(module, args, y):
