@@ -458,3 +458,20 @@ def test_forward_returns_logits_and_loss_as_nanogpt(readout, loss_kind):
         assert ce.shape == h_norm.shape == (K or model.config.n_loops,)
         read = ce if loss_kind == 'perloop' else ce[-1:]  # per-loop CE: the mean over loops; terminal: the last
         assert read.mean().item() == pytest.approx(loss.item(), rel=1e-5) and ce.isnan().sum() == len(ce) - len(read)
+
+
+def test_the_radial_fraction_is_measured_in_float64():
+    # a normalized readout's fraction is rounding alone (~1e-16 in float64): a float32 measurement would report
+    # its own rounding, ~1e-8, as the blind spot's size. Token by token, it is the float64 fraction by hand
+    model = tiny(readout='norm').eval()
+    x, y = batch()
+    with torch.no_grad():
+        states = model.hidden_states(x)
+    got = token_diagnostics(model, states, y)['radial'][-1]
+    h = states[-1].reshape(-1, D).double().requires_grad_(True)
+    ce = F.cross_entropy(F.linear(model.readout(h, last=True), model.lm_head.weight.detach().double()), y.flatten(),
+                         reduction='sum')
+    (g,) = torch.autograd.grad(ce, h)
+    want = ((g * h).sum(-1).abs() / (g.norm(dim=-1) * h.norm(dim=-1))).detach()
+    assert want.max() < 1e-14  # (the case: far below float32's rounding)
+    assert torch.allclose(got.double(), want, rtol=1e-3, atol=1e-15), (got.max(), want.max())

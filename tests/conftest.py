@@ -345,7 +345,8 @@ def pytest_configure(config):
         import torch
         from mutmut.mutation import trampoline  # (its recorder is nothing dynamo can trace: compiled code
         recorded = trampoline.get_mutant_under_test  # runs the original functions, unrecorded)
-        trampoline.get_mutant_under_test = lambda: '' if torch.compiler.is_compiling() else recorded()
+        compiling = torch.compiler.is_compiling  # (held here: a test that stands in for it, to run the compiled
+        trampoline.get_mutant_under_test = lambda: '' if compiling() else recorded()  # branch eagerly, is recorded)
 
 
 def scripts_hits():

@@ -10,7 +10,8 @@ without compiling anything:
 - the block's RMSNorms use the layer's eps (the block's ln_1 and ln_2), each of them: the block agrees with
   its own nn.RMSNorm modules when their eps is set;
 - the fused loss's compiled form (the branch torch.compile traces, taken here eagerly) gives the same
-  loss, per-row CE and gradients as its eager form;
+  loss, per-row CE and gradients as its eager form, and each row's are its own softmax's in both, whatever
+  the scale of the chunk's other rows;
 - the fused loss makes its tensors on its inputs' device (the default device 'meta' changes nothing),
   and holds no (chunk, V) tensor beyond each chunk's logits but the one float32 buffer of a narrower dtype.
 """
@@ -118,6 +119,30 @@ def test_the_fused_loss_makes_its_tensors_on_its_inputs_device(monkeypatch, comp
         got = run()
     for a, b in zip(got, want):
         assert a.device.type == 'cpu' and torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('compiling', [False, True])
+def test_each_rows_loss_is_its_own_softmaxs_whatever_the_other_rows_scale(monkeypatch, compiling):
+    # the rows of a chunk are independent: a row of logits ~300 beside one of logits ~1 leaves that row's CE
+    # and gradient as they are alone (each row's max is its own: exp(1 - 300) is 0 in float32). In both forms
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(16, C, generator=g)
+    x[::2] *= 0.05  # logits ~0.3
+    x[1::2] *= 20.0  # logits ~100 apart: up to ~300
+    x.requires_grad_(True)
+    w = torch.randn(50, C, generator=g)
+    y = torch.randint(0, 50, (16,), generator=g)
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: compiling)
+    total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    (gx,) = torch.autograd.grad(total, x)
+    xd = x.detach().double().requires_grad_(True)
+    want = F.cross_entropy(F.linear(xd, w.double()), y, reduction='none')
+    (want_gx,) = torch.autograd.grad(want.sum(), xd)
+    z = F.linear(x, w).detach()
+    assert z.max() > 150 + z[::2].max()  # (the case: past float32's exp(-104), its least denormal)
+    assert torch.isfinite(ce).all() and torch.isfinite(gx).all()
+    assert torch.allclose(ce.double(), want.detach(), rtol=1e-5, atol=1e-5)
+    assert torch.allclose(gx.double(), want_gx, rtol=1e-4, atol=1e-4)
 
 
 class ChunkByVocabulary(torch.utils._python_dispatch.TorchDispatchMode):

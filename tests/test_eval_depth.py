@@ -131,6 +131,23 @@ def test_each_run_says_how_it_was_trained(evaluated):
     assert settings_of(old) == 'raw readout, perloop CE, norm_penalty 0.01, K=4'
 
 
+def test_the_timing_forward_is_compiled_as_each_run_was_trained(runs, tmp_path, monkeypatch):
+    # --compile's default, as_trained: a run trained with compile='on' is timed compiled, one trained with it
+    # off (the tiny runs') eagerly. A copy of a run, its config saying compile 'on'; torch.compile stood in for by
+    # one that records what it is given (the path alone: no compiler runs)
+    ckpt = torch.load(runs[0] / 'ckpt.pt', weights_only=True)
+    ckpt['config'] = dict(ckpt['config'], compile='on')
+    (tmp_path / 'trained-compiled').mkdir()
+    torch.save(ckpt, tmp_path / 'trained-compiled' / 'ckpt.pt')
+    compiled = []
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: compiled.append(fn) or fn)
+    evaluate(tmp_path / 'trained-compiled', runs[0], '--out', tmp_path / 'eval', '--max_tokens=256', '--bench_iters=1',
+             '--max_loops=2', main=eval_depth.main)
+    results = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs']
+    assert [(run['name'], run['compiled']) for run in results] == [('trained-compiled', True), ('norm-perloop', False)]
+    assert len(compiled) == 1
+
+
 def test_perplexity_equals_an_independent_computation_over_the_scored_tokens(evaluated, runs, tiny_data):
     _, _, results = evaluated
     with open(tiny_data / 'tiny-bytes' / 'meta.json') as f:
@@ -335,7 +352,7 @@ def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
     assert a['std']['per_K'][0]['ppl'] == pytest.approx(math.sqrt(((10 - 13) ** 2 + (12 - 13) ** 2 + (17 - 13) ** 2) / 2))
     assert a['mean']['per_K'][0]['K'] == 1 and type(a['mean']['per_K'][0]['K']) is int
     assert groups[1]['n'] == 1 and math.isnan(groups[1]['std']['per_K'][0]['ppl'])
-    assert len(notes) == 1 and 'a-s1' in notes[0] and 'c-s1' in notes[0] and 'n_embd' in notes[0]
+    assert len(notes) == 1 and 'a-s1' in notes[0] and 'c-s1' in notes[0] and '(n_embd 32 vs 64)' in notes[0]
     assert '13.000 ± 3.606' in eval_depth.table([dict(a, mean=dict(a['mean'], per_K=[dict(
         K=1, ppl=13.0, norm_mean=1.0, norm_p99=1.0, norm_max=1.0, radial=0.0, angular=0.0, tok_per_s=1.0)],
         trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])

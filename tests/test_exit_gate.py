@@ -153,3 +153,21 @@ def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
             exit_gate.check_settings(dict(exit_gate.SETTINGS, **settings))
     with pytest.raises(UserError, match='no checkpoint'):
         exit_gate.main([f'--out_dir={tmp_path / "nowhere"}', '--device=cpu'])
+
+
+def test_the_gate_records_its_settings_and_its_seed_decides_its_minibatches(run, tmp_path):
+    # the saved gate says what it was fitted with (the eps and tokens given, not the defaults), and the seed
+    # setting is the fit's: the gate starts from zero weights, so only its minibatches' draw can differ, and
+    # two seeds give two gates, one seed the same gate again (each run in a folder of its own)
+    folder, _ = run
+    gates = {}
+    for i, seed in enumerate((1, 2, 1)):
+        copy = tmp_path / f'run{i}'
+        copy.mkdir()
+        (copy / 'ckpt.pt').write_bytes((folder / 'ckpt.pt').read_bytes())
+        exit_gate.main([f'--out_dir={copy}', '--device=cpu', '--tokens=1024', '--iters=20', '--batch_size=64',
+                        '--eps=0.125', f'--seed={seed}'])
+        saved = torch.load(copy / 'gate.pt', weights_only=True)
+        assert (saved['eps'], saved['tokens'], saved['target']) == (0.125, 1024, 'improve')
+        gates[i] = saved['weight']
+    assert torch.equal(gates[0], gates[2]) and not torch.equal(gates[0], gates[1])

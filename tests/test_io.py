@@ -3,7 +3,7 @@ Reading and writing what the scripts share: the tokenizers' decode (tiktoken's B
 small one built here, as its ranks need a download), a checkpoint without its training config
 loaded on the data folder named, a checkpoint file given where a run folder goes, the scoring
 progress bar (only on a terminal) and first batch, the argument bounds of eval_depth.py, the
-exit gate's base rate at 0 and 1, a results file's non-finite numbers, beyond/tasks.py's results.json,
+exit gate's base rate at 0 and 1, a results file's and the log's non-finite numbers, beyond/tasks.py's results.json,
 prepare.py's progress bar, and beyond/parity.py's folders as prepare.py and a rewrite see them.
 
     python -m pytest -q tests/test_io.py
@@ -212,6 +212,16 @@ def test_a_results_file_has_null_for_a_non_finite_value_and_refuses_one_it_canno
     with pytest.raises(ValueError):
         report.write_json(str(tmp_path / 'keys.json'), {float('nan'): 1.0})
     assert not (tmp_path / 'keys.json').exists()
+
+
+def test_the_log_refuses_a_non_finite_number_it_cannot_null_as_a_results_file_does(tmp_path, capsys):
+    # log.jsonl is written by the rule of write_json: what json_safe cannot make null (a dict's key) is an
+    # error, not a line with a 'NaN' or 'Infinity' in it
+    for key in (float('nan'), float('inf')):
+        with pytest.raises(ValueError):
+            report.log(str(tmp_path), {key: 1.0, 'iter': 3}, 'a line')
+    report.log(str(tmp_path), {'iter': 4, 'loss': float('nan')}, 'another')  # (a value: null)
+    assert (tmp_path / 'log.jsonl').read_text() == '{"iter": 4, "loss": null}\n'
 
 
 def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):

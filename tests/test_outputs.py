@@ -3,8 +3,8 @@ What the scripts show beside their numbers, each drawn or printed here from a sm
 (nothing trained, no subprocess): the figures of eval_depth.py (report.py's, from a results dict of three runs
 in two groups) and of beyond/tasks.py (accuracy.png, from rows of two designs, and of 25 for its line styles;
 its legend's place and its size in pixels as saved), train.py's train line with its
-MFU (report.log_train), and the command line of the argparse scripts (prepare.py, eval_depth.py,
-beyond/parity.py, beyond/tasks.py) and of configurator's --help.
+MFU (report.log_train), sample.py's summary line, and the command line of the argparse scripts (prepare.py,
+eval_depth.py, beyond/parity.py, beyond/tasks.py) and of configurator's --help (and an unknown setting's pointer to it).
 
 Each figure is checked twice: for what it must show (each group's legend entry names its settings, the
 frontier's error bars run in x and in y, the task bands are the seeds' spread clipped to 0-100 %), and, as a
@@ -33,8 +33,10 @@ import configurator
 import eval_depth
 import prepare
 import report
+import sample
 from beyond import parity, tasks
-from model import LoopedGPTConfig
+from data import ByteTokenizer
+from model import LoopedGPT, LoopedGPTConfig
 
 SNAPSHOTS = pathlib.Path(__file__).parent / 'snapshots'
 
@@ -141,6 +143,16 @@ def groups():
         return dict(name=name, runs=[r['name'] for r in runs], seeds=[r['seed'] for r in runs], n=len(runs), mean=mean,
                     std=std)
     return [group('raw', RUNS[:2]), group('norm', RUNS[2:])]
+
+
+def test_a_group_of_one_run_with_a_nan_value_has_a_nan_mean_and_spread():
+    # a diverged run's NaN (its val loss, in memory as eval_depth scores it): alone in its group, mean and std
+    # are NaN, as a NaN among several runs makes them; nothing raises
+    mean, std = report.mean_std([dict(loss=[float('nan'), 2.0], K=3)])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0]) and mean['K'] == 3
+    assert mean['loss'][1] == 2.0 and math.isnan(std['loss'][1])  # (one run: no spread)
+    mean, std = report.mean_std([dict(loss=[float('nan')]), dict(loss=[1.0])])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0])
 
 
 def drawn(plt, *figures):
@@ -406,3 +418,32 @@ def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tm
         'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
         'Settings, with their defaults; config files and --key=value override them, in order:',
         '  --steps=3   iterations', '  --rate=0.5  the rate']
+
+
+def test_an_unknown_setting_names_the_scripts_help_from_a_config_file_as_from_the_command_line(tmp_path):
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
+    (tmp_path / 'typo.py').write_text('stepz = 4\n')
+    for argv in ([str(tmp_path / 'typo.py')], ['--stepz=4'], ['--stepz', '4']):
+        with pytest.raises(configurator.UserError) as e:
+            configurator.configure({'steps': 3}, argv, [str(script)])
+        assert "unknown setting 'stepz'" in str(e.value) and "did you mean 'steps'?" in str(e.value)
+        assert '`python toy.py --help` lists the settings' in str(e.value), argv
+
+
+# -----------------------------------------------------------------------------
+# sample.py's summary line
+
+def test_samples_summary_line_gives_the_tokens_a_second(monkeypatch, capsys):
+    # 2 samples of 5 tokens in 2.5 s (the clock stood in): 4.0 tokens a second
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=8, vocab_size=256, n_layer=1, n_head=1, n_embd=8, n_loops=2,
+                                      dropout=0.0)).eval()
+    monkeypatch.setattr(sample, 'load', lambda config, device: (model, ByteTokenizer()))
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(sample, 'time', type('Clock', (), dict(perf_counter=staticmethod(lambda: next(clock)))))
+    try:
+        sample.main(['--device=cpu', '--start=ab', '--num_samples=2', '--max_new_tokens=5'])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
+    assert capsys.readouterr().err.splitlines()[-1] == 'tokens=10 seconds=2.500 tok_per_s=4.0 n_loops=2'

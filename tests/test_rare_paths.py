@@ -1,12 +1,12 @@
 """
-The paths the rest of the suite reaches only on a GPU, under the compiler, across ranks, or not at
-all, each run here on the CPU: the decoder's compiled step run as plain Python (the code torch.compile
+The paths the rest of the suite reaches only on a GPU, under the compiler, across ranks, or not at all,
+each run here on the CPU: the decoder's compiled step run as plain Python (the code torch.compile
 compiles) decodes as the eager step, and traced by dynamo it has static shapes, a graph for each batch
-size; what the step and the loss statistics make sits on their inputs' device ('meta': a device other
-than the CPU, with no data and no GPU); a Stepper's cache starts empty at every call; a scaled loss's
-gradient is rounded once; a token predicted with probability 1 has no radial fraction; the quantiles of
-a row past 2**24 tokens reach its last; under torchrun, a non-finite evaluation stops every rank and
-each rank takes its own GPU over NCCL.
+size; what the step and the loss statistics make sits on their inputs' device, and a task's batches on
+the device asked ('meta': a device other than the CPU, with no data and no GPU); a Stepper's cache
+starts empty at every call; a scaled loss's gradient is rounded once; a token predicted with probability
+1 has no radial fraction; the quantiles of a row past 2**24 tokens reach its last; under torchrun, a
+non-finite evaluation stops every rank and each rank takes its own GPU over NCCL.
 
     python -m pytest -q tests/test_rare_paths.py
 """
@@ -14,10 +14,12 @@ each rank takes its own GPU over NCCL.
 import math
 import socket
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
+import data
 import runtime
 import train as train_module
 from beyond import decoder
@@ -103,6 +105,20 @@ def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device(
     with torch.inference_mode():
         h = decoder.static_token(model, weights.blocks, model.embed(x[:, :1], 5), pos, cache.kv, K)
     assert h.device.type == 'meta' and h.shape == (1, 1, D)
+
+
+def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
+    # train.py's and the evaluation's batches of a task in rows (beyond/parity.py's) are made on the run's
+    # device, as the token windows are: on a GPU, a batch left on the CPU would meet the model's weights there
+    rows = data.Rows(np.arange(24, dtype=np.uint8).reshape(6, 4), np.arange(100, 124, dtype=np.uint16).reshape(6, 4))
+    drawn = data.train_batches(rows, 0, 0, seed=1, n_micro=2, batch_size=3, block_size=4, device='meta')
+    val = data.eval_batches(rows, eval_iters=2, batch_size=3, block_size=4, device='meta')
+    for x, y in (drawn, val):
+        assert x.device.type == y.device.type == 'meta' and x.shape == y.shape == (2, 3, 4)
+        assert x.dtype == y.dtype == torch.int64
+    x, y = data.eval_batches(rows, eval_iters=2, batch_size=3, block_size=4, device='cpu')  # (on the CPU: the rows)
+    assert torch.equal(x.reshape(6, 4), torch.from_numpy(rows.x).long())
+    assert torch.equal(y.reshape(6, 4), torch.from_numpy(rows.y).long())
 
 
 def test_a_stepper_hands_out_its_cache_empty_at_every_call():

@@ -213,6 +213,25 @@ def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_da
     assert_one_line_error(r, 'beyond.tasks', '--loops')
 
 
+def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data, tmp_path):
+    # random depth trains a K drawn up to max_loops (n_loops its mean): the trained K beyond.tasks reports (and
+    # whose RMS the direction-only readout and the cap hold) is max_loops, a fixed-depth run's its n_loops
+    import dataclasses
+    import beyond.tasks as tasks
+    torch.manual_seed(0)
+    cfg = FieldGPTConfig(vocab_size=len(parity.VOCAB), block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2,
+                         dropout=0.0)
+    model = FieldGPT(cfg)
+    for name, random_depth, want in (('random', True, 5), ('fixed', False, 2)):
+        path = tmp_path / f'{name}.pt'
+        torch.save(dict(model_args=dataclasses.asdict(cfg), model_class='beyond.additions.FieldGPT',
+                        model=model.state_dict(), config=dict(dataset='parity', data_dir=str(parity_data),
+                                                              random_depth=random_depth, n_loops=2, max_loops=5)), path)
+        rows = tasks.evaluate([str(path)], [6], [1, 2], 1, 8, ['direction'])
+        assert {(r['K'], r['intervention']) for r in rows} == {(k, i) for k in (1, 2) for i in ('none', 'direction')}
+        assert {r['trained_K'] for r in rows} == {want}, name
+
+
 def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
     from beyond.tasks import trajectory
     torch.manual_seed(0)

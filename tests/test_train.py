@@ -70,18 +70,65 @@ def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(t
     assert torch.load(out / 'ckpt.pt', weights_only=True)['iter_num'] == 60
 
 
-def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path):
+def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path, monkeypatch):
     # the same run through linear_ce's fused loss and through materialised logits + F.cross_entropy:
-    # the same losses (float32), so --loss_path reaches the model. Terminal CE: loops it does not read log null
-    logs = {}
+    # the same losses (float32), and --loss_path reaches the model: the plain run never calls linear_ce's
+    # loss, in training or in evaluation. Terminal CE: loops it does not read log null
+    import model as model_module
+    logs, fused_calls, real = {}, [], model_module.linear_cross_entropy
+
+    def counted(*args, **kw):
+        fused_calls.append(path)
+        return real(*args, **kw)
+    monkeypatch.setattr(model_module, 'linear_cross_entropy', counted)
     for path in ('fused', 'plain'):
         train_in_process(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
                    '--dtype=float32', f'--loss_path={path}')
         logs[path] = [e for e in read_log(tmp_path / path) if e['kind'] == 'train']
+    assert 'fused' in fused_calls and 'plain' not in fused_calls
     for fused, plain in zip(logs['fused'], logs['plain'], strict=True):
         assert plain['loss'] == pytest.approx(fused['loss'], rel=1e-5)
         assert fused['ce'][0] is None and fused['ce'][1] is not None and plain['ce'][0] is None
     assert logs['fused'][1]['loss'] < logs['fused'][0]['loss']  # and it trains
+
+
+def test_a_loss_that_becomes_non_finite_at_a_log_line_stops_with_a_line_naming_the_runs_checkpoint(tiny_data, tmp_path):
+    # lr 1e12: the first step's loss is finite and leaves the weights non-finite; the second step's loss is
+    # NaN and its train line (no evaluation before the last iteration) stops the run with the one line,
+    # naming the checkpoint that was left as it was
+    out = tmp_path / 'run'
+    with pytest.raises(UserError) as e:
+        train_in_process(tiny_data, out, '--max_iters=4', '--eval_interval=100', '--learning_rate=1e12',
+                         '--grad_clip=0.0')
+    assert 'non-finite by iteration 2: stopping' in str(e.value) and f'{out}/ckpt.pt' in str(e.value)
+    assert [r['iter'] for r in read_log(out) if r['kind'] == 'train'] == [1]
+    assert not (out / 'ckpt.pt').exists()
+
+
+def test_mfu_over_several_ranks_is_each_ranks_flops_against_its_own_gpus_peak(tiny_data, tmp_path, monkeypatch):
+    # under torchrun a line's FLOPs are every rank's (tokens_per_iter counts them all): against the peak of
+    # as many GPUs, each rank's utilization, the same as one rank doing its share alone in the same time.
+    # Two ranks stood in for (start_process says world_size 2, in this one process), a fake clock, a peak
+    peak, step_s, clock = 1e9, 0.25, [0.0]
+    real_start, real_step = train_module.start_process, train_module.train_step
+
+    def start_process(device, gradient_accumulation_steps):
+        ddp, rank, _, device, n_micro = real_start(device, gradient_accumulation_steps)
+        return ddp, rank, 2, device, n_micro
+
+    def step(*args, **kw):
+        clock[0] += step_s
+        return real_step(*args, **kw)
+    monkeypatch.setattr(train_module, 'start_process', start_process)
+    monkeypatch.setattr(train_module, 'train_step', step)
+    monkeypatch.setattr(train_module, 'time', SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(train_module, 'peak_flops', lambda device, dtype: peak)
+    train_in_process(tiny_data, tmp_path / 'run', '--max_iters=2', '--eval_interval=100', '--dtype=float32')
+    model, _ = LoopedGPT.from_checkpoint(str(tmp_path / 'run'))
+    per_rank = model.flops_per_token(T=32) * 8 * 32 / step_s  # a rank's batch of 8 x 32 tokens a step
+    trains = [r for r in read_log(tmp_path / 'run') if r['kind'] == 'train']
+    assert len(trains) == 2 and all(r['tok_per_s'] == pytest.approx(2 * 8 * 32 / step_s) for r in trains)
+    assert all(r['mfu'] == pytest.approx(per_rank / peak, rel=1e-9) for r in trains), trains
 
 
 def test_adamw_steps_with_the_learning_rate_the_log_reports(tiny_data, tmp_path, monkeypatch):
