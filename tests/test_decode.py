@@ -833,3 +833,12 @@ def test_a_windowed_model_is_refused_by_the_cache_decoder_in_one_line():
         decoder.Stepper(FieldGPT(FieldGPTConfig(**shape, window=4)))
     decoder.Stepper(FieldGPT(FieldGPTConfig(**shape)))  # (window 0: the paper's attention, decoded)
     decoder.Stepper(LoopedGPT(LoopedGPTConfig(**shape)))
+
+
+def test_a_new_cache_holds_keys_and_values_in_the_dtype_they_are_computed_in():
+    model = tiny()
+    assert new_cache(model, 2).all.dtype == torch.float32
+    with torch.autocast('cpu', dtype=torch.bfloat16):  # autocast's dtype, not the float32 weights'
+        cache = new_cache(model, 2)
+    assert cache.all.dtype == torch.bfloat16 and cache.all.shape == (K, 2, 2, 2, 2, T, D // 2)
+    assert new_cache(tiny().to(torch.bfloat16), 1, n_loops=1).all.dtype == torch.bfloat16  # bf16 weights' own

@@ -171,3 +171,20 @@ def test_the_gate_records_its_settings_and_its_seed_decides_its_minibatches(run,
         assert (saved['eps'], saved['tokens'], saved['target']) == (0.125, 1024, 'improve')
         gates[i] = saved['weight']
     assert torch.equal(gates[0], gates[2]) and not torch.equal(gates[0], gates[1])
+
+
+def test_the_fit_draws_its_minibatches_from_its_seed_alone():
+    # the fit's own generator, seeded by `seed`: the global RNG's state neither changes the gate nor is advanced
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).float()
+    fitted = []
+    for global_seed in (1, 2):
+        gate = exits.ExitGate(8, 'norm')  # (its Linear's init draws from the global RNG: made first)
+        torch.manual_seed(global_seed)
+        before = torch.get_rng_state()
+        exit_gate.fit(gate, x, y, 5, 0.05, 16, seed=7)
+        assert torch.equal(torch.get_rng_state(), before)
+        fitted.append(gate.linear.weight.detach().clone())
+    assert torch.equal(fitted[0], fitted[1])
+    other = exit_gate.fit(exits.ExitGate(8, 'norm'), x, y, 5, 0.05, 16, seed=8).linear.weight
+    assert not torch.equal(fitted[0], other.detach())

@@ -67,3 +67,14 @@ def test_names_resolve_in_one_place():
             exits.check_name(bad, 'exit_criterion')
     with pytest.raises(UserError, match="python -m beyond.exit_gate --out_dir=nowhere --name=gate-raw"):
         exits.resolve('gate-raw', 'nowhere', None)  # a gate's name needs its trained file
+
+
+def test_the_listed_names_are_the_ones_a_user_types():
+    # names() is what --help and every unknown-criterion message list: the registered criteria, each as it is
+    # typed, then the learned gates' names, each accepted as typed, and the command that trains one
+    import re
+    builtin, gates = exits.names().split(', or a learned gate ')
+    assert builtin.split(', ') == list(exits.CRITERIA)
+    quoted = re.findall(r"'([^']*)'", gates)
+    assert quoted == ['gate', 'gate-raw'] and all(exits.check_name(n) == n for n in quoted)
+    assert gates.endswith('...: python -m beyond.exit_gate)')

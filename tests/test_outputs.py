@@ -420,6 +420,18 @@ def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tm
         '  --steps=3   iterations', '  --rate=0.5  the rate']
 
 
+def test_configurators_help_continues_a_comment_on_the_row_of_the_setting_above_it(tmp_path):
+    # a comment line indented past the settings, under one, goes on with that setting's comment: the third
+    # setting's here, not another's
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\na = 1  # first\nb = 2  # second\nc = 3  # third,\n'
+                      '       # going on\n# ---\n')
+    assert configurator.help_text({'a': 1, 'b': 2, 'c': 3}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '  --a=1  first', '  --b=2  second', '  --c=3  third, going on']
+
+
 def test_an_unknown_setting_names_the_scripts_help_from_a_config_file_as_from_the_command_line(tmp_path):
     script = tmp_path / 'toy.py'
     script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')

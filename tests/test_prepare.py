@@ -248,3 +248,56 @@ def test_meta_is_written_only_after_every_bin_is_in_place(tmp_path, monkeypatch)
         prepare.main(['--text_dir', str(tmp_path / 't'), '--tokenizer', 'bytes', '--out_dir', str(tmp_path / 'out')])
     assert not os.path.exists(tmp_path / 'out' / 'meta.json')
     assert not prepare.is_complete(tmp_path / 'out')
+
+
+def test_meta_records_the_files_and_folder_a_run_read_with_no_dataset_config(tmp_path):
+    # meta.json's 'dataset', 'config' and 'source' keys say where the tokens came from: for text files
+    # the absolute path of each split's file, with no dataset config
+    write_texts(tmp_path / 'files')
+    prepare_in_process('--train_file', tmp_path / 'files' / 'train.txt', '--val_file', tmp_path / 'files' / 'valid.txt',
+                       '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out1')
+    meta = read_split(tmp_path / 'out1', 'train')[1]
+    assert {k: meta[k] for k in ('dataset', 'config', 'source')} == {
+        'dataset': 'files', 'config': None,
+        'source': {'train': str(tmp_path / 'files' / 'train.txt'), 'val': str(tmp_path / 'files' / 'valid.txt')}}
+    write_texts(tmp_path / 'wt', names=('wiki.train.raw', 'wiki.valid.raw'), splits=('train', 'val'))
+    prepare_in_process('--text_dir', tmp_path / 'wt', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out2')
+    meta = read_split(tmp_path / 'out2', 'train')[1]
+    assert {k: meta[k] for k in ('dataset', 'config', 'source')} == {
+        'dataset': 'wt', 'config': None,
+        'source': {'train': str(tmp_path / 'wt' / 'wiki.train.raw'), 'val': str(tmp_path / 'wt' / 'wiki.valid.raw')}}
+
+
+def test_a_named_wikitext_is_loaded_with_its_config_and_recorded_in_meta(tmp_path, monkeypatch):
+    # no network: a stand-in `datasets` module records what load_dataset is asked for
+    import sys
+    import types
+
+    class Split:
+        column_names = ['text']
+
+        def __init__(self, lines):
+            self.lines = lines
+
+        def __len__(self):
+            return len(self.lines)
+
+        def iter(self, batch_size):
+            for i in range(0, len(self.lines), batch_size):
+                yield {'text': self.lines[i:i + batch_size]}
+
+    calls = []
+
+    def load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return {'train': Split(['a b\n', 'c\n']), 'validation': Split(['d\n'])}
+    fake = types.SimpleNamespace(load_dataset=load_dataset, load_from_disk=None,
+                                 logging=types.SimpleNamespace(set_verbosity_error=lambda: None))
+    monkeypatch.setitem(sys.modules, 'datasets', fake)
+    monkeypatch.chdir(tmp_path)
+    prepare_in_process('--dataset', 'wikitext-2', '--tokenizer', 'bytes')
+    assert calls == [(('Salesforce/wikitext', 'wikitext-2-raw-v1'), {})]
+    ids, meta = read_split(tmp_path / 'data' / 'wikitext-2-bytes', 'train')
+    assert ByteTokenizer().decode(ids) == 'a b\nc\n'
+    assert {k: meta[k] for k in ('dataset', 'config', 'source')} == {
+        'dataset': 'wikitext-2', 'config': 'wikitext-2-raw-v1', 'source': 'Salesforce/wikitext (wikitext-2-raw-v1)'}

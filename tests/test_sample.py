@@ -118,3 +118,15 @@ def test_each_bad_setting_is_one_clear_line(run, tmp_path):
     # from the outside: one line, no traceback
     assert_one_line_error(run_script('sample.py', f'--out_dir={run}', '--device=cpu', '--n_loops=0'),
                           'sample.py', 'n_loops')
+
+
+def test_each_sample_runs_under_autocast_on_the_device_it_samples_on(run, monkeypatch):
+    # the autocast context is asked for the sampling device and the resolved dtype: bfloat16 on the CPU here
+    seen, real = [], sample.autocast
+
+    def recording(device, dtype):
+        seen.append((device, dtype))
+        return real(device, dtype)
+    monkeypatch.setattr(sample, 'autocast', recording)
+    out, _ = main(run, '--start=the loop', '--num_samples=2', '--max_new_tokens=3', '--dtype=bfloat16')
+    assert seen == [('cpu', 'bfloat16')] * 2 and out.count('---------------') == 2

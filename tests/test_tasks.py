@@ -270,3 +270,59 @@ def test_the_recipe_config_loads_with_its_twin():
     assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
         'none', 2, True, 'norm', True, 'progressive')
     assert train.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
+
+
+def test_the_tables_print_one_header_and_one_line_a_row():
+    from beyond.tasks import render, render_designs
+    row = dict(run='/x/out-parity-s1/', length=8, K=4, intervention='clamp', accuracy=0.875, exact=0.5, h_norm=12.345,
+               one_minus_cos=0.00123)
+    assert render([row, dict(row, K=8)]).split('\n') == [
+        '| run | length | K | intervention | accuracy | exact match | mean ‖H_K‖ | 1 - cos |',
+        '|---|---|---|---|---|---|---|---|',
+        '| out-parity-s1 | 8 | 4 | clamp | 87.5% | 50.0% | 12.3 | 1.23e-03 |',
+        '| out-parity-s1 | 8 | 8 | clamp | 87.5% | 50.0% | 12.3 | 1.23e-03 |']
+    group = dict(design='out-parity', seeds=2, length=8, K=4, intervention='none', accuracy=0.875, accuracy_std=0.125,
+                 exact=0.5, exact_std=0.25, h_norm=12.345, h_norm_std=0.5)
+    assert render_designs([group]).split('\n') == [
+        '| design | seeds | length | K | intervention | accuracy | exact match | mean ‖H_K‖ |',
+        '|---|---|---|---|---|---|---|---|',
+        '| out-parity | 2 | 8 | 4 | none | 87.5 ± 12.5% | 50.0 ± 25.0% | 12.3 ± 0.5 |']
+
+
+def test_the_clamp_intervention_is_the_models_own_clamp():
+    from beyond.tasks import trajectory
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=3,
+                                    dropout=0.0)).eval()
+    x = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        clamped = list(trajectory(model, x, 3, 'clamp'))
+        want = list(model.loop_states(x, 3, clamp=True))
+        free = list(trajectory(model, x, 3))
+    assert all(torch.equal(a, b) for a, b in zip(clamped, want))
+    assert torch.allclose(clamped[3].norm(dim=-1), clamped[1].norm(dim=-1))  # each token held at its loop-1 norm
+    assert not torch.allclose(free[3].norm(dim=-1), free[1].norm(dim=-1))
+
+
+def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
+    # --rows must be >= 1: one test string a length is scored (its exact match 0% or 100%), none is refused
+    import dataclasses
+    import beyond.tasks as tasks
+    torch.manual_seed(0)
+    cfg = FieldGPTConfig(vocab_size=len(parity.VOCAB), block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2,
+                         dropout=0.0)
+    path = tmp_path / 'ckpt.pt'
+    torch.save(dict(model_args=dataclasses.asdict(cfg), model_class='beyond.additions.FieldGPT',
+                    model=FieldGPT(cfg).state_dict(), config=dict(dataset='parity', data_dir=str(parity_data))), path)
+    tasks.main([f'--runs={path}', '--lengths=6', '--loops=1', '--rows=1', f'--out={tmp_path / "eval"}'])
+    saved = json.loads((tmp_path / 'eval' / 'results.json').read_text())
+    assert saved['rows'] == 1 and [r['exact'] in (0.0, 1.0) for r in saved['results']] == [True]
+    with pytest.raises(SystemExit):
+        tasks.main([f'--runs={path}', '--rows=0', f'--out={tmp_path / "none"}'])
+
+
+def test_meta_json_describes_the_rows_it_holds(parity_data):
+    # the row layout the first test decodes, said in meta.json for whoever reads the data folder
+    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
+    assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
+                            '-1 at bos and pads')
