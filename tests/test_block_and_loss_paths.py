@@ -71,26 +71,34 @@ def test_every_norm_of_the_block_uses_the_layers_eps():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-@pytest.mark.parametrize('autocast', [False, True])
-def test_the_compiled_form_of_the_fused_loss_matches_its_eager_form(monkeypatch, autocast):
-    g = torch.Generator().manual_seed(3)
+def fused_loss_inputs(seed, ignored=True):
+    """x (40, C) and the head w (50, C), both with gradients, and 40 targets (ignored: every fifth -1, not scored)."""
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(40, C, generator=g, requires_grad=True)
     w = torch.randn(50, C, generator=g, requires_grad=True)
     y = torch.randint(0, 50, (40,), generator=g)
-    y[::5] = -1  # ignored rows
+    if ignored:
+        y[::5] = -1
+    return x, w, y
 
-    def run():
-        x.grad = w.grad = None
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
-            total, ce = linear_cross_entropy(x, w, y, chunk=16)
-        total.backward()
-        return total.detach(), ce, x.grad.clone(), w.grad.clone()
 
-    eager = run()
+def fused_loss_and_grads(x, w, y, autocast=False):
+    """(the loss, per-row CE, dloss/dx, dloss/dw) of linear_cross_entropy in chunks of 16 rows."""
+    x.grad = w.grad = None
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    total.backward()
+    return total.detach(), ce, x.grad.clone(), w.grad.clone()
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_the_compiled_form_of_the_fused_loss_matches_its_eager_form(monkeypatch, autocast):
+    x, w, y = fused_loss_inputs(3)
+    eager = fused_loss_and_grads(x, w, y, autocast)
     # the branch taken under torch.compile (_softmax_grad_compiled, no reused buffer), here run eagerly
     with monkeypatch.context() as m:
         m.setattr(torch.compiler, 'is_compiling', lambda: True)
-        compiled = run()
+        compiled = fused_loss_and_grads(x, w, y, autocast)
     tol = dict(rtol=1e-2, atol=1e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
     assert (compiled[1][::5] == 0).all()
     for a, b in zip(compiled, eager):
@@ -102,21 +110,11 @@ def test_the_fused_loss_makes_its_tensors_on_its_inputs_device(monkeypatch, comp
     # on a GPU a tensor made on the default device (the CPU) would meet the inputs' in an op and raise (or
     # copy through the host). The default device set to 'meta' stands for that here: the loss of CPU inputs
     # must not change, in either of its forms
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(40, C, generator=g, requires_grad=True)
-    w = torch.randn(50, C, generator=g, requires_grad=True)
-    y = torch.randint(0, 50, (40,), generator=g)
-    y[::5] = -1
+    x, w, y = fused_loss_inputs(4)
     monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: compiling)
-
-    def run():
-        x.grad = w.grad = None
-        total, ce = linear_cross_entropy(x, w, y, chunk=16)
-        total.backward()
-        return total.detach(), ce, x.grad.clone(), w.grad.clone()
-    want = run()
+    want = fused_loss_and_grads(x, w, y)
     with torch.device('meta'):
-        got = run()
+        got = fused_loss_and_grads(x, w, y)
     for a, b in zip(got, want):
         assert a.device.type == 'cpu' and torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
@@ -166,10 +164,7 @@ def test_the_fused_loss_holds_a_chunk_of_logits_and_a_float32_buffer_only_where_
     # the loss's memory is O(chunk x V): in float32 the softmax and its gradient are made in each chunk's
     # logits themselves, nothing more of the vocabulary's width; under bf16 autocast the float32 gradient
     # needs one buffer of its own, made once and reused by every chunk
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(40, C, generator=g, requires_grad=True)
-    w = torch.randn(50, C, generator=g, requires_grad=True)
-    y = torch.randint(0, 50, (40,), generator=g)
+    x, w, y = fused_loss_inputs(5, ignored=False)
     wide = ChunkByVocabulary(16, 50)  # (C = 32 rows: the head's weight transposed is not one)
     with wide, torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
         linear_cross_entropy(x, w, y, chunk=16)  # 3 chunks: 16, 16 and 8 rows

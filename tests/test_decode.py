@@ -543,11 +543,13 @@ def one_compiled_loop_for_every_depth():
     assert torch.allclose(want, got, atol=1e-5)
 
 
-def test_a_compiled_stepper_traces_a_fixed_k_token_with_static_shapes_a_graph_for_each_batch_size(monkeypatch):
-    # the fixed-K token graph (static_token), as the loop graph (tests/test_rare_paths.py): specialised to its
-    # shapes, a new batch size a graph of its own, where dynamo's default would make the second one of
-    # symbolic sizes and serve every later size with it. Traced by dynamo alone (a backend that keeps the
-    # graphs' inputs, no inductor); K loops, no exit: every decoded token through the token graph
+@pytest.mark.parametrize('n_loops', [1, K])
+def test_a_compiled_stepper_traces_with_static_shapes_a_graph_for_each_batch_size(monkeypatch, n_loops):
+    # each compiled graph, the loop (static_loop: K=1, every token through it) and the fixed-K token
+    # (static_token: K loops, no exit), is specialised to its shapes (kernels for that batch size; on CUDA, a
+    # graph's fixed buffers): a new batch size is a graph of its own, where dynamo's default would make the
+    # second one of symbolic sizes and serve every later size with it. Traced by dynamo alone (a backend that
+    # keeps the graphs' inputs, no inductor)
     graphs, compile = [], torch.compile
 
     def keep(gm, example_inputs):
@@ -559,11 +561,11 @@ def test_a_compiled_stepper_traces_a_fixed_k_token_with_static_shapes_a_graph_fo
     stepper = decoder.Stepper(model, compile=True)
     for B in (1, 2, 3):
         prompt = tokens(B=B, n=4, seed=B)
-        eager = generate(model, prompt, 2, top_k=1)
-        assert torch.equal(generate(model, prompt, 2, top_k=1, stepper=stepper)[0], eager[0])
+        eager = generate(model, prompt, 2, top_k=1, n_loops=n_loops)
+        assert torch.equal(generate(model, prompt, 2, top_k=1, n_loops=n_loops, stepper=stepper)[0], eager[0])
     torch._dynamo.reset()
     assert len(graphs) == 3, graphs
-    for B, inputs in zip((1, 2, 3), graphs):  # the weights, the position, each loop's cache and the token (B, 1, C)
+    for B, inputs in zip((1, 2, 3), graphs):  # the weights or the layer's cache, the position, the state (B, 1, C)
         assert all(isinstance(shape, tuple) and all(isinstance(n, int) for n in shape) for shape in inputs), inputs
         assert (B, 1, D) in inputs
 

@@ -1,8 +1,8 @@
 """
 The paths the rest of the suite reaches only on a GPU, under the compiler, across ranks, or not at all,
 each run here on the CPU: the decoder's compiled step run as plain Python (the code torch.compile
-compiles) decodes as the eager step, and traced by dynamo it has static shapes, a graph for each batch
-size; what the step and the loss statistics make sits on their inputs' device, and a task's batches on
+compiles) decodes as the eager step (its static shapes, a graph for each batch size: tests/test_decode.py);
+what the step and the loss statistics make sits on their inputs' device, and a task's batches on
 the device asked ('meta': a device other than the CPU, with no data and no GPU); a Stepper's cache
 starts empty at every call; a scaled loss's gradient is rounded once; a token predicted with probability
 1 has no radial fraction; the quantiles of a row past 2**24 tokens reach its last; under torchrun, a
@@ -64,31 +64,6 @@ def test_the_compiled_step_run_as_python_decodes_as_the_eager_step(monkeypatch):
         got = decode(model, prompt[:, -1:], b, stepper=stepper)[0]
     assert torch.allclose(want, got, atol=1e-5)
     assert torch.allclose(a.all[..., :5, :], b.all[..., :5, :], atol=1e-5)  # the same keys and values cached
-
-
-def test_a_compiled_stepper_traces_its_loop_with_static_shapes_a_graph_for_each_batch_size(monkeypatch):
-    # the compiled loop is specialised to its shapes (kernels for that batch size; on CUDA, a graph's fixed
-    # buffers): a new batch size is a graph of its own, where dynamo's default would make the second one of
-    # symbolic sizes and serve every later size with it. Traced by dynamo alone (a backend that keeps the
-    # graphs' inputs, no inductor); one loop (K=1): every token through the loop graph
-    graphs, compile = [], torch.compile
-
-    def keep(gm, example_inputs):
-        graphs.append([tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs])
-        return gm.forward
-    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: compile(fn, **{**kw, 'backend': keep}))
-    torch._dynamo.reset()
-    model = tiny(n_layer=1)
-    stepper = decoder.Stepper(model, compile=True)
-    for B in (1, 2, 3):
-        prompt = torch.randint(0, V, (B, 4), generator=torch.Generator().manual_seed(B))
-        eager = generate(model, prompt, 2, top_k=1, n_loops=1)
-        assert torch.equal(generate(model, prompt, 2, top_k=1, n_loops=1, stepper=stepper)[0], eager[0])
-    torch._dynamo.reset()
-    assert len(graphs) == 3, graphs
-    for B, inputs in zip((1, 2, 3), graphs):  # each its cache's layer, the position, and the state (B, 1, C)
-        assert all(isinstance(shape, tuple) and all(isinstance(n, int) for n in shape) for shape in inputs), inputs
-        assert (B, 1, D) in inputs
 
 
 def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device():

@@ -232,12 +232,17 @@ def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data,
         assert {r['trained_K'] for r in rows} == {want}, name
 
 
+def tiny_task_model(n_loops):
+    """A one-layer FieldGPT on parity's vocabulary (seed 0) and two inputs of 16 tokens."""
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=n_loops,
+                                    dropout=0.0)).eval()
+    return model, torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
 def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
     from beyond.tasks import trajectory
-    torch.manual_seed(0)
-    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=4,
-                                      dropout=0.0)).eval()
-    x = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
+    model, x = tiny_task_model(4)
     with torch.no_grad():
         free = [h.pow(2).mean(-1).sqrt() for h in trajectory(model, x, 4)][1:]  # each loop's RMS, (B, T)
         rms = between(torch.cat([r.flatten() for r in free]))  # some states above it, some below, none on it
@@ -291,10 +296,7 @@ def test_the_tables_print_one_header_and_one_line_a_row():
 
 def test_the_clamp_intervention_is_the_models_own_clamp():
     from beyond.tasks import trajectory
-    torch.manual_seed(0)
-    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=3,
-                                    dropout=0.0)).eval()
-    x = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
+    model, x = tiny_task_model(3)
     with torch.no_grad():
         clamped = list(trajectory(model, x, 3, 'clamp'))
         want = list(model.loop_states(x, 3, clamp=True))
