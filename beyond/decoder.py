@@ -175,8 +175,9 @@ def static_token(model, blocks, x, pos, kv, K):
 @functools.cache
 def called_as_forward(cls, forward):
     """cls, its call forward (its forward when asked): without nn.Module.__call__'s dispatch (hooks, tracing state),
-    five a block and a third of the Python calls a decoded token made at the demo shape. For the Stepper's copy (no
-    hooks); one class for each (cls, forward), so a compiled step's guards on the modules' types hold across Steppers."""
+    five a block and about a quarter of the Python calls a decoded token made at the demo shape (cProfile). For the
+    Stepper's copy (no hooks); one class for each (cls, forward), so a compiled step's guards on the modules' types
+    hold across Steppers."""
     return type(cls.__name__, (cls,), {'__call__': forward})
 
 
@@ -198,9 +199,11 @@ class Weights:
             m.__dict__.update(m._modules, **m._parameters)  # (found before Module.__getattr__ is asked)
             if not (m._forward_hooks or m._forward_pre_hooks):  # (a hook, as the sandwich norm's: nn.Module's call)
                 m.__class__ = called_as_forward(type(m), type(m).forward)
+        fused = []  # (a decoded token's gate and up in one matmul, not two; after the loop above has cast them)
         for m in self.blocks.modules():
-            if isinstance(m, MLP):  # (a decoded token's gate and up in one matmul, not two; cast above)
+            if isinstance(m, MLP):
                 m.gate_up = torch.cat([m.w_gate.weight, m.w_up.weight]).detach()
+                fused.append(m.gate_up)
         self.head = model.lm_head.weight.detach().to(dtype)  # (the model's head would be cast at every call)
         # the 'project' stand-in in one matmul: rms_norm(x, g_l) @ W_l = rms_norm(x) @ (g_l W_l),
         # so every layer's key/value projection, its input norm's gain folded in, side by side
@@ -209,7 +212,6 @@ class Weights:
         self.kv_proj = torch.cat([b.ln_1.weight[:, None] * b.attn.c_attn.weight[C:].t()
                                   for b in model.transformer.h], dim=1).detach().to(dtype)
         if static:  # CUDA graphs: weights at fixed addresses, not copied into the graph at each replay
-            fused = [m.gate_up for m in self.blocks.modules() if isinstance(m, MLP)]
             for w in [self.head, self.kv_proj, *self.blocks.parameters(), *fused]:
                 torch._dynamo.mark_static_address(w, guard=False)
 
