@@ -844,3 +844,18 @@ def test_a_new_cache_holds_keys_and_values_in_the_dtype_they_are_computed_in():
         cache = new_cache(model, 2)
     assert cache.all.dtype == torch.bfloat16 and cache.all.shape == (K, 2, 2, 2, 2, T, D // 2)
     assert new_cache(tiny().to(torch.bfloat16), 1, n_loops=1).all.dtype == torch.bfloat16  # bf16 weights' own
+
+
+def test_a_steppers_copy_shares_the_models_weights_in_their_dtype_and_reads_gate_and_up_as_one_matrix():
+    # in the model's dtype the copy holds the model's own parameters (no second copy of the weights); cast, they
+    # are constants (no gradient); each module reads its submodules and weights as plain attributes; each MLP
+    # holds w_gate and w_up side by side, the one matmul a decoded token makes
+    model = tiny()
+    same = decoder.Weights(model, torch.float32, static=False)
+    for mine, theirs in zip(same.blocks, model.transformer.h):
+        assert mine.attn.c_attn.weight is theirs.attn.c_attn.weight and mine.mlp.w_down.weight is theirs.mlp.w_down.weight
+        assert torch.equal(mine.mlp.gate_up, torch.cat([theirs.mlp.w_gate.weight, theirs.mlp.w_up.weight]))
+        assert {'attn', 'mlp', 'ln_1', 'ln_2'} <= vars(mine).keys() and 'weight' in vars(mine.attn.c_attn)
+    cast = decoder.Weights(model, torch.bfloat16, static=False)
+    linears = [p for p in cast.blocks.parameters() if p.dtype == torch.bfloat16]
+    assert len(linears) == 2 * 5 and not any(p.requires_grad for p in linears)  # (2 layers x 5 matrices)
