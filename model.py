@@ -338,14 +338,16 @@ class LoopedGPT(nn.Module):
 # -------------------------------------------------------------------------------------
 # model classes by name: a config names one (train.py's model_class), and the checkpoint records it
 
-def named_class(name):
-    """The model class `name` ('module.Class') names, imported; a ValueError of one line if it cannot be."""
+def named_class(name, setting='model_class'):
+    """The model class (or the function: train.py's select) `name` ('module.Class') names, imported; a ValueError of
+    one line, naming the setting, if it cannot be."""
     module, _, attr = name.rpartition('.')
     try:
         return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        where = ' (beyond/ is not here: the paper needs only the top level)' if module.startswith('beyond') else ''
-        raise ValueError(f"model_class {name!r} cannot be loaded{where}: {type(e).__name__}: {e}")
+    except (ImportError, AttributeError, ValueError) as e:
+        gone = isinstance(e, ModuleNotFoundError) and module.startswith('beyond')
+        where = ' (beyond/ is not here: the paper needs only the top level)' if gone else ''
+        raise ValueError(f"{setting} {name!r} cannot be loaded{where}: {type(e).__name__}: {e}")
 
 
 # fields of older checkpoints that beyond/additions.py and exit_train.py declare, at defaults (there: the paper's)

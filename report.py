@@ -147,7 +147,8 @@ def eval_line(iter_num, ev):
     """train.py's eval line of ev (train.evaluate's): every K's val loss and ppl, then the diagnostics."""
     return (f"eval {iter_num}: val loss K=1..{len(ev['val_loss'])} {fmt(ev['val_loss'], '.4f')} | "
             f"ppl {fmt(ev['val_ppl'], '.4g')} | |H_k| mean {fmt(ev['norm_mean'], '.1f')} "
-            f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | angular {fmt(ev['angular'], '.2e')}")
+            f"p99 {fmt(ev['norm_p99'], '.1f')} | radial {fmt(ev['radial'], '.1e')} | angular {fmt(ev['angular'], '.2e')}"
+            + ''.join(f" | {k} {v:.4g}" for k, v in ev.get('select', {}).items()))
 
 
 class LogSums:

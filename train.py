@@ -50,6 +50,8 @@ eval_iters = 40               # validation batches per eval: fixed windows, the 
 diag_tokens = 2048            # tokens (whole windows of the first validation batch) the per-loop diagnostics run on, in float64
 eval_only = False             # evaluate once and exit (with init_from='resume': out_dir's checkpoint)
 always_save_checkpoint = True # False: save only when the validation loss improves
+keep_checkpoints = False      # also keep every evaluation's checkpoint, as ckpt-<iter>.pt (to choose among them afterwards)
+select = ''                   # what "better" means to the checkpoint rule: '' the validation loss at the trained K; 'module.function' a task's own score, function(model, settings) -> {name: value} at each evaluation, in float32, logged, its first value kept lowest (config/parity.py)
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
 # data
 data_dir = 'data'             # where prepare.py writes its datasets
@@ -118,6 +120,14 @@ def model_class_of(config, default=LoopedGPT):
         raise UserError(str(e))
 
 
+def selector(name):
+    """The function the select setting names ('' : None, the validation loss decides)."""
+    try:
+        return named_class(name, 'select') if name else None
+    except ValueError as e:
+        raise UserError(str(e))
+
+
 # -----------------------------------------------------------------------------
 # helpers (importable: nothing runs at import)
 
@@ -140,11 +150,13 @@ def seed_step(seed, it, rank):
 
 
 @torch.no_grad()
-def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048):
+def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048, select=None, settings=None):
     """Validation CE at every K from 1 to n_loops (default: the trained K; one pass: the model run
     with K loops is its readout at loop K), and the per-loop diagnostics on the first diag_tokens
     tokens of the first batch (whole windows, at least one: float64 is slow on many GPUs). ctx:
-    the precision context (autocast or nullcontext) the forward passes run in."""
+    the precision context (autocast or nullcontext) the forward passes run in. select: a task's
+    score (the select setting's function), run on the model in float32 with the settings; its
+    values under 'select'."""
     model.eval()
     xs, ys = val_batches
     K = n_loops or model.config.n_loops
@@ -157,8 +169,9 @@ def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048):
     rows = max(1, diag_tokens // xs.size(-1))
     with ctx:
         diag = diagnostics(model, xs[0, :rows], ys[0, :rows], K)
+    scores = dict(select=select(model, settings)) if select else {}
     model.train()
-    return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag)
+    return dict(val_loss=val_loss, val_ppl=[perplexity(v) for v in val_loss], **diag, **scores)
 
 
 def make_optimizer(model, *, learning_rate, betas, weight_decay):
@@ -212,8 +225,8 @@ def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n
     return loss_sum, ce, h_norm
 
 
-def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, config):
-    """out_dir/ckpt.pt, written whole or not at all. The batches and the dropout masks are a
+def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, config, name='ckpt.pt'):
+    """out_dir/name (ckpt.pt), written whole or not at all. The batches and the dropout masks are a
     function of (seed, rank, iteration), so iter_num is all the position there is to save."""
     ckpt = {
         'model_class': class_name(type(raw_model)),  # the class LoopedGPT.from_checkpoint rebuilds
@@ -224,7 +237,7 @@ def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, conf
         'best_val_loss': best_val_loss,
         'config': config,
     }
-    path = os.path.join(out_dir, 'ckpt.pt')
+    path = os.path.join(out_dir, name)
     torch.save(ckpt, path + '.tmp')
     os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
 
@@ -235,6 +248,7 @@ def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, conf
 def check_settings(config, model_class=LoopedGPT):
     """Every check on the settings, in one place: a value that makes no sense is one error line."""
     check_ranges(config, RANGES)
+    selector(config['select'])  # (a name that cannot be loaded: one line, before any data is read)
     if config['random_depth'] and config['max_loops'] < config['n_loops']:
         raise UserError(f"random_depth draws K with mean n_loops ({config['n_loops']}): max_loops, its cap, must be "
                         f"at least that; got {config['max_loops']}")
@@ -313,18 +327,21 @@ def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
     return model
 
 
-def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save):
+def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save, select=None):
     """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
-    always_save_checkpoint). Returns (whether the val loss is finite, the best val loss).
-    The val loss that decides is the trained K's (with random depth: the mean K's)."""
-    ev = evaluate(raw_model, val_batches, ctx, deepest(c), c.diag_tokens)
+    always_save_checkpoint). Returns (whether the val loss is finite, the best score).
+    The score that decides is the val loss at the trained K (with random depth: the mean K's),
+    or the first value of select's (the select setting's function), when there is one."""
+    ev = evaluate(raw_model, val_batches, ctx, deepest(c), c.diag_tokens, select, vars(c))
     log(c.out_dir, dict(kind='eval', iter=iter_num, **ev), eval_line(iter_num, ev))
     finite = all(math.isfinite(v) for v in ev['val_loss'])
-    val_loss = ev['val_loss'][raw_model.config.n_loops - 1]
+    val_loss = next(iter(ev['select'].values())) if select else ev['val_loss'][raw_model.config.n_loops - 1]
     if finite and can_save and (val_loss < best_val_loss or c.always_save_checkpoint):
         best_val_loss = min(best_val_loss, val_loss)
         save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, vars(c))
         print(f"saved {c.out_dir}/ckpt.pt")
+    if finite and can_save and c.keep_checkpoints:
+        save_checkpoint(c.out_dir, raw_model, optimizer, iter_num, best_val_loss, vars(c), f'ckpt-{iter_num}.pt')
     return finite, best_val_loss
 
 
@@ -340,6 +357,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     subclass: python -m beyond.exit_train's entry point; a config can name another)."""
     c = SimpleNamespace(**setup(argv, scripts=scripts, model_class=model_class))  # the settings: c.batch_size, ...
     model_class = model_class_of(vars(c), model_class)
+    select = selector(c.select)  # the checkpoint rule's score (None: the val loss)
     ddp, rank, world_size, device, n_micro = start_process(c.device, c.gradient_accumulation_steps)
     master = rank == 0
     dtype = resolve_dtype(c.dtype, device, training=True)
@@ -395,7 +413,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
             if master and not failed:
                 try:  # (with random depth the first evaluation runs the compiled loop first)
                     ok, best_val_loss = eval_and_save(c, raw_model, optimizer, val_batches, ctx=ctx, iter_num=iter_num,
-                                                      best_val_loss=best_val_loss,
+                                                      best_val_loss=best_val_loss, select=select,
                                                       can_save=not c.eval_only and iter_num > start_iter)
                 except compile_errors() as e:
                     raise compile_failed(e, 'the training step')

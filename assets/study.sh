@@ -31,3 +31,20 @@ train_grid() {  # train_grid NAME CONFIG SETTINGS...: train NAME from CONFIG, SE
   done
   if [ -n "${RUN_WITH:-}" ]; then wait_lanes; fi
 }
+
+parity_design() {  # parity_design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop
+  local parts part il=False  # norm off unless -il), on top of config/parity.py (assets/tasks, assets/parity-seeds)
+  IFS=- read -ra parts <<< "$1"
+  printf -- '--readout=%s' "${parts[0]}"
+  for part in "${parts[@]:1}"; do
+    case $part in
+      il) il=True ;;
+      pen) printf ' --norm_penalty=0.01' ;;
+      damp) printf ' --damping=True' ;;
+      noinj) printf ' --inject=False' ;;
+      fixed) printf ' --random_depth=False' ;;
+      *) echo "unknown design part '$part' in '$1' (READOUT[-il][-pen][-damp][-noinj][-fixed])" >&2; return 1 ;;
+    esac
+  done
+  printf ' --interloop_norm=%s' "$il"
+}

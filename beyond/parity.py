@@ -1,7 +1,8 @@
 """
 Running parity in rows, the task of docs/tasks.md: the data a study of depth that pays trains on.
 
-    python -m beyond.parity                     # 20,000 strings of 1-8 bits to train, 512 of 16 to validate, 512 of 32 to test -> data/parity/
+    python -m beyond.parity                     # 20,000 strings of 1-8 bits to train, 512 of 16 to validate, 512 of 32 to test,
+                                                # 128 of 24 to probe (train.py's select: beyond.tasks.probe) -> data/parity/
     python -m beyond.parity --out_dir data/p2 --seed 2 --train_lengths 1-16
 
 Each instance is one row of the split's fixed length, [bos, b_1 .. b_n, pad ...]: {split}.bin its
@@ -83,7 +84,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
     p.add_argument('--out_dir', default=os.path.join('data', 'parity'), help='the data folder (train.py: --dataset=its name)')
     p.add_argument('--seed', type=int, default=0, help='seeds every split (each its own stream)')
-    for split, n_rows, lengths in (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32')):
+    for split, n_rows, lengths in (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32'), ('probe', 128, '24')):
         p.add_argument(f'--{split}_rows', type=int, default=n_rows, help=f'instances in the {split} split')
         p.add_argument(f'--{split}_lengths', default=lengths,
                        help=f"string lengths of the {split} split, a range (1-16) or one length; train's '8' "
@@ -92,7 +93,7 @@ def main(argv=None):
     try:
         write(args.out_dir, args.seed, {split: (getattr(args, f'{split}_rows'),
                                                 lengths_arg(getattr(args, f'{split}_lengths'), split))
-                                        for split in ('train', 'val', 'test')})
+                                        for split in ('train', 'val', 'test', 'probe')})
     except UserError as e:
         sys.exit(error_line('beyond.parity', e))
 

@@ -13,12 +13,15 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
              trained K on these strings), the recurrence untouched (sotaku's first intervention); it
              changes the probabilities, never the argmax a bit is scored by: a check that the two agree
   cap        a per-token RMS cap at that same RMS on the carried state, every loop (sotaku's second)
+  relax      under-relaxation past the trained K: H_k = 0.75 H_k-1 + 0.25 F(H_k-1) (sotaku's third)
 Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
 at each length, K and intervention. Writes both tables to stdout, DIR/results.json (the rows and the designs)
 and DIR/accuracy.png (exact match against K, one line per design with its seeds' spread, one panel per length).
 """
 
 import argparse
+import json
+import math
 import os
 import re
 import sys
@@ -28,12 +31,13 @@ import torch
 from torch.nn import functional as F
 
 from configurator import UserError, error_line
-from data import data_folder, load_meta
+from data import data_folder, load_meta, load_rows
 from model import LoopedGPT
 from report import write_json
 from beyond.parity import VOCAB, parity_rows
 
-INTERVENTIONS = ('clamp', 'direction', 'cap')
+INTERVENTIONS = ('clamp', 'direction', 'cap', 'relax')
+RELAX = 0.25  # the share of a loop's new state that under-relaxation keeps
 
 
 def int_list(text, name):
@@ -67,29 +71,38 @@ def check_parity_run(run, model, ckpt):
                         "python -m beyond.parity): beyond.tasks scores parity runs only")
 
 
-def trajectory(model, x, K, intervention=None, rms=None):
+def trajectory(model, x, K, intervention=None, rms=None, trained_k=None):
     """H_0, H_1 .. H_K of the model on x, one at a time; intervention 'clamp' (loop_states' own), 'cap' (each
-    token's carried RMS capped at rms, every loop), else the plain loop."""
-    if intervention != 'cap':
+    token's carried RMS capped at rms, every loop), 'relax' (past loop trained_k, each loop's output blended into
+    the state it was given at RELAX), else the plain loop."""
+    if intervention not in ('cap', 'relax'):
         yield from model.loop_states(x, K, clamp=intervention == 'clamp')
         return
     h = e = model.embed(x)
     yield h
     for k in range(K):
-        h = model.loop(model.loop_input(h, k, e))
-        h = h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt()).clamp(max=1.0)
+        new = model.loop(model.loop_input(h, k, e))
+        if intervention == 'cap':
+            h = new * (rms / new.pow(2).mean(-1, keepdim=True).sqrt()).clamp(max=1.0)
+        else:
+            h = new if k < trained_k else (1 - RELAX) * h + RELAX * new
         yield h
 
 
+def bits(model, h):
+    """The bit the model reads out of each state of h (B, T, C): its argmax."""
+    return model.lm_head(model.readout(h, last=True)).argmax(-1)
+
+
 @torch.no_grad()
-def score(model, x, y, loops, intervention=None, rms=None):
+def score(model, x, y, loops, intervention=None, rms=None, trained_k=None):
     """{K: row of measurements} at each K in loops, from one pass of max(loops) loops."""
     scored = y >= 0  # (B, T): the bits, not the start token
     out, prev = {}, None
-    for k, h in enumerate(trajectory(model, x, max(loops), intervention, rms)):
+    for k, h in enumerate(trajectory(model, x, max(loops), intervention, rms, trained_k)):
         if k in loops:
             read = h if intervention != 'direction' else h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt())
-            right = (model.lm_head(model.readout(read, last=True)).argmax(-1) == y) | ~scored  # (B, T)
+            right = (bits(model, read) == y) | ~scored  # (B, T)
             out[k] = dict(accuracy=right[scored].float().mean().item(),
                           exact=right.all(-1).float().mean().item(),
                           h_norm=h.norm(dim=-1)[scored].mean().item(),
@@ -97,6 +110,34 @@ def score(model, x, y, loops, intervention=None, rms=None):
                           one_minus_cos=(1 - F.cosine_similarity(h, prev, dim=-1))[scored].mean().item())
         prev = h
     return out
+
+
+@torch.no_grad()
+def probe(model, settings):
+    """train.py's select for a parity run (config/parity.py: select = 'beyond.tasks.probe'): the run's probe split
+    (python -m beyond.parity's: strings longer than training's, drawn on a stream of their own; never the test
+    split) read at K = 2n and 4n, n its length, past the trained K. Returns, the first the one kept lowest:
+      probe_error         1 - the lower of the two whole-string exact matches (every bit right, at both depths)
+      probe_disagreement  the share of strings whose bits change from K = 2n to 4n (no labels read)
+      probe_turn          1 - cos(H_4n, H_4n-1), the turn of the last loop (no labels read)"""
+    try:
+        rows = load_rows(data_folder(settings), 'probe')
+    except FileNotFoundError as e:
+        raise UserError(f"select {settings.get('select')!r} reads the data's probe split: {e} (python -m beyond.parity "
+                        "writes one)")
+    device = next(model.parameters()).device
+    x, y = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (rows.x, rows.y))
+    scored, n = y >= 0, int((y >= 0).sum(1).max())
+    seen = {}
+    for k, h in enumerate(model.loop_states(x, 4 * n)):
+        if k == 4 * n - 1:
+            before = h
+        if k in (2 * n, 4 * n):
+            seen[k] = bits(model, h)
+    exact = [((b == y) | ~scored).all(-1).float().mean().item() for b in seen.values()]
+    return dict(probe_error=1 - min(exact),
+                probe_disagreement=((seen[2 * n] != seen[4 * n]) & scored).any(-1).float().mean().item(),
+                probe_turn=(1 - F.cosine_similarity(h, before, dim=-1))[scored].mean().item())
 
 
 def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
@@ -118,7 +159,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
             x, y = (t.to(device) for t in test_strings(seed, length, rows))
             base = score(model, x, y, sorted(set(loops) | {trained_k}))
             rms = base[trained_k]['rms']  # the fixed RMS of the direction-only readout and the cap
-            for name, measured in [(None, base)] + [(i, score(model, x, y, loops, i, rms)) for i in interventions]:
+            for name, measured in [(None, base)] + [(i, score(model, x, y, loops, i, rms, trained_k)) for i in interventions]:
                 for k in loops:
                     results.append(dict(run=run, length=length, K=k, trained_K=trained_k,
                                         intervention=name or 'none', **measured[k]))
@@ -143,6 +184,62 @@ def designs(results):
                  **{m: float(np.mean([r[m] for r in rs])) for m in MEASURES},
                  **{f'{m}_std': float(np.std([r[m] for r in rs])) for m in MEASURES})
             for (d, n, k, i), rs in groups.items()]
+
+
+# the bars a run passes or fails, fixed before training (docs/tasks.md, on every seed): (length, the K by which it
+# reaches PASS, the K to which it holds within WITHIN of that; None: reaching it is enough)
+BARS = ((32, 96, 384), (64, 256, None))
+PASS, WITHIN = 0.95, 0.02
+
+
+def passes(exact, by_k, held_to):
+    """exact {K: whole-string exact match}: whether it reaches PASS at some K <= by_k and stays within WITHIN of
+    that value at every K scored after it up to held_to."""
+    return any(exact[k0] >= PASS and all(exact[k] >= exact[k0] - WITHIN for k in exact if k0 < k <= (held_to or 0))
+               for k0 in exact if k0 <= by_k)
+
+
+def wilson(k, n, z=1.96):
+    """The 95% interval (Wilson's score interval) of a share k/n."""
+    p, z2 = k / n, z * z
+    mid, half = (p + z2 / (2 * n)) / (1 + z2 / n), z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def shares(results):
+    """Each design x bar x intervention whose runs were scored far enough (to held_to, or by_k): the runs that
+    pass, k of n, with a 95% interval, and the mean ||H_K|| at the deepest K scored of the runs that pass and of
+    those that fail."""
+    runs = {}
+    for r in results:
+        runs.setdefault((design_of(r['run']), r['length'], r['intervention'], r['run']), {})[r['K']] = r
+    out = []
+    for length, by_k, held_to in BARS:
+        keys = dict.fromkeys((d, i) for d, n, i, _ in runs if n == length)
+        for design, intervention in keys:
+            rows = [rs for (d, n, i, _), rs in runs.items() if (d, n, i) == (design, length, intervention)]
+            if min(max(rs) for rs in rows) < (held_to or by_k):  # (a run not scored that deep cannot be judged)
+                continue
+            passed = [passes({k: r['exact'] for k, r in rs.items()}, by_k, held_to) for rs in rows]
+            deep = [rs[max(rs)]['h_norm'] for rs in rows]
+            low, high = wilson(sum(passed), len(rows))
+            out.append(dict(design=design, length=length, by_K=by_k, held_to=held_to, intervention=intervention,
+                            passed=sum(passed), runs=len(rows), low=low, high=high,
+                            passed_runs=[rs[max(rs)]['run'] for rs, ok in zip(rows, passed) if ok],
+                            h_norm_pass=float(np.mean([h for h, ok in zip(deep, passed) if ok])) if any(passed) else None,
+                            h_norm_fail=float(np.mean([h for h, ok in zip(deep, passed) if not ok])) if not all(passed) else None))
+    return out
+
+
+def render_shares(rows):
+    lines = [f'| design | length | bar | intervention | runs passing | 95% interval | mean ‖H_K‖ at the deepest K: pass, fail |',
+             '|---|---|---|---|---|---|---|']
+    for r in rows:
+        bar = f"≥{100 * PASS:.0f}% by K={r['by_K']}" + (f", held to {r['held_to']}" if r['held_to'] else '')
+        norms = ', '.join('-' if v is None else f'{v:.3g}' for v in (r['h_norm_pass'], r['h_norm_fail']))
+        lines.append(f"| {r['design']} | {r['length']} | {bar} | {r['intervention']} | {r['passed']}/{r['runs']} | "
+                     f"{100 * r['low']:.0f}-{100 * r['high']:.0f}% | {norms} |")
+    return '\n'.join(lines)
 
 
 def render(results):
@@ -189,9 +286,26 @@ def plot(groups, path):
     plt.close(fig)
 
 
+def merged(paths):
+    """The result rows of several results.json files (beyond.tasks's), and their test seed and rows, which must agree."""
+    found = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                found.append(json.load(f))
+        except (OSError, ValueError) as e:
+            raise UserError(f"--merge {path}: {e}")
+    for key in ('seed', 'rows'):
+        if len({json.dumps(r[key]) for r in found}) > 1:
+            raise UserError(f"--merge: the files were scored with different --{key} ({sorted({r[key] for r in found})})")
+    return [row for r in found for row in r['results']], found[0]['seed'], found[0]['rows']
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--runs', required=True, help='run folders (or checkpoints), comma-separated')
+    p.add_argument('--runs', default='', help='run folders (or checkpoints), comma-separated')
+    p.add_argument('--merge', default='', help="results.json files of earlier scorings, comma-separated, tabled together "
+                                               "in place of --runs (a study scores its runs in parallel)")
     p.add_argument('--lengths', default='16,32,64', help='test string lengths in bits, comma-separated')
     p.add_argument('--loops', default='16,32,64,128,256', help='the K to score at, comma-separated')
     p.add_argument('--seed', type=int, default=1, help='seeds the test strings (each length its own)')
@@ -207,16 +321,22 @@ def main(argv=None):
             raise UserError(f"unknown --interventions {', '.join(bad)}: use {', '.join(INTERVENTIONS)}")
         if args.rows < 1:
             raise UserError(f"--rows must be >= 1; got {args.rows}")
-        results = evaluate([r for r in args.runs.split(',') if r], int_list(args.lengths, 'lengths'),
-                           int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device)
+        if bool(args.runs) == bool(args.merge):
+            raise UserError("give --runs (runs to score) or --merge (results.json files to table together), one of them")
+        if args.merge:
+            results, seeds, rows = merged([f for f in args.merge.split(',') if f])
+        else:
+            results = evaluate([r for r in args.runs.split(',') if r], int_list(args.lengths, 'lengths'),
+                               int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device)
+            seeds, rows = args.seed, args.rows
     except UserError as e:
         sys.exit(error_line('beyond.tasks', e))
-    groups = designs(results)
-    print(render_designs(groups) + '\n\n' + render(results))
+    groups, passing = designs(results), shares(results)
+    print((render_shares(passing) + '\n\n' if passing else '') + render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, 'results.json'),  # (a diverged run's NaN and inf as null)
-               dict(seed=args.seed, rows=args.rows, runs=list(dict.fromkeys(r['run'] for r in results)),
-                    results=results, designs=groups))
+               dict(seed=seeds, rows=rows, runs=list(dict.fromkeys(r['run'] for r in results)),
+                    results=results, designs=groups, shares=passing))
     plot(groups, os.path.join(args.out, 'accuracy.png'))
 
 

@@ -3,8 +3,8 @@
 # any length runs), input injection, the progressive loss (n ~ U[0, 12) loops without a graph, then
 # k ~ U[1, 12 - n] with one, per-loop CE on those), the norm readout with the paper's inter-loop norm
 # (the carried state at a fixed RMS, so the injected bits are not drowned as it grows), weights at
-# std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint of the best validation loss (16-bit strings).
-# Trains on strings of 1-8 bits (beyond.parity's default). About 2 minutes on one core.
+# std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint that extrapolates best (its probe split's 24-bit strings,
+# every 50 steps). Trains on strings of 1-8 bits (beyond.parity's default). About 2.5 minutes on one core.
 #   python -m beyond.parity
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
@@ -36,7 +36,8 @@ learning_rate = 1e-3
 warmup_iters = 100
 lr_decay = 'cosine'
 max_iters = 3000
-eval_interval = 250
-always_save_checkpoint = False  # keep the best validation loss: the loss at K=12 can jump late
+eval_interval = 50
+always_save_checkpoint = False  # keep the checkpoint that extrapolates best:
+select = 'beyond.tasks.probe'   # the probe split's 24-bit strings at K=48 and 96 (every bit right at both)
 eval_iters = 4
 log_interval = 250

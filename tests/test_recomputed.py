@@ -211,6 +211,37 @@ def test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_
     assert ckpt['best_val_loss'] == pytest.approx(loss, rel=1e-5)
 
 
+SCRIPTED = []  # the scores scripted_select hands out, one an evaluation
+
+
+def scripted_select(model, settings):
+    """A task's score as train.py's select calls it: the next scripted value first, then what it was handed."""
+    return dict(score=SCRIPTED.pop(0), training=float(model.training), lr=settings['learning_rate'])
+
+
+def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_kept(tiny_data, tmp_path, capsys):
+    # select names a task's own score: the lowest first value decides, not the val loss; keep_checkpoints keeps
+    # each evaluation's checkpoint beside it (iteration 0 is never saved)
+    SCRIPTED[:] = [0.5, 3.0, 1.0, 2.0]  # evaluations at 0, 2, 4, 6
+    train_in_process(tiny_data, tmp_path, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
+                     '--always_save_checkpoint=False', '--keep_checkpoints=True',
+                     f'--select={__name__}.scripted_select')
+    assert SCRIPTED == []
+    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval']
+    assert [r['select'] for r in evals] == [dict(score=v, training=0.0, lr=3e-3) for v in (0.5, 3.0, 1.0, 2.0)]
+    at_k = [r['val_loss'][-1] for r in evals]
+    assert at_k.index(min(at_k)) != 2  # (the val loss would have kept another)
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert (ckpt['iter_num'], ckpt['best_val_loss']) == (4, 1.0)
+    kept = {p.name: torch.load(p, weights_only=True) for p in tmp_path.glob('ckpt-*.pt')}
+    assert sorted(kept) == ['ckpt-2.pt', 'ckpt-4.pt', 'ckpt-6.pt']
+    assert [kept[f'ckpt-{i}.pt']['iter_num'] for i in (2, 4, 6)] == [2, 4, 6]
+    same = [all(torch.equal(v, ckpt['model'][k]) for k, v in kept[f'ckpt-{i}.pt']['model'].items()) for i in (2, 4, 6)]
+    assert same == [False, True, False]  # each its own iteration's weights; ckpt.pt is iteration 4's
+    assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
+    assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
+
+
 def test_peak_memory_is_cudas_peak_in_gib(tmp_path, monkeypatch, capsys):
     from report import log_train
     monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda device: 3 * 2 ** 30 + 2 ** 29)

@@ -14,14 +14,15 @@ import torch
 import depth
 import train
 from beyond import parity
+from configurator import UserError
 from conftest import HERE, TINY, assert_one_line_error, run_script
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT
 from test_decode import between
 
-TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--train_lengths', '8',
-        '--val_lengths', '6-12', '--test_lengths', '12']
+TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
+        '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']
 
 
 @pytest.fixture(scope='module')
@@ -43,10 +44,10 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     folder = parity_data / 'parity'
     meta = json.loads((folder / 'meta.json').read_text())
     assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
-    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12]}
-    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13}
+    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12], 'probe': [3, 3]}
+    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13, 'probe': 4}
     V = parity.VOCAB
-    for split in ('train', 'val', 'test'):
+    for split in ('train', 'val', 'test', 'probe'):
         rows = load_rows(str(folder), split)
         assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
         seen = set()
@@ -240,6 +241,38 @@ def tiny_task_model(n_loops):
     return model, torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
 
 
+def test_the_probe_reads_its_own_split_at_twice_and_four_times_its_length(parity_data, tmp_path):
+    # train.py's select for parity (config/parity.py): the probe split at K = 2n and 4n, recomputed here from
+    # the model's forward (every position's logits) and its hidden states
+    import beyond.tasks as tasks
+    torch.manual_seed(2)  # (weights at std 0.3: a state that still turns past 6 loops, bits that change with K)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=1, dropout=0.0,
+                                    init_std=0.3, interloop_norm=True, inject=True)).eval()
+    rows = load_rows(str(parity_data / 'parity'), 'probe')
+    x, y = (torch.from_numpy(a.astype(np.int64)) for a in (rows.x, rows.y))
+    with torch.no_grad():
+        got = tasks.probe(model, dict(data_dir=str(parity_data), dataset='parity'))
+        bits = {k: model(x, n_loops=k)[0].argmax(-1) for k in (6, 12)}  # 3-bit strings: K = 6 and 12
+        h = model.hidden_states(x, 12)
+    exact = {k: ((b == y) | (y < 0)).all(-1).float().mean().item() for k, b in bits.items()}
+    assert exact[6] != exact[12] and 0 < min(exact.values())  # (inputs where the lower of the two is not either)
+    assert got['probe_error'] == pytest.approx(1 - min(exact.values()))
+    changed = ((bits[6] != bits[12]) & (y >= 0)).any(-1).float().mean().item()
+    assert 0 < changed < 1 and got['probe_disagreement'] == pytest.approx(changed)
+    turn = (1 - torch.nn.functional.cosine_similarity(h[12], h[11], dim=-1))[y >= 0].mean().item()
+    assert got['probe_turn'] == pytest.approx(turn, rel=1e-5) and list(got) == ['probe_error', 'probe_disagreement', 'probe_turn']
+    assert not model.training
+    # a data folder written before the probe split: one line that says what makes one
+    (tmp_path / 'old').mkdir()
+    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
+    for part in ('row_len', 'rows', 'lengths', 'tokens'):
+        meta[part].pop('probe')
+    (tmp_path / 'old' / 'meta.json').write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"select 'beyond.tasks.probe' reads the data's probe split: .* has no probe "
+                                        r"split \(it has train, val, test\) \(python -m beyond.parity writes one\)"):
+        tasks.probe(model, dict(data_dir=str(tmp_path), dataset='old', select='beyond.tasks.probe'))
+
+
 def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
     from beyond.tasks import trajectory
     model, x = tiny_task_model(4)
@@ -268,6 +301,77 @@ def test_designs_average_a_design_over_its_seeds_only():
     g = got['out-parity-norm-il', 4]  # two seeds of one design, not the norm design nor the other K
     assert (g['seeds'], g['exact'], g['exact_std'], g['h_norm']) == (2, 0.75, 0.25, 7.5)
     assert (got['out-parity-norm', 4]['seeds'], got['out-parity-norm', 4]['exact_std']) == (1, 0.0)
+
+
+def test_a_run_passes_the_bar_where_it_reaches_95_percent_in_time_and_holds_within_2_points():
+    from beyond.tasks import BARS, passes
+    assert BARS == ((32, 96, 384), (64, 256, None))  # (the bars docs/tasks.md states, fixed before training)
+    assert passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.94}, 96, 384)  # 2 points below 96%: still held
+    assert not passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.93}, 96, 384)  # 3 points: not held
+    assert not passes({16: 0.94, 128: 1.0, 384: 1.0}, 96, 384)  # 95% only after K=96
+    assert passes({16: 0.95}, 96, 384) and not passes({16: 0.9499}, 96, 384)  # 95% itself passes
+    assert passes({16: 0.99, 32: 0.5, 48: 0.97, 384: 0.97}, 96, 384)  # the reach that holds, not the first
+    assert passes({64: 0.3, 256: 0.95, 384: 0.1}, 256, None) and not passes({64: 0.3, 384: 1.0}, 256, None)
+
+
+def test_the_share_of_seeds_passing_is_k_of_n_with_wilsons_interval():
+    from beyond.tasks import shares, wilson
+    assert wilson(9, 10) == pytest.approx((0.5958, 0.9821), abs=1e-4)  # (the published Wilson interval of 9/10)
+    assert wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4) and wilson(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+    def rows(run, exact, h, length=32, intervention='none', loops=(32, 384)):
+        return [dict(run=run, length=length, K=k, intervention=intervention, exact=exact, h_norm=h if k == max(loops) else 0.0)
+                for k in loops]
+    results = (rows('r/out-parity-a-s1', 1.0, 10.0) + rows('r/out-parity-a-s2', 0.5, 30.0) + rows('r/out-parity-a-s3', 0.97, 20.0)
+               + rows('r/out-parity-b-s1', 0.2, 5.0) + rows('r/out-parity-a-s1', 0.0, 1.0, intervention='cap')
+               + rows('r/out-parity-a-s1', 1.0, 2.0, length=64, loops=(64,))  # (not scored to K=256: no 64-bit bar)
+               + rows('r/out-parity-b-s1', 1.0, 2.0, length=64, loops=(256,)))
+    got = {(r['design'], r['length'], r['intervention']): r for r in shares(results)}
+    assert set(got) == {('out-parity-a', 32, 'none'), ('out-parity-b', 32, 'none'), ('out-parity-a', 32, 'cap'),
+                        ('out-parity-b', 64, 'none')}
+    a = got['out-parity-a', 32, 'none']
+    assert (a['passed'], a['runs'], a['h_norm_pass'], a['h_norm_fail']) == (2, 3, 15.0, 30.0)
+    assert (a['low'], a['high']) == wilson(2, 3) and a['passed_runs'] == ['r/out-parity-a-s1', 'r/out-parity-a-s3']
+    assert (got['out-parity-b', 32, 'none']['passed'], got['out-parity-b', 32, 'none']['h_norm_pass']) == (0, None)
+    assert (got['out-parity-a', 32, 'cap']['passed'], got['out-parity-b', 64, 'none']['h_norm_fail']) == (0, None)
+
+
+def test_merged_scorings_table_together_and_must_share_their_test_strings(tmp_path, capsys):
+    import beyond.tasks as tasks
+    row = dict(run='r/out-parity-a-s1', length=32, K=16, intervention='none', accuracy=1.0, exact=1.0, h_norm=3.0,
+               one_minus_cos=0.0)
+    for name, seed, run in (('one', 5, 'r/out-parity-a-s1'), ('two', 5, 'r/out-parity-a-s2'), ('odd', 6, 'x')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'results.json').write_text(json.dumps(dict(seed=seed, rows=8, runs=[run], results=[dict(row, run=run)])))
+    tasks.main([f'--merge={tmp_path}/one/results.json,{tmp_path}/two/results.json', f'--out={tmp_path / "all"}'])
+    saved = json.loads((tmp_path / 'all' / 'results.json').read_text())
+    assert (saved['seed'], saved['rows'], saved['runs']) == (5, 8, ['r/out-parity-a-s1', 'r/out-parity-a-s2'])
+    assert [(g['design'], g['seeds']) for g in saved['designs']] == [('out-parity-a', 2)]
+    for bad, says in ((f'{tmp_path}/one/results.json,{tmp_path}/odd/results.json', 'different --seed ([5, 6])'),
+                      (f'{tmp_path}/none.json', 'No such file')):
+        with pytest.raises(SystemExit) as e:
+            tasks.main([f'--merge={bad}', f'--out={tmp_path / "x"}'])
+        assert says in str(e.value.code) and str(e.value.code).startswith('beyond.tasks: error: --merge')
+    with pytest.raises(SystemExit) as e:  # both, or neither
+        tasks.main([f'--merge={tmp_path}/one/results.json', '--runs=r', f'--out={tmp_path / "x"}'])
+    assert 'one of them' in str(e.value.code)
+
+
+def test_under_relaxation_blends_each_loop_past_the_trained_k():
+    from beyond.tasks import RELAX, trajectory
+    model, x = tiny_task_model(4)
+    with torch.no_grad():
+        got = list(trajectory(model, x, 5, 'relax', trained_k=2))
+        h = e = model.embed(x)
+        want = [h]
+        for k in range(5):  # by hand: the model's loop, then from the third on 0.75 of the old state and 0.25 of the new
+            new = model.loop(model.loop_input(h, k, e))
+            h = new if k < 2 else 0.75 * h + 0.25 * new
+            want.append(h)
+        plain = list(trajectory(model, x, 5))
+    assert RELAX == 0.25 and len(got) == 6
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert all(torch.equal(g, p) for g, p in zip(got[:3], plain[:3])) and not torch.allclose(got[5], plain[5])
 
 
 def test_the_recipe_config_loads_with_its_twin():

@@ -19,38 +19,24 @@
 #   SEEDS        the seeds (1 2 3)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
 #   OUT          where results.json, accuracy.md, accuracy.png and logs/ go (this folder)
+#   RULE         the checkpoint rule the study was run with: the best validation loss, evaluated every 250 steps
+#                (--select= --eval_interval=250; config/parity.py's own rule is its probe's, assets/parity-seeds)
 #   TRAIN_ARGS   extra settings for every train.py run; TASK_ARGS for python -m beyond.tasks (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity} PREP_ARGS=${PREP_ARGS:-}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/tasks}
-TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
+RULE=${RULE:---select= --eval_interval=250} TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
 mkdir -p "$OUT/logs"
 DATASET=$TASK_DATASET
 . assets/study.sh  # train
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
-design() {  # design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop norm off unless -il)
-  local parts part il=False
-  IFS=- read -ra parts <<< "$1"
-  printf -- '--readout=%s' "${parts[0]}"
-  for part in "${parts[@]:1}"; do
-    case $part in
-      il) il=True ;;
-      pen) printf ' --norm_penalty=0.01' ;;
-      damp) printf ' --damping=True' ;;
-      noinj) printf ' --inject=False' ;;
-      fixed) printf ' --random_depth=False' ;;
-      *) echo "run.sh: unknown design part '$part' in '$1' (READOUT[-il][-pen][-damp][-noinj][-fixed])" >&2; return 1 ;;
-    esac
-  done
-  printf ' --interloop_norm=%s' "$il"
-}
-for c in $CONDITIONS; do design "$c" > /dev/null; done  # a bad name stops here, before any training
+for c in $CONDITIONS; do parity_design "$c" > /dev/null; done  # a bad name stops here, before any training
 for s in $SEEDS; do for c in $CONDITIONS; do  # (train_grid puts {c} in names and configs, not in settings)
-  # shellcheck disable=SC2046  # design's words are separate settings
-  lane train "parity-$c-s$s" config/parity.py $(design "$c") --seed="$s"
+  # shellcheck disable=SC2046  # parity_design's words are separate settings
+  lane train "parity-$c-s$s" config/parity.py $(parity_design "$c") --seed="$s" $RULE
 done; done
 wait_lanes
 runs=$(for s in $SEEDS; do for c in $CONDITIONS; do printf '%s,' "$RUNS/out-parity-$c-s$s"; done; done)

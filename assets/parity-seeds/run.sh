@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Depth that pays on every seed? (docs/tasks.md): config/parity.py's recipe (norm-il: the checkpoint its probe split
+# scores best) and the blind-spot designs beside it, each on ten seeds, with the data drawn at a seed of its own and
+# the test strings at another; each run passes or fails the bars beyond.tasks fixed before training (BARS), and
+# the designs' shares of seeds that pass are tabled with their 95% intervals.
+#
+#   bash assets/parity-seeds/run.sh
+#
+# Settings (environment variables; the defaults are the study as it was run; relative paths from the repo root):
+#   DATA_DIR     where beyond.parity writes the task (data); TASK_DATASET its folder there (parity-2001)
+#   PREP_ARGS    python -m beyond.parity settings (--seed=2001: the data's own seed)
+#   CONDITIONS   the designs, READOUT[-il][-pen][-damp][-noinj][-fixed] as assets/tasks/run.sh (norm-il norm raw raw-il)
+#   SEEDS        the training seeds (1001 .. 1010)
+#   TEST_SEED    the test strings' seed (3001)
+#   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
+#   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (this folder)
+#   TRAIN_ARGS   extra settings for every train.py run (each keeps every evaluation's checkpoint, for rules.py's
+#                comparison of the checkpoint rules on the first design's runs); TASK_ARGS for each scoring (--rows=256)
+#   LOOPS        the K scored (to 384 on 32-bit strings; 64-bit ones to 256)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001}
+CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il} SEEDS=${SEEDS:-1001 1002 1003 1004 1005 1006 1007 1008 1009 1010}
+TEST_SEED=${TEST_SEED:-3001} RUNS=${RUNS:-.} OUT=${OUT:-assets/parity-seeds}
+TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---rows=256} LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384}
+mkdir -p "$OUT/logs" "$OUT/scores"
+DATASET=$TASK_DATASET
+. assets/study.sh  # train, lane, parity_design
+
+[ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
+    > "$OUT/logs/prepare.log"
+for c in $CONDITIONS; do parity_design "$c" > /dev/null; done  # a bad name stops here, before any training
+for c in $CONDITIONS; do for s in $SEEDS; do
+  # shellcheck disable=SC2046  # parity_design's words are separate settings
+  lane train "parity-$c-s$s" config/parity.py $(parity_design "$c") --seed="$s" --keep_checkpoints=True  # (rules.py)
+done; done
+wait_lanes
+# each design scored on 32-bit strings to K=384 with the training-free rescues, and on 64-bit ones to K=256 (the
+# bars' deepest K), two scorings at once
+for length in 32 64; do for c in $CONDITIONS; do
+  runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-$c-s$s"; done)
+  if [ $length = 32 ]; then loops=$LOOPS rescues=--interventions=clamp,cap,relax; else loops=${LOOPS%,384} rescues=; fi
+  lane python -m beyond.tasks --runs="${runs%,}" --lengths=$length --loops="$loops" $rescues --seed="$TEST_SEED" \
+      --out="$OUT/scores/$c-$length" $TASK_ARGS > "$OUT/logs/score-$c-$length.log"
+done; done
+wait_lanes
+merge=$(for c in $CONDITIONS; do printf '%s,' "$OUT/scores/$c-32/results.json" "$OUT/scores/$c-64/results.json"; done)
+python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-${CONDITIONS%% *}-s$s"; done)  # the first design's runs
+python assets/parity-seeds/rules.py --runs="${runs%,}" --seed="$TEST_SEED" --loops="$LOOPS" $TASK_ARGS > "$OUT/rules.md"
