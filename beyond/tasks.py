@@ -238,7 +238,7 @@ def render_shares(rows):
         bar = f"≥{100 * PASS:.0f}% by K={r['by_K']}" + (f", held to {r['held_to']}" if r['held_to'] else '')
         norms = ', '.join('-' if v is None else f'{v:.3g}' for v in (r['h_norm_pass'], r['h_norm_fail']))
         lines.append(f"| {r['design']} | {r['length']} | {bar} | {r['intervention']} | {r['passed']}/{r['runs']} | "
-                     f"{100 * r['low']:.0f}-{100 * r['high']:.0f}% | {norms} |")
+                     f"{100 * r['low']:.0f}–{100 * r['high']:.0f}% | {norms} |")
     return '\n'.join(lines)
 
 

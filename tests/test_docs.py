@@ -1273,12 +1273,11 @@ PROSE[R, 'Per-loop CE gains nothing past # loops here, at any draw.'] = per_loop
 PROSE[R, "A learned AlphaReadout sees some scale (α #), the study's best (#)"] = lambda: [
     json_run(DEPTH, 'out-alpha_perloop-cpu-long-s1')['depth']['alpha'],
     min(design(r, 'best K≤trained') for r in design_names())]
-PROSE[R, 'solves 32-bit strings: #% at K=12, #% at K=64-512 on these seeds'] = lambda: [
-    100 * task_designs()['norm-il', 32, 12]['exact'],
-    100 * min(task_designs()['norm-il', 32, K]['exact'] for K in (64, 96, 128, 256, 512))]
-PROSE[R, 'drifts (# at K=512), no readout >#%'] = lambda: [
-    task_designs()['norm', 32, 512]['h_norm'],
-    100 * max(g['exact'] for (d, n, K), g in task_designs().items() if d in ('norm', 'raw', 'alpha') and n == 32)]
+PROSE[R, 'kept where its #-bit probe scores best, gets ≥#% of 32-bit strings by K=# on #/# new seeds, 64-bit on #/#'] = \
+    lambda: [24, 95, 96, seed_share('norm-il', 32)['passed'], seed_share('norm-il', 32)['runs'],
+             seed_share('norm-il', 64)['passed'], seed_share('norm-il', 64)['runs']]
+PROSE[R, 'drifts to #, #/#'] = lambda: [seed_share('norm', 32)['h_norm_fail'], seed_share('norm', 32)['passed'],
+                                       seed_share('norm', 32)['runs']]
 
 
 @prose(R, "a training step at the 44M shape is #x faster than the paper's released code (cloned at PATH) in fp32 (# "
@@ -2382,8 +2381,8 @@ def tasks_text_depth():
     return per_loop_best()
 
 
-PROSE[T, 'About # minutes a run on one core.'] = lambda: [statistics.mean(
-    train_seconds(rel) for d in TASK_DESIGNS for rel in seed_logs(d, (1, 2, 3))) / 60]
+PROSE[T, 'About # minutes a run on one core, evaluations included'] = lambda: [
+    float((ASSETS / 'parity-seeds/logs/timed.seconds').read_text()) / 60]
 PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
          '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
     best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3), 'tasks/init-0.02')] + [
@@ -2493,6 +2492,165 @@ def parity_heldout_seeds():
 PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #% on 16 bits at best, ‖H_K‖ # at K=512 on 32 '
          'bits.'] = lambda: best_exact('norm', 16, HELD_SEEDS)[1] + [task_group('norm', 32, 512, rel=HELD_SEEDS)['h_norm']]
 
+# docs/tasks.md, on every seed (assets/parity-seeds) ----------------------------------------------
+SEEDS55 = 'parity-seeds/results.json'
+SEED_DESIGNS = (('norm-il', 'norm-il (the recipe)'), ('raw-il', 'raw-il'), ('norm', 'norm'), ('raw', 'raw'))
+
+
+def seed_share(design, length, intervention='none'):
+    """A design's share of seeds passing the bar at a length (beyond.tasks.shares, as the study stored it)."""
+    found = [s for s in results(SEEDS55)['shares'] if (s['design'], s['length'], s['intervention']) == (
+        f'out-parity-{design}', length, intervention)]
+    assert len(found) == 1, (design, length, intervention)
+    return found[0]
+
+
+def norm_or_dash(v):
+    return Text('-') if v is None else [v]
+
+
+@check('docs/tasks.md', 'design', '32 bits: seeds passing', '95% interval', '64 bits: seeds passing', '95% interval',
+       'mean ‖H_384‖, 32 bits: passing seeds', 'failing seeds')
+def seed_shares():
+    out = {}
+    for d, label in SEED_DESIGNS:
+        a, b = seed_share(d, 32), seed_share(d, 64)
+        out[label] = [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
+                      [100 * b['low'], 100 * b['high']], norm_or_dash(a['h_norm_pass']), norm_or_dash(a['h_norm_fail'])]
+    return out
+
+
+@check('docs/tasks.md', 'design, 32 bits', 'none', 'clamp', 'cap', 'relax')
+def seed_rescues():
+    """k/n passing under each training-free rescue, with the seeds it rescues (+) and those it breaks (−)."""
+    out = {}
+    for d, label in SEED_DESIGNS:
+        plain = set(seed_share(d, 32)['passed_runs'])
+        cells = [[len(plain), seed_share(d, 32)['runs']]]
+        for i in ('clamp', 'cap', 'relax'):
+            s = seed_share(d, 32, i)
+            now = set(s['passed_runs'])
+            cells.append([s['passed'], s['runs'], len(now - plain), len(plain - now)])
+        out[label] = cells
+    return out
+
+
+@check('docs/tasks.md', 'design, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
+def seed_curves():
+    """Whole-string exact match (%) by K, mean ± std over the ten seeds (no rescue); 64-bit strings to K=256."""
+    g = {(x['design'].split('out-parity-', 1)[1], x['length'], x['K']): x for x in results(SEEDS55)['designs']
+         if x['intervention'] == 'none'}
+    out = {}
+    for n in (32, 64):
+        for d, _ in SEED_DESIGNS:
+            out[f'{d}, {n}'] = [[100 * g[d, n, K]['exact'], 100 * g[d, n, K]['exact_std']] if (d, n, K) in g else Text('')
+                                for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)]
+    return out
+
+
+@check('docs/tasks.md', 'checkpoint rule, the recipe\'s ten runs', 'seeds passing (32 bits)', '95% interval')
+def seed_rules():
+    """rules.py's last row, as the study stored it in rules.md."""
+    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables('parity-seeds/rules.md') if h[0] == 'run']
+    passing = dict(zip(header, next(r for r in rows if r[0].strip('*') == 'passing')))
+    labels = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
+                  probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
+                  last='the last checkpoint')
+    return {label: [nums(passing[rule])[:2], nums(passing[rule])[2:]] for rule, label in labels.items()}
+
+
+
+def seed_runs(design, length):
+    """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
+    out = {}
+    for r in results(SEEDS55)['results']:
+        if r['run'].rsplit('out-parity-', 1)[1].rsplit('-s', 1)[0] == design and r['length'] == length \
+                and r['intervention'] == 'none':
+            out.setdefault(r['run'], {})[r['K']] = r['exact']
+    return out
+
+
+def seed_evals(design):
+    """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
+    return [[r for r in jsonl(f'parity-seeds/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
+            for s in range(1001, 1011)]
+
+
+def rules_passing():
+    """rules.py's passing row: {rule: [k, n]}."""
+    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables('parity-seeds/rules.md') if h[0] == 'run']
+    return {rule: nums(cell)[:2] for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
+            if rule != 'run'}
+
+
+def kept(evals):
+    """The evaluation the probe's rule keeps: the lowest probe error, the earliest of equals."""
+    return min(evals, key=lambda r: r['select']['probe_error'])
+
+
+PROSE[T, 'on ten seeds each (#-#)'] = lambda: [min(int(r[-4:]) for r in results(SEEDS55)['runs']),
+                                              max(int(r[-4:]) for r in results(SEEDS55)['runs'])]
+PROSE[T, 'and the test strings at seed #, # of each length'] = lambda: [results(SEEDS55)['seed'], results(SEEDS55)['rows']]
+
+
+@prose(T, 'at least #% whole-string exact match on #-bit strings at some K <= #, held within # points at every K scored up '
+          'to #; and at least #% on #-bit strings (#x the longest trained) at some K <= #.')
+def seed_bars():
+    from beyond.tasks import BARS, PASS, WITHIN
+    (n32, by32, held), (n64, by64, _) = BARS
+    return [100 * PASS, n32, by32, 100 * WITHIN, held, 100 * PASS, n64, n64 // 8, by64]
+
+
+PROSE[T, 'Seeds passing each bar, k/# with its #% (Wilson) interval'] = lambda: [seed_share('norm-il', 32)['runs'], 95]
+PROSE[T, 'The training-free rescues on #-bit strings, k/# passing'] = lambda: [32, seed_share('norm-il', 32, 'relax')['runs']]
+PROSE[T, '**The recipe passes the #-bit bar on every seed, #/#.**'] = lambda: [
+    32, seed_share('norm-il', 32)['passed'], seed_share('norm-il', 32)['runs']]
+PROSE[T, 'at a fixed scale (‖H_384‖ #)'] = lambda: [seed_share('norm-il', 32)['h_norm_pass']]
+PROSE[T, 'kept a checkpoint with probe error #, from step # to step #.'] = lambda: [
+    max(kept(e)['select']['probe_error'] for e in seed_evals('norm-il')),
+    min(kept(e)['iter'] for e in seed_evals('norm-il')), max(kept(e)['iter'] for e in seed_evals('norm-il'))]
+
+
+@prose(T, '**#-bit strings, #x the longest trained: #/#.** The three that fail reach #-#% on 32 bits and stop at #%, #% '
+          'and #% on 64-bit ones: a probe of #-bit strings')
+def seed_64_bits():
+    s = seed_share('norm-il', 64)
+    failing = [r for r in seed_runs('norm-il', 64) if r not in s['passed_runs']]
+    assert len(failing) == 3
+    at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
+    return [64, 8, s['passed'], s['runs'], 100 * min(at32), 100 * max(at32)] + sorted(
+        (100 * max(seed_runs('norm-il', 64)[r].values()) for r in failing), reverse=True) + [24]
+
+
+@prose(T, '**The blind spot, as shares of seeds: #/# for both readouts without the inter-loop norm.** The norm readout\'s '
+          'and the raw readout\'s ‖H_384‖ reach # and # on 32-bit strings')
+def seed_blind_spot():
+    a, b = seed_share('norm', 32), seed_share('raw', 32)
+    assert (a['passed'], a['runs']) == (b['passed'], b['runs']) == (seed_share('norm', 64)['passed'], 10)
+    return [a['passed'], a['runs'], a['h_norm_fail'], b['h_norm_fail']]
+
+
+PROSE[T, 'no checkpoint of any of their twenty runs gets the probe right (the lowest probe error of each run: #% to #%)'] = \
+    lambda: [f(100 * min(r['select']['probe_error'] for r in e) for d in ('norm', 'raw') for e in seed_evals(d))
+             for f in (min, max)]
+PROSE[T, 'the raw readout extrapolates on #/#: its three failing seeds keep the same bounded state (‖H_384‖ # against # on '
+         'the passing ones)'] = lambda: [seed_share('raw-il', 32)['passed'], seed_share('raw-il', 32)['runs'],
+                                         seed_share('raw-il', 32)['h_norm_fail'], seed_share('raw-il', 32)['h_norm_pass']]
+
+
+@prose(T, 'the best validation loss keeps a checkpoint that passes on #/# seeds, the last checkpoint on #/# and the '
+          'label-free scores on #/#; the probe\'s on #/#.')
+def seed_rules_prose():
+    p = rules_passing()
+    assert p['probe_disagreement'] == p['probe_turn']
+    return p['val_loss'] + p['last'] + p['probe_disagreement'] + p['probe_error']
+
+
+PROSE[T, "and loses # of the recipe's ten seeds (# of raw-il's) at K <= #."] = lambda: [
+    len(set(seed_share(d, 32)['passed_runs']) - set(seed_share(d, 32, 'relax')['passed_runs'])) for d in ('norm-il', 'raw-il')
+] + [96]
+PROSE[T, 'What does not: #-bit strings on three seeds in ten, and the raw readout'] = lambda: [64]
+
 NOT_STORED.update({
     (T, 'with attention bounded to a window of 2'): 'the task',
     (T, 'one layer, one head, d=64, a window of 2'): "config/parity.py's settings",
@@ -2510,6 +2668,17 @@ NOT_STORED.update({
     (T, 'extrapolates to 8x its trained depth'): 'depths',
     (T, 'learns a solution for exactly 12 loops'): 'the training setting',
     (T, '([assets/tasks/init-0.02]'): 'a folder',
+    (T, 'the checkpoint that extrapolates best: every 50 steps'): "config/parity.py's settings",
+    (T, "128 strings of 24 bits, drawn on a stream of their own, never the test split) at K=48 and 96"):
+        "beyond.parity's probe split, read by beyond.tasks.probe at K = 2n and 4n",
+    (T, 'evaluated every 250 steps'): "assets/tasks/run.sh's RULE",
+    (T, 'the data drawn at seed 2001'): "run.sh's PREP_ARGS",
+    (T, 'from 2n to 4n loops'): "beyond.tasks.probe's depths",
+    (T, 'strings, longer than any trained, from the data'): 'the setting',
+    (T, 'at K=48 and K=96 (24-bit'): "beyond.tasks.probe's depths, 2n and 4n",
+    (T, 'relax: each loop past the trained K moves the state a quarter'): 'beyond.tasks.RELAX',
+    (T, 'with the inter-loop norm and the probe\'s checkpoint, 32-bit strings at K=48 and past, without overthinking to '
+        'K=384'): 'the table above',
 })
 
 

@@ -92,7 +92,7 @@ STUDIES = {
                           TASK_ARGS='--rows=16', LOOPS='2,4'), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
                       'scores/raw-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-raw-s1.jsonl',
-                      'logs/score-norm-il-32.log', 'logs/prepare.log']),
+                      'logs/score-norm-il-32.log', 'logs/prepare.log', 'logs/timed.seconds']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
               False,

@@ -67,7 +67,7 @@ def main(argv=None):
         sys.exit(error_line('rules.py', e))
     n = len(runs)
     lines.append('| **passing** | ' + ' | '.join(
-        f"**{sum(passed[r])}/{n}** ({'-'.join(f'{100 * v:.0f}' for v in wilson(sum(passed[r]), n))}%)" for r in RULES) + ' |')
+        f"**{sum(passed[r])}/{n}** ({'–'.join(f'{100 * v:.0f}' for v in wilson(sum(passed[r]), n))}%)" for r in RULES) + ' |')
     print(f'Each rule\'s checkpoint (its iteration: the best exact match on {args.rows} {length}-bit strings over '
           f'K={args.loops}, seed {args.seed}; pass: >= 95% by K={by_k}, held within 2 points to {held_to}).\n')
     print('\n'.join(lines))
