@@ -374,6 +374,17 @@ def test_under_relaxation_blends_each_loop_past_the_trained_k():
     assert all(torch.equal(g, p) for g, p in zip(got[:3], plain[:3])) and not torch.allclose(got[5], plain[5])
 
 
+def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
+    with pytest.raises(UserError) as e:  # (beyond/ is here: only the function is missing)
+        train.setup([f'{HERE}/config/parity.py', '--select=beyond.tasks.nope'])
+    assert str(e.value) == ("select 'beyond.tasks.nope' cannot be loaded: AttributeError: module 'beyond.tasks' has no "
+                            "attribute 'nope'")
+    with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
+                                        r"needs only the top level\): ModuleNotFoundError"):
+        train.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
+    assert train.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.probe'
+
+
 def test_the_recipe_config_loads_with_its_twin():
     c = train.setup([f'{HERE}/config/parity.py'])
     assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
