@@ -15,8 +15,11 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
   cap        a per-token RMS cap at that same RMS on the carried state, every loop (sotaku's second)
   relax      under-relaxation past the trained K: H_k = 0.75 H_k-1 + 0.25 F(H_k-1) (sotaku's third)
 Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
-at each length, K and intervention. Writes both tables to stdout, DIR/results.json (the rows and the designs)
-and DIR/accuracy.png (exact match against K, one line per design with its seeds' spread, one panel per length).
+at each length, K and intervention, and where the runs were scored deep enough, its share of seeds passing each
+bar of BARS (k/n, a 95% interval; assets/parity-seeds). --merge tables the results.json of several scorings
+together, and probe() is train.py's select for a parity run (config/parity.py). Writes the tables to stdout,
+DIR/results.json (the rows, the designs and the shares) and DIR/accuracy.png (exact match against K, one line
+per design with its seeds' spread, one panel per length).
 """
 
 import argparse
