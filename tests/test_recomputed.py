@@ -238,6 +238,7 @@ def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_
     assert [kept[f'ckpt-{i}.pt']['iter_num'] for i in (2, 4, 6)] == [2, 4, 6]
     same = [all(torch.equal(v, ckpt['model'][k]) for k, v in kept[f'ckpt-{i}.pt']['model'].items()) for i in (2, 4, 6)]
     assert same == [False, True, False]  # each its own iteration's weights; ckpt.pt is iteration 4's
+    assert all(k['config'] == ckpt['config'] for k in kept.values()) and ckpt['config']['select'].endswith('scripted_select')
     assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
     assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
 

@@ -346,6 +346,8 @@ def test_merged_scorings_table_together_and_must_share_their_test_strings(tmp_pa
     saved = json.loads((tmp_path / 'all' / 'results.json').read_text())
     assert (saved['seed'], saved['rows'], saved['runs']) == (5, 8, ['r/out-parity-a-s1', 'r/out-parity-a-s2'])
     assert [(g['design'], g['seeds']) for g in saved['designs']] == [('out-parity-a', 2)]
+    tasks.main([f'--merge={tmp_path}/odd/results.json', f'--out={tmp_path / "alone"}'])  # one file is a merge too
+    assert json.loads((tmp_path / 'alone' / 'results.json').read_text())['seed'] == 6
     for bad, says in ((f'{tmp_path}/one/results.json,{tmp_path}/odd/results.json', 'different --seed ([5, 6])'),
                       (f'{tmp_path}/none.json', 'No such file')):
         with pytest.raises(SystemExit) as e:
