@@ -220,15 +220,15 @@ def shares(results):
     for length, by_k, held_to in BARS:
         keys = dict.fromkeys((d, i) for d, n, i, _ in runs if n == length)
         for design, intervention in keys:
-            rows = [rs for (d, n, i, _), rs in runs.items() if (d, n, i) == (design, length, intervention)]
-            if min(max(rs) for rs in rows) < (held_to or by_k):  # (a run not scored that deep cannot be judged)
+            rows = {run: rs for (d, n, i, run), rs in runs.items() if (d, n, i) == (design, length, intervention)}
+            if min(max(rs) for rs in rows.values()) < (held_to or by_k):  # (a run not scored that deep cannot be judged)
                 continue
-            passed = [passes({k: r['exact'] for k, r in rs.items()}, by_k, held_to) for rs in rows]
-            deep = [rs[max(rs)]['h_norm'] for rs in rows]
+            passed = [passes({k: r['exact'] for k, r in rs.items()}, by_k, held_to) for rs in rows.values()]
+            deep = [rs[max(rs)]['h_norm'] for rs in rows.values()]
             low, high = wilson(sum(passed), len(rows))
             out.append(dict(design=design, length=length, by_K=by_k, held_to=held_to, intervention=intervention,
                             passed=sum(passed), runs=len(rows), low=low, high=high,
-                            passed_runs=[rs[max(rs)]['run'] for rs, ok in zip(rows, passed) if ok],
+                            passed_runs=[run for run, ok in zip(rows, passed) if ok],
                             h_norm_pass=float(np.mean([h for h, ok in zip(deep, passed) if ok])) if any(passed) else None,
                             h_norm_fail=float(np.mean([h for h, ok in zip(deep, passed) if not ok])) if not all(passed) else None))
     return out

@@ -2493,6 +2493,8 @@ PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #
          'bits.'] = lambda: best_exact('norm', 16, HELD_SEEDS)[1] + [task_group('norm', 32, 512, rel=HELD_SEEDS)['h_norm']]
 
 # docs/tasks.md, on every seed (assets/parity-seeds) ----------------------------------------------
+from beyond.tasks import design_of  # noqa: E402  (the study's design names, as beyond.tasks groups them)
+
 SEEDS55 = 'parity-seeds/results.json'
 SEED_DESIGNS = (('norm-il', 'norm-il (the recipe)'), ('raw-il', 'raw-il'), ('norm', 'norm'), ('raw', 'raw'))
 
@@ -2551,12 +2553,11 @@ def seed_curves():
 @check('docs/tasks.md', 'checkpoint rule, the recipe\'s ten runs', 'seeds passing (32 bits)', '95% interval')
 def seed_rules():
     """rules.py's last row, as the study stored it in rules.md."""
-    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables('parity-seeds/rules.md') if h[0] == 'run']
-    passing = dict(zip(header, next(r for r in rows if r[0].strip('*') == 'passing')))
+    passing = rules_passing()
     labels = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
                   probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
                   last='the last checkpoint')
-    return {label: [nums(passing[rule])[:2], nums(passing[rule])[2:]] for rule, label in labels.items()}
+    return {label: [passing[rule][:2], passing[rule][2:]] for rule, label in labels.items()}
 
 
 
@@ -2564,8 +2565,7 @@ def seed_runs(design, length):
     """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
     out = {}
     for r in results(SEEDS55)['results']:
-        if r['run'].rsplit('out-parity-', 1)[1].rsplit('-s', 1)[0] == design and r['length'] == length \
-                and r['intervention'] == 'none':
+        if (design_of(r['run']), r['length'], r['intervention']) == (f'out-parity-{design}', length, 'none'):
             out.setdefault(r['run'], {})[r['K']] = r['exact']
     return out
 
@@ -2577,9 +2577,9 @@ def seed_evals(design):
 
 
 def rules_passing():
-    """rules.py's passing row: {rule: [k, n]}."""
+    """rules.py's passing row: {rule: [k, n, the interval's low and high %]}."""
     (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables('parity-seeds/rules.md') if h[0] == 'run']
-    return {rule: nums(cell)[:2] for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
+    return {rule: nums(cell) for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
             if rule != 'run'}
 
 
@@ -2643,7 +2643,7 @@ PROSE[T, 'the raw readout extrapolates on #/#: its three failing seeds keep the 
 def seed_rules_prose():
     p = rules_passing()
     assert p['probe_disagreement'] == p['probe_turn']
-    return p['val_loss'] + p['last'] + p['probe_disagreement'] + p['probe_error']
+    return p['val_loss'][:2] + p['last'][:2] + p['probe_disagreement'][:2] + p['probe_error'][:2]
 
 
 PROSE[T, "and loses # of the recipe's ten seeds (# of raw-il's) at K <= #."] = lambda: [
