@@ -896,6 +896,8 @@ def check_command(words, env, shell_vars):
         if not (ROOT / script).is_file():
             return [f'{script} does not exist']
         source = (ROOT / script).read_text() + (ASSETS / 'study.sh').read_text()
+        # a script that runs another study's script (assets/parity-late's) passes the variables on to it
+        source += ''.join((ROOT / other).read_text() for other in re.findall(r'^[^#]*\bbash (assets/\S+\.sh)', source, re.M))
         problems = [f'{script} needs {v}=' for v in sorted(bash_needs(script) - set(env))]
         return problems + [f'{script} reads no {v}' for v in env if not re.search(r'\$\{?' + v + r'\b', source)]
     if words[0] == 'torchrun':
@@ -2499,9 +2501,9 @@ SEEDS55 = 'parity-seeds/results.json'
 SEED_DESIGNS = (('norm-il', 'norm-il (the recipe)'), ('raw-il', 'raw-il'), ('norm', 'norm'), ('raw', 'raw'))
 
 
-def seed_share(design, length, intervention='none'):
+def seed_share(design, length, intervention='none', study='parity-seeds'):
     """A design's share of seeds passing the bar at a length (beyond.tasks.shares, as the study stored it)."""
-    found = [s for s in results(SEEDS55)['shares'] if (s['design'], s['length'], s['intervention']) == (
+    found = [s for s in results(f'{study}/results.json')['shares'] if (s['design'], s['length'], s['intervention']) == (
         f'out-parity-{design}', length, intervention)]
     assert len(found) == 1, (design, length, intervention)
     return found[0]
@@ -2561,24 +2563,24 @@ def seed_rules():
 
 
 
-def seed_runs(design, length):
+def seed_runs(design, length, study='parity-seeds'):
     """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
     out = {}
-    for r in results(SEEDS55)['results']:
+    for r in results(f'{study}/results.json')['results']:
         if (design_of(r['run']), r['length'], r['intervention']) == (f'out-parity-{design}', length, 'none'):
             out.setdefault(r['run'], {})[r['K']] = r['exact']
     return out
 
 
-def seed_evals(design):
+def seed_evals(design, study='parity-seeds'):
     """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
-    return [[r for r in jsonl(f'parity-seeds/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
+    return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
             for s in range(1001, 1011)]
 
 
-def rules_passing():
+def rules_passing(study='parity-seeds'):
     """rules.py's passing row: {rule: [k, n, the interval's low and high %]}."""
-    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables('parity-seeds/rules.md') if h[0] == 'run']
+    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables(f'{study}/rules.md') if h[0] == 'run']
     return {rule: nums(cell) for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
             if rule != 'run'}
 
@@ -2679,6 +2681,94 @@ NOT_STORED.update({
     (T, 'relax: each loop past the trained K moves the state a quarter'): 'beyond.tasks.RELAX',
     (T, 'with the inter-loop norm and the probe\'s checkpoint, 32-bit strings at K=48 and past, without overthinking to '
         'K=384'): 'the table above',
+})
+
+
+# docs/tasks.md, late-state CE (assets/parity-late, beside assets/parity-seeds) --------------------------
+LATE = 'parity-late'
+
+
+@check('docs/tasks.md', 'design, the same ten seeds', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
+       'mean ‖H_384‖, 32 bits: passing, failing')
+def late_shares():
+    out = {}
+    for d, study, label in (('norm-il-late', LATE, 'norm-il-late (late-state CE)'),
+                            ('norm-il', 'parity-seeds', "norm-il (the recipe, the last section's)")):
+        a, b = seed_share(d, 32, study=study), seed_share(d, 64, study=study)
+        assert sorted(r[-4:] for r in results(f'{study}/results.json')['runs']) == [str(s) for s in range(1001, 1011)]
+        out[label] = [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
+                      [100 * b['low'], 100 * b['high']],
+                      [a['h_norm_pass']] + ([a['h_norm_fail']] if a['h_norm_fail'] is not None else [])]
+    return out
+
+
+@check('docs/tasks.md', 'late-state CE, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
+def late_curves():
+    g = {(x['length'], x['K']): x for x in results(f'{LATE}/results.json')['designs'] if x['intervention'] == 'none'}
+    return {f'norm-il-late, {n}': [[100 * g[n, K]['exact'], 100 * g[n, K]['exact_std']] if (n, K) in g else Text('')
+                                   for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
+
+
+def late_failing():
+    """The late-state CE runs that fail the 32-bit bar."""
+    s = seed_share('norm-il-late', 32, study=LATE)
+    return sorted(r for r in seed_runs('norm-il-late', 32, study=LATE) if r not in s['passed_runs'])
+
+
+@prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
+def late_why():
+    s = seed_share('norm-il', 64)
+    failing = [r for r in seed_runs('norm-il', 64) if r not in s['passed_runs']]
+    assert len(failing) == 3
+    at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
+    return [100 * min(at32), 100 * max(at32), 32 // 8, 64 // 8]  # (8 bits, the longest trained)
+
+
+@prose(T, '**A run that learns to extrapolate with it holds #x: the seven that pass # bits pass # bits, all seven.** '
+          'Without it three of ten such runs stop at #-#% on 64-bit strings.')
+def late_holds():
+    a, b = seed_share('norm-il-late', 32, study=LATE), seed_share('norm-il-late', 64, study=LATE)
+    assert set(a['passed_runs']) <= set(b['passed_runs']) and a['passed'] == 7
+    s32, s64 = seed_share('norm-il', 32), seed_share('norm-il', 64)
+    stopped = [max(seed_runs('norm-il', 64)[r].values()) for r in s32['passed_runs'] if r not in s64['passed_runs']]
+    assert len(stopped) == 3
+    return [8, 32, 64, 100 * min(stopped), 100 * max(stopped)]
+
+
+@prose(T, 'Seeds 1008, 1009 and 1010 learn 8-bit strings but keep no checkpoint with the probe right (the lowest probe '
+          'error of each: #%, #%, #%), where the recipe without it kept one on every seed. Their state stays bounded '
+          '(‖H_384‖ # against # on the passing seeds)')
+def late_never():
+    failing = late_failing()
+    assert [r[-4:] for r in failing] == ['1008', '1009', '1010']
+    evals = dict(zip(range(1001, 1011), seed_evals('norm-il-late', study=LATE)))
+    assert max(kept(e)['select']['probe_error'] for e in seed_evals('norm-il')) == 0
+    s = seed_share('norm-il-late', 32, study=LATE)
+    return [100 * min(r['select']['probe_error'] for r in evals[int(f[-4:])]) for f in failing] + [
+        s['h_norm_fail'], s['h_norm_pass']]
+
+
+@prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
+          'the label-free scores on #/#, the last checkpoint on #/#.')
+def late_rules():
+    p = rules_passing(LATE)
+    assert p['probe_disagreement'] == p['probe_turn'] and max(v[0] for v in p.values()) == p['probe_error'][0]
+    return [32] + p['probe_error'][:2] + p['val_loss'][:2] + p['probe_disagreement'][:2] + p['last'][:2]
+
+
+PROSE[T, 'the deep steps run up to # loops, and one run alone took # minutes on one core'] = lambda: [
+    128 + 12, float((ASSETS / f'{LATE}/logs/timed.seconds').read_text()) / 60]
+PROSE[T, '**The recipe stays without it**: #/# and #/# against #/# and #/#. Neither reaches 64-bit strings on # seeds in '
+         '#.'] = lambda: [v for d, st in (('norm-il', 'parity-seeds'), ('norm-il-late', LATE)) for n in (32, 64)
+                          for v in (seed_share(d, n, study=st)['passed'], seed_share(d, n, study=st)['runs'])] + [9, 10]
+
+NOT_STORED.update({
+    (T, 'With `late_share = 0.2` and `late_loops = 128`'): "the design part -late's settings (assets/study.sh)",
+    (T, 'n ~ U[12, 128] times before k ~ U[1, 12] with one'): "beyond's draw (depth.draw_progressive) at -late's settings",
+    (T, 'The training strings have at most 8 bits'): "beyond.parity's default",
+    (T, 'chosen on six other seeds (101-106, data seed 100)'): 'the tuning runs, not stored',
+    (T, 'evaluated every 100 steps'): "assets/parity-late/run.sh's setting",
+    (T, 'past the 4 minutes a run may take'): "issue #55's limit",
 })
 
 

@@ -145,6 +145,51 @@ def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
     assert depth.draw_progressive(5, 17, cap=cap) == depth.draw_progressive(5, 17, cap=cap)
 
 
+def test_late_state_ce_draws_a_share_of_prefixes_past_the_cap_and_leaves_the_other_draws_as_they_were():
+    cap, late, share, seed = 8, 40, 0.25, 5
+    draws = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=share, late_loops=late) for it in range(4000)])
+    plain = np.array([depth.draw_progressive(seed, it, cap=cap) for it in range(4000)])
+
+    def follows_the_rule(draws):  # late on a share: n ~ U[cap, late], k ~ U[1, cap]; else the progressive draw itself
+        K, k = draws[:, 0], draws[:, 1]
+        n = K - k
+        is_late = n >= cap
+        if not (np.array_equal(draws[~is_late], plain[~is_late]) and abs(is_late.mean() - share) < 0.03):
+            return False
+        nl, kl = n[is_late], k[is_late]
+        freq = np.bincount(nl - cap, minlength=late - cap + 1) / len(nl)
+        return (len(freq) == late - cap + 1 and freq.min() > 0 and nl.max() == late and kl.min() == 1
+                and kl.max() == cap and abs(kl.mean() - (cap + 1) / 2) < 0.2 and abs(nl.mean() - (cap + late) / 2) < 1)
+
+    assert follows_the_rule(draws)
+    assert not follows_the_rule(plain)                                   # a wrong rule: no late draws
+    wrong = draws.copy()
+    wrong[:, 0] = np.where(draws[:, 0] - draws[:, 1] >= cap, draws[:, 1] + late, draws[:, 0])  # every prefix the deepest
+    assert not follows_the_rule(wrong)
+    half = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=0.5, late_loops=late) for it in range(4000)])
+    assert not follows_the_rule(half)                                    # or the wrong share
+
+
+def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
+    try:
+        train.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
+                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
+    finally:
+        torch.set_flush_denormal(False)
+    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
+    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
+    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
+    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
+    assert late  # (the run's seed draws some late iterations: the branch ran)
+    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
+    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
+                [*progressive, '--late_share=0.2', '--late_loops=3']):
+        with pytest.raises(UserError, match='late_share'):
+            train.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
+
+
 # -----------------------------------------------------------------------------
 # the model: bounded work per loop
 

@@ -48,7 +48,10 @@ merge=$(for c in $CONDITIONS; do printf '%s,' "$OUT/scores/$c-32/results.json" "
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
 runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-${CONDITIONS%% *}-s$s"; done)  # the first design's runs
 python assets/parity-seeds/rules.py --runs="${runs%,}" --seed="$TEST_SEED" --loops="$LOOPS" $TASK_ARGS > "$OUT/rules.md"
-# the recipe's wall time: one run alone on one thread (the first seed again, in a folder of its own), evaluations included
+# the first design's wall time: one run alone on one thread (the first seed again, in a folder of its own), evaluations
+# included
 TIMEFORMAT=%R
-{ time OMP_NUM_THREADS=1 python train.py config/parity.py --data_dir="$DATA_DIR" --dataset="$DATASET" --seed="${SEEDS%% *}" \
-    --out_dir="$RUNS/out-parity-timed" $TRAIN_ARGS > "$OUT/logs/timed.log" 2>&1; } 2> "$OUT/logs/timed.seconds"
+# shellcheck disable=SC2046
+{ time OMP_NUM_THREADS=1 python train.py config/parity.py $(parity_design "${CONDITIONS%% *}") --data_dir="$DATA_DIR" \
+    --dataset="$DATASET" --seed="${SEEDS%% *}" --out_dir="$RUNS/out-parity-timed" $TRAIN_ARGS > "$OUT/logs/timed.log" 2>&1; } \
+    2> "$OUT/logs/timed.seconds"
