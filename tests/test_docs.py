@@ -2735,7 +2735,7 @@ def late_holds():
     return [8, 32, 64, 100 * min(stopped), 100 * max(stopped)]
 
 
-@prose(T, 'Seeds 1008, 1009 and 1010 learn 8-bit strings but keep no checkpoint with the probe right (the lowest probe '
+@prose(T, 'Seeds 1008, 1009 and 1010 keep no checkpoint with the probe right (the lowest probe '
           'error of each: #%, #%, #%), where the recipe without it kept one on every seed. Their state stays bounded '
           '(‖H_384‖ # against # on the passing seeds)')
 def late_never():
