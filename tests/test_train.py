@@ -300,7 +300,9 @@ def test_key_space_value_and_int_for_float_work():
     (['--grad_clip=-1.0'], "'grad_clip'"), (['--epochs=0'], "'epochs'"), (['--seed=-1'], "'seed'"),
     ([EXIT, '--exit_train=1.0'], "'exit_train'"), ([EXIT, '--exit_train=-0.5'], "'exit_train'"),
     ([EXIT, '--exit_train=0.5', '--loss=terminal'], "exit_train needs loss='perloop'"),
-    (['--model_class=beyond.additions.FieldGPT', '--positions=rope'], "'positions'"), (['--bptt=1'], 'truncated backprop'),
+    (['--model_class=beyond.additions.FieldGPT', '--positions=rope'], "'positions'"),
+    (['--bptt=1'], 'bptt=1 trains with truncated backprop'),
+    (['--random_depth=True', '--depth_draw=progressive', '--max_loops=4'], 'the progressive draw trains with truncated'),
     (['--model_class=beyond.nowhere.Model'], "beyond/ is not here"), (['--window=2'], "unknown setting 'window'"),
     (['--loss_path=unfused'], "'loss_path'"), (['--compile=yes'], "'compile'")])
 def test_settings_that_make_no_sense_are_refused(bad, needle):
