@@ -44,6 +44,6 @@ def step_depth(c, it):
 
 
 def deepest(c):
-    """The deepest K a training step can run, and the deepest evaluated during training: max_loops with
-    random_depth, else n_loops."""
+    """The deepest K evaluated during training, and the loops a train line logs: max_loops with random_depth (a
+    late-state CE step runs deeper; report.LogSums logs its loops up to this), else n_loops."""
     return c.max_loops if c.random_depth else c.n_loops

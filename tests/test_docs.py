@@ -2572,6 +2572,12 @@ def seed_runs(design, length, study='parity-seeds'):
     return out
 
 
+def failing_runs(design, length, study='parity-seeds'):
+    """A design's runs that fail the bar at a length (no rescue), in order."""
+    passed = seed_share(design, length, study=study)['passed_runs']
+    return sorted(r for r in seed_runs(design, length, study) if r not in passed)
+
+
 def seed_evals(design, study='parity-seeds'):
     """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
     return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
@@ -2617,7 +2623,7 @@ PROSE[T, 'kept a checkpoint with probe error #, from step # to step #.'] = lambd
           'and #% on 64-bit ones: a probe of #-bit strings')
 def seed_64_bits():
     s = seed_share('norm-il', 64)
-    failing = [r for r in seed_runs('norm-il', 64) if r not in s['passed_runs']]
+    failing = failing_runs('norm-il', 64)
     assert len(failing) == 3
     at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
     return [64, 8, s['passed'], s['runs'], 100 * min(at32), 100 * max(at32)] + sorted(
@@ -2709,16 +2715,9 @@ def late_curves():
                                    for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
 
 
-def late_failing():
-    """The late-state CE runs that fail the 32-bit bar."""
-    s = seed_share('norm-il-late', 32, study=LATE)
-    return sorted(r for r in seed_runs('norm-il-late', 32, study=LATE) if r not in s['passed_runs'])
-
-
 @prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
 def late_why():
-    s = seed_share('norm-il', 64)
-    failing = [r for r in seed_runs('norm-il', 64) if r not in s['passed_runs']]
+    failing = failing_runs('norm-il', 64)
     assert len(failing) == 3
     at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
     return [100 * min(at32), 100 * max(at32), 32 // 8, 64 // 8]  # (8 bits, the longest trained)
@@ -2729,8 +2728,8 @@ def late_why():
 def late_holds():
     a, b = seed_share('norm-il-late', 32, study=LATE), seed_share('norm-il-late', 64, study=LATE)
     assert set(a['passed_runs']) <= set(b['passed_runs']) and a['passed'] == 7
-    s32, s64 = seed_share('norm-il', 32), seed_share('norm-il', 64)
-    stopped = [max(seed_runs('norm-il', 64)[r].values()) for r in s32['passed_runs'] if r not in s64['passed_runs']]
+    stopped = [max(seed_runs('norm-il', 64)[r].values()) for r in failing_runs('norm-il', 64)
+               if r in seed_share('norm-il', 32)['passed_runs']]
     assert len(stopped) == 3
     return [8, 32, 64, 100 * min(stopped), 100 * max(stopped)]
 
@@ -2739,7 +2738,7 @@ def late_holds():
           'error of each: #%, #%, #%), where the recipe without it kept one on every seed. Their state stays bounded '
           '(‖H_384‖ # against # on the passing seeds)')
 def late_never():
-    failing = late_failing()
+    failing = failing_runs('norm-il-late', 32, study=LATE)
     assert [r[-4:] for r in failing] == ['1008', '1009', '1010']
     evals = dict(zip(range(1001, 1011), seed_evals('norm-il-late', study=LATE)))
     assert max(kept(e)['select']['probe_error'] for e in seed_evals('norm-il')) == 0
