@@ -2,7 +2,7 @@
 Running parity in rows, the task of docs/tasks.md: the data a study of depth that pays trains on.
 
     python -m beyond.parity                     # 20,000 strings of 1-8 bits to train, 512 of 16 to validate, 512 of 32 to test,
-                                                # 128 of 24 to probe (train.py's select: beyond.tasks.probe) -> data/parity/
+                                                # 128 of 48 to probe (train.py's select: beyond.tasks.probe) -> data/parity/
     python -m beyond.parity --out_dir data/p2 --seed 2 --train_lengths 1-16
 
 Each instance is one row of the split's fixed length, [bos, b_1 .. b_n, pad ...]: {split}.bin its
@@ -21,6 +21,8 @@ import numpy as np
 from configurator import UserError, error_line
 
 VOCAB = {'0': 0, '1': 1, 'bos': 2, 'pad': 3}  # the bits, the start of a string, the padding after it
+# each split's default rows and lengths; the probe (train.py's select, beyond.tasks.probe) 6x the longest trained
+SPLITS = (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32'), ('probe', 128, '48'))
 
 
 def parity_rows(rng, n_rows, lengths, row_len):
@@ -84,7 +86,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
     p.add_argument('--out_dir', default=os.path.join('data', 'parity'), help='the data folder (train.py: --dataset=its name)')
     p.add_argument('--seed', type=int, default=0, help='seeds every split (each its own stream)')
-    for split, n_rows, lengths in (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32'), ('probe', 128, '24')):
+    for split, n_rows, lengths in SPLITS:
         p.add_argument(f'--{split}_rows', type=int, default=n_rows, help=f'instances in the {split} split')
         p.add_argument(f'--{split}_lengths', default=lengths,
                        help=f"string lengths of the {split} split, a range (1-16) or one length; train's '8' "
@@ -93,7 +95,7 @@ def main(argv=None):
     try:
         write(args.out_dir, args.seed, {split: (getattr(args, f'{split}_rows'),
                                                 lengths_arg(getattr(args, f'{split}_lengths'), split))
-                                        for split in ('train', 'val', 'test', 'probe')})
+                                        for split, _, _ in SPLITS})
     except UserError as e:
         sys.exit(error_line('beyond.parity', e))
 

@@ -98,6 +98,11 @@ STUDIES = {
                     ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-late-32/results.json',
                      'scores/norm-il-late-64/results.json', 'logs/parity-norm-il-late-s1.log',
                      'logs/parity-norm-il-late-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
+    'parity-new-seeds': (dict(PREP_ARGS='--seed=2002 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                     '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
+                         ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
+                          'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
+                          'logs/timed.seconds', 'logs/timed.log']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
               False,

@@ -40,6 +40,22 @@ def parity_args(root, out, *extra):
 # -----------------------------------------------------------------------------
 # the rows: written, decoded back, read whole
 
+def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
+    # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
+    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
+    parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
+    parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
+                 '--probe_rows', '4', '--probe_lengths', '24'])
+    meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
+    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
+    assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
+    probe = load_rows(str(tmp_path / 'p'), 'probe')
+    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
+    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
+        a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
+        assert (a.x == b.x).all() and (a.y == b.y).all()
+
+
 def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     folder = parity_data / 'parity'
     meta = json.loads((folder / 'meta.json').read_text())

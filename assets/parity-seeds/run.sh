@@ -8,21 +8,23 @@
 #
 # Settings (environment variables; the defaults are the study as it was run; relative paths from the repo root):
 #   DATA_DIR     where beyond.parity writes the task (data); TASK_DATASET its folder there (parity-2001)
-#   PREP_ARGS    python -m beyond.parity settings (--seed=2001: the data's own seed)
+#   PREP_ARGS    python -m beyond.parity settings (--seed=2001 --probe_lengths=24: the data's own seed, and the
+#                probe of 24-bit strings this study was run with)
 #   CONDITIONS   the designs, READOUT[-il][-pen][-damp][-noinj][-fixed] as assets/tasks/run.sh (norm-il norm raw raw-il)
 #   SEEDS        the training seeds (1001 .. 1010)
 #   TEST_SEED    the test strings' seed (3001)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run (each keeps every evaluation's checkpoint, for rules.py's
-#                comparison of the checkpoint rules on the first design's runs); TASK_ARGS for each scoring (--rows=256)
+#   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50, as this study was run; each keeps every
+#                evaluation's checkpoint, for rules.py's comparison of the checkpoint rules on the first design's runs);
+#                TASK_ARGS for each scoring (--rows=256)
 #   LOOPS        the K scored (to 384 on 32-bit strings; 64-bit ones to 256)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001}
+DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001 --probe_lengths=24}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il} SEEDS=${SEEDS:-1001 1002 1003 1004 1005 1006 1007 1008 1009 1010}
 TEST_SEED=${TEST_SEED:-3001} RUNS=${RUNS:-.} OUT=${OUT:-assets/parity-seeds}
-TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---rows=256} LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384}
+TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50} TASK_ARGS=${TASK_ARGS:---rows=256} LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384}
 mkdir -p "$OUT/logs" "$OUT/scores"
 DATASET=$TASK_DATASET
 . assets/study.sh  # train, lane, parity_design
