@@ -695,9 +695,15 @@ def test_every_table_is_checked():
     assert not missing, 'tables with numbers that no check covers (add one to tests/test_docs.py):\n' + '\n'.join(missing)
 
 
-@pytest.mark.parametrize('key', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
-def test_table_matches_stored_results(key):
-    page, header = key
+def pytest_generate_tests(metafunc):
+    """The table tests run over every check in CHECKS, registered anywhere in this file: pytest calls this after the
+    module is imported whole (a parametrize decorator here would see only the checks above it)."""
+    if 'table' in metafunc.fixturenames:
+        metafunc.parametrize('table', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
+
+
+def test_table_matches_stored_results(table):
+    page, header = key = table
     tables = [(rows, line) for p, h, rows, line in doc_tables() if (p, h) == key]
     assert len(tables) == 1, f'{page}: {len(tables)} tables with the header {" | ".join(header)}'
     rows, line = tables[0]
@@ -719,9 +725,9 @@ def test_a_changed_digit_fails():
     assert [s.value for s in shown('−0.32 / +7.72 / 3,911 / 2.6e+03')] == [-0.32, 7.72, 3911, 2600]
 
 
-@pytest.mark.parametrize('key', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
-def test_every_number_is_pinned(key):
+def test_every_number_is_pinned(table):
     """In every checked cell, changing any one number's last digit makes its check fail."""
+    key = table
     rows = [rows for p, h, rows, _ in doc_tables() if (p, h) == key][0]
     want, pinned = CHECKS[key](), 0
     for r in rows:
@@ -2738,22 +2744,32 @@ LATE = 'parity-late'
 @check('docs/tasks.md', 'design, the same ten seeds', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
        'mean ‖H_384‖, 32 bits: passing, failing')
 def late_shares():
-    out = {}
-    for d, study, label in (('norm-il-late', LATE, 'norm-il-late (late-state CE)'),
-                            ('norm-il', 'parity-seeds', "norm-il (the recipe, the last section's)")):
-        a, b = seed_share(d, 32, study=study), seed_share(d, 64, study=study)
-        assert sorted(r[-4:] for r in results(f'{study}/results.json')['runs']) == [str(s) for s in range(1001, 1011)]
-        out[label] = [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
-                      [100 * b['low'], 100 * b['high']],
-                      [a['h_norm_pass']] + ([a['h_norm_fail']] if a['h_norm_fail'] is not None else [])]
-    return out
+    return {label: share_row(d, study, range(1001, 1011))
+            for d, study, label in (('norm-il-late', LATE, 'norm-il-late (late-state CE)'),
+                                    ('norm-il', 'parity-seeds', "norm-il (the recipe, the last section's)"))}
+
+
+def share_row(design, study, seeds):
+    """A design's row of a one-study shares table (its runs exactly the seeds): k/n and the interval at 32 bits, the same
+    at 64, and the mean ‖H_384‖ of the passing runs and of the failing ones (if any)."""
+    a, b = seed_share(design, 32, study=study), seed_share(design, 64, study=study)
+    assert sorted(r[-4:] for r in results(f'{study}/results.json')['runs'] if design_of(r) == f'out-parity-{design}') == [
+        str(s) for s in seeds]
+    return [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
+            [100 * b['low'], 100 * b['high']], [a['h_norm_pass']] + ([a['h_norm_fail']] if a['h_norm_fail'] is not None else [])]
+
+
+def curve_rows(design, study):
+    """Mean ± std exact match (%) by K of a design's seeds in one study, 32- and 64-bit rows (no rescue)."""
+    g = {(x['length'], x['K']): x for x in results(f'{study}/results.json')['designs']
+         if (x['design'], x['intervention']) == (f'out-parity-{design}', 'none')}
+    return {f'{design}, {n}': [[100 * g[n, K]['exact'], 100 * g[n, K]['exact_std']] if (n, K) in g else Text('')
+                               for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
 
 
 @check('docs/tasks.md', 'late-state CE, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
 def late_curves():
-    g = {(x['length'], x['K']): x for x in results(f'{LATE}/results.json')['designs'] if x['intervention'] == 'none'}
-    return {f'norm-il-late, {n}': [[100 * g[n, K]['exact'], 100 * g[n, K]['exact_std']] if (n, K) in g else Text('')
-                                   for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
+    return curve_rows('norm-il-late', LATE)
 
 
 @prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
@@ -2820,22 +2836,14 @@ NEW_SEEDS = range(1011, 1021)
 @check('docs/tasks.md', 'the recipe', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
        'mean ‖H_384‖, 32 bits: passing, failing')
 def new_shares():
-    out = {}
-    for study, seeds, label in ((NEW, NEW_SEEDS, '48-bit probe, new seeds 1011-1020'),
-                                ('parity-seeds', range(1001, 1011), '24-bit probe, seeds 1001-1010 (on every seed)')):
-        a, b = seed_share('norm-il', 32, study=study), seed_share('norm-il', 64, study=study)
-        assert sorted(r[-4:] for r in results(f'{study}/results.json')['runs']) == [str(s) for s in seeds]
-        out[label] = [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
-                      [100 * b['low'], 100 * b['high']],
-                      [a['h_norm_pass']] + ([a['h_norm_fail']] if a['h_norm_fail'] is not None else [])]
-    return out
+    return {label: share_row('norm-il', study, seeds)
+            for study, seeds, label in ((NEW, NEW_SEEDS, '48-bit probe, new seeds 1011-1020'),
+                                        ('parity-seeds', range(1001, 1011), '24-bit probe, seeds 1001-1010 (on every seed)'))}
 
 
 @check('docs/tasks.md', 'the recipe, new seeds, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
 def new_curves():
-    g = {(x['length'], x['K']): x for x in results(f'{NEW}/results.json')['designs'] if x['intervention'] == 'none'}
-    return {f'norm-il, {n}': [[100 * g[n, K]['exact'], 100 * g[n, K]['exact_std']] if (n, K) in g else Text('')
-                              for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
+    return curve_rows('norm-il', NEW)
 
 
 @prose(T, 'each holds the same exact match from K=# to K=# (#%, #% and #%). They extrapolate #x and not #x, and a probe of '
@@ -2865,28 +2873,33 @@ def new_kept():
     return {s: kept(e) for s, e in zip(NEW_SEEDS, seed_evals('norm-il', NEW, NEW_SEEDS))}
 
 
+def new_runs(length):
+    """{seed: {K: exact match}} of the new-seed study's runs at a length, and the seeds that pass its bar."""
+    runs = {int(r[-4:]): ks for r, ks in seed_runs('norm-il', length, NEW).items()}
+    return runs, {int(r[-4:]) for r in seed_share('norm-il', length, study=NEW)['passed_runs']}
+
+
 @prose(T, '**Every seed that kept a checkpoint with every #-bit probe string right passes both bars, #/#.** The four '
           '64-bit failures, seeds #, #, # and #, kept none: their lowest probe errors are #%, #%, #% and #%, and they stop '
           'at #%, #%, #% and #% on 64-bit strings. Seed # fails 32 bits too (#%).')
 def new_why():
-    perfect = {s for s, e in new_kept().items() if e['select']['probe_error'] == 0}
-    passed = {n: {int(r[-4:]) for r in seed_share('norm-il', n, study=NEW)['passed_runs']} for n in (32, 64)}
-    assert perfect <= passed[32] & passed[64]
-    fail64 = [int(r[-4:]) for r in failing_runs('norm-il', 64, NEW)]
-    fail32 = [int(r[-4:]) for r in failing_runs('norm-il', 32, NEW)]
+    kept_ = new_kept()
+    perfect = {s for s, e in kept_.items() if e['select']['probe_error'] == 0}
+    (runs32, passed32), (runs64, passed64) = new_runs(32), new_runs(64)
+    assert perfect <= passed32 & passed64
+    fail64, fail32 = sorted(set(runs64) - passed64), sorted(set(runs32) - passed32)
     assert len(fail64) == 4 and not perfect & set(fail64) and len(fail32) == 1
-    runs64, runs32 = seed_runs('norm-il', 64, NEW), seed_runs('norm-il', 32, NEW)
-    at = lambda runs, s: max(v for r, ks in runs.items() if r.endswith(f's{s}') for v in ks.values())
     return [study_probe(NEW, NEW_SEEDS)[0], len(perfect), len(perfect)] + fail64 + [
-        100 * new_kept()[s]['select']['probe_error'] for s in fail64] + [100 * at(runs64, s) for s in fail64] + [
-        fail32[0], 100 * max(v for r, ks in runs32.items() if r.endswith(f's{fail32[0]}') for K, v in ks.items() if K <= 96)]
+        100 * kept_[s]['select']['probe_error'] for s in fail64] + [100 * max(runs64[s].values()) for s in fail64] + [
+        fail32[0], 100 * max(v for K, v in runs32[fail32[0]].items() if K <= 96)]
 
 
-PROSE[T, 'on # seeds in # training never gave it a checkpoint with every string right (seed #, at #%, passes all the '
-         'same).'] = lambda: [sum(e['select']['probe_error'] > 0 for e in new_kept().values()), len(NEW_SEEDS)] + [
-    v for s, e in new_kept().items() if 0 < e['select']['probe_error'] and f'out-parity-norm-il-s{s}' in {
-        r.rsplit('/', 1)[-1] for r in seed_share('norm-il', 64, study=NEW)['passed_runs']}
-    for v in (s, 100 * e['select']['probe_error'])]
+@prose(T, 'on # seeds in # training never gave it a checkpoint with every string right (seed #, at #%, passes all the '
+          'same).')
+def new_imperfect():
+    imperfect = {s: e['select']['probe_error'] for s, e in new_kept().items() if e['select']['probe_error'] > 0}
+    (s, err), = [(s, err) for s, err in imperfect.items() if s in new_runs(64)[1]]
+    return [len(imperfect), len(NEW_SEEDS), s, 100 * err]
 
 
 @prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
