@@ -49,3 +49,13 @@ parity_design() {  # parity_design NAME: the settings of READOUT[-il][-pen][-dam
   done
   printf ' --interloop_norm=%s' "$il"
 }
+
+parity_rules() {  # parity_rules RUNS BITS...: rules.py's checkpoint rules on RUNS (comma-separated) against each bar,
+  local runs=$1 bits loops name; shift  # 32 into $OUT/rules.md, others into rules-BITS.md (their strings scored to
+  for bits in "$@"; do                  # K=256, the bar's deepest); with $TEST_SEED, $LOOPS, $RULES_ARGS, $TASK_ARGS
+    if [ "$bits" = 32 ]; then loops=$LOOPS name=rules.md; else loops=${LOOPS%,384} name=rules-$bits.md; fi
+    # shellcheck disable=SC2086  # each word a setting
+    python assets/parity-seeds/rules.py --runs="$runs" --seed="$TEST_SEED" --loops="$loops" --bits="$bits" \
+        ${RULES_ARGS:-} $TASK_ARGS > "$OUT/$name"
+  done
+}

@@ -17,9 +17,9 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
 Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
 at each length, K and intervention, and where the runs were scored deep enough, its share of seeds passing each
 bar of BARS (k/n, a 95% interval; assets/parity-seeds). --merge tables the results.json of several scorings
-together, and probe() is train.py's select for a parity run (config/parity.py). Writes the tables to stdout,
-DIR/results.json (the rows, the designs and the shares) and DIR/accuracy.png (exact match against K, one line
-per design with its seeds' spread, one panel per length).
+together, and probe() and screened_probe() are train.py's selects for a parity run (config/parity.py's: the
+second). Writes the tables to stdout, DIR/results.json (the rows, the designs and the shares) and DIR/accuracy.png
+(exact match against K, one line per design with its seeds' spread, one panel per length).
 """
 
 import argparse
@@ -115,21 +115,25 @@ def score(model, x, y, loops, intervention=None, rms=None, trained_k=None):
     return out
 
 
-@torch.no_grad()
-def probe(model, settings):
-    """train.py's select for a parity run (config/parity.py: select = 'beyond.tasks.probe'): the run's probe split
-    (python -m beyond.parity's: strings longer than training's, drawn on a stream of their own; never the test
-    split) read at K = 2n and 4n, n its length, past the trained K. Returns, the first the one kept lowest:
-      probe_error         1 - the lower of the two whole-string exact matches (every bit right, at both depths)
-      probe_disagreement  the share of strings whose bits change from K = 2n to 4n (no labels read)
-      probe_turn          1 - cos(H_4n, H_4n-1), the turn of the last loop (no labels read)"""
+def probe_rows(settings):
+    """The run's probe split (python -m beyond.parity's: strings longer than training's, drawn on a stream of their
+    own; never the test split) as (x, y) int64 tensors; one error line where the data has none."""
     try:
         rows = load_rows(data_folder(settings), 'probe')
     except FileNotFoundError as e:
         raise UserError(f"select {settings.get('select')!r} reads the data's probe split: {e} (python -m beyond.parity "
                         "writes one)")
+    return tuple(torch.from_numpy(a.astype(np.int64)) for a in (rows.x, rows.y))
+
+
+@torch.no_grad()
+def read_probe(model, x, y):
+    """Strings x, y read at K = 2n and 4n, n their length, past the trained K. Returns, the first the one kept lowest:
+      probe_error         1 - the lower of the two whole-string exact matches (every bit right, at both depths)
+      probe_disagreement  the share of strings whose bits change from K = 2n to 4n (no labels read)
+      probe_turn          1 - cos(H_4n, H_4n-1), the turn of the last loop (no labels read)"""
     device = next(model.parameters()).device
-    x, y = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (rows.x, rows.y))
+    x, y = x.to(device), y.to(device)
     scored, n = y >= 0, int((y >= 0).sum(1).max())
     seen = {}
     for k, h in enumerate(model.loop_states(x, 4 * n)):
@@ -141,6 +145,33 @@ def probe(model, settings):
     return dict(probe_error=1 - min(exact),
                 probe_disagreement=((seen[2 * n] != seen[4 * n]) & scored).any(-1).float().mean().item(),
                 probe_turn=(1 - F.cosine_similarity(h, before, dim=-1))[scored].mean().item())
+
+
+def probe(model, settings):
+    """train.py's select for a parity run (select = 'beyond.tasks.probe'): read_probe on the run's probe split."""
+    return read_probe(model, *probe_rows(settings))
+
+
+def screened_probe(model, settings):
+    """train.py's select for the parity recipe (config/parity.py: select = 'beyond.tasks.screened_probe'):
+    screened_read on the run's probe split."""
+    return screened_read(model, *probe_rows(settings))
+
+
+def screened_read(model, x, y):
+    """read_probe on strings x, y made only where a screen at a quarter of its work passes. The screen is read_probe
+    on the strings' first halves (h = n // 2 bits, n the longest, at K = 2h and 4h: the states the whole strings hold
+    there, for attention looks back, never ahead). It asks more of those bits than the whole read does: right already
+    at K = 2h, two loops a bit, where the whole read asks it at 4h and 8h. Returns, the first the one kept lowest:
+      probe_error         the whole strings' read_probe error where the screen has every string right, else 1 + the
+                          screen's: a checkpoint past the screen ranks above every one that is not
+      screen_error        the screen's read_probe error
+      probe_disagreement, probe_turn  the screen's (read_probe's label-free values, on the first halves)"""
+    half = 1 + int((y >= 0).sum(1).max()) // 2  # the start token and the first h bits
+    screen = read_probe(model, x[:, :half], y[:, :half])
+    error = read_probe(model, x, y)['probe_error'] if screen['probe_error'] == 0 else 1 + screen['probe_error']
+    return dict(probe_error=error, screen_error=screen['probe_error'],
+                probe_disagreement=screen['probe_disagreement'], probe_turn=screen['probe_turn'])
 
 
 def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):

@@ -103,6 +103,16 @@ STUDIES = {
                          ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
                           'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                           'logs/timed.seconds', 'logs/timed.log']),
+    'parity-screen': (dict(PREP_ARGS='--seed=2003 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                  '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', RULES_ARGS='--every=2'), False,
+                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
+                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
+                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log', 'logs/beside.seconds',
+                       'logs/beside-screened.log', 'logs/beside-whole.log']),
+    'parity-screen-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                         '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', EVERY='2'), False,
+                             ['rules.md', 'rules-64.md', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
+                              'logs/prepare.log']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
               False,

@@ -334,6 +334,78 @@ def test_the_probe_reads_its_own_split_at_twice_and_four_times_its_length(parity
         tasks.probe(model, dict(data_dir=str(tmp_path), dataset='old', select='beyond.tasks.probe'))
 
 
+def test_the_screened_probe_reads_the_whole_strings_only_past_its_screen(monkeypatch):
+    # config/parity.py's select: the first halves at K = n and 2n first; the whole strings (K = 2n and 4n) only where
+    # every half is right, else 1 + the screen's error. A model whose head is zero reads every bit as 0 (argmax's
+    # first of equals), so a string is right exactly where its running parity stays 0.
+    import beyond.tasks as tasks
+    model, _ = tiny_task_model(1)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # (tied: the embedding too)
+
+    def strings(*rows):  # 8-bit strings as the probe split holds them: the start token, the bits, their parities
+        x = torch.tensor([[parity.VOCAB['bos'], *r] for r in rows])
+        y = torch.cat([torch.full((len(rows), 1), -1), torch.tensor(rows).cumsum(1) % 2], 1)
+        return x, y
+
+    reads = []
+    read = tasks.read_probe
+    monkeypatch.setattr(tasks, 'read_probe', lambda m, x, y: reads.append(x.shape[1]) or read(m, x, y))
+    # every first half all 0: the screen passes, and 2 of the 4 whole strings have a 1 in their second half
+    x, y = strings([0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 1])
+    got = tasks.screened_read(model, x, y)
+    assert reads == [5, 9] and got['screen_error'] == 0 and got['probe_error'] == pytest.approx(0.5)
+    assert got['probe_error'] == pytest.approx(read(model, x, y)['probe_error'])
+    # one first half with a 1: the screen fails (1 string in 4), the whole strings are not read
+    reads.clear()
+    x, y = strings([0, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0])
+    got = tasks.screened_read(model, x, y)
+    assert reads == [5] and got['screen_error'] == pytest.approx(0.25) and got['probe_error'] == pytest.approx(1.25)
+    assert read(model, x, y)['probe_error'] == pytest.approx(0.5)  # (what the unscreened read would have kept)
+    assert list(got) == ['probe_error', 'screen_error', 'probe_disagreement', 'probe_turn']
+
+
+def test_the_screen_reads_the_states_the_whole_strings_hold_on_their_first_halves():
+    # attention looks back, never ahead: a string cut after n/2 bits holds, at every loop, the states its whole
+    # string holds there (up to float rounding), so the screen reads what the whole read would on those bits
+    import beyond.tasks as tasks
+    torch.manual_seed(2)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=1, dropout=0.0,
+                                    init_std=0.3, interloop_norm=True, inject=True, positions='none', window=2)).eval()
+    x, y = tasks.test_strings(5, 12, 16)
+    with torch.no_grad():
+        for whole, cut in zip(model.loop_states(x, 12), model.loop_states(x[:, :7], 12)):
+            torch.testing.assert_close(cut, whole[:, :7], rtol=1e-4, atol=1e-4)
+            assert (tasks.bits(model, cut) == tasks.bits(model, whole)[:, :7]).all()
+        screen, halves = tasks.screened_read(model, x, y), tasks.read_probe(model, x[:, :7], y[:, :7])
+        others = [tasks.read_probe(model, x[:, :t], y[:, :t]) for t in (6, 8, 13)]  # (a cut one off, and the whole)
+    # the label-free values are the halves' (their turn tells the cuts apart: the right cut, not a neighbour)
+    assert screen['probe_turn'] == pytest.approx(halves['probe_turn']) and screen['screen_error'] == halves['probe_error']
+    assert all(screen['probe_turn'] != pytest.approx(o['probe_turn']) for o in others)
+    assert screen['probe_disagreement'] == halves['probe_disagreement']
+
+
+def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth(tmp_path):
+    # assets/parity-seeds/rules.py's picks, from a run's log.jsonl (an evaluation every 25 steps): each rule's lowest,
+    # the earliest of equals; --every N the probe's rule over the evaluations at multiples of N only
+    import runpy
+    rules = runpy.run_path(f'{HERE}/assets/parity-seeds/rules.py')
+    errors = {25: 0.5, 50: 0.3, 75: 0.0, 100: 0.2, 125: 0.0, 150: 0.1, 175: 0.0, 200: 0.1}
+    losses = {25: 0.9, 50: 0.4, 75: 0.6, 100: 0.4, 125: 0.7, 150: 0.8, 175: 0.5, 200: 0.6}
+    with open(tmp_path / 'log.jsonl', 'w') as f:
+        for it, err in errors.items():
+            f.write(json.dumps(dict(kind='eval', iter=it, val_loss=[9.0, losses[it]], select=dict(
+                probe_error=err, probe_disagreement=1 - err, probe_turn=it / 1000))) + '\n')
+            torch.save(dict(model_args=dict(n_loops=2)), tmp_path / f'ckpt-{it}.pt')
+    got = rules['picks'](str(tmp_path), [50, 100])
+    assert got == {'val_loss': 50, 'probe_error': 75, 'probe_disagreement': 25, 'probe_turn': 25, 'last': 200,
+                   'probe_error, every 50 steps': 150, 'probe_error, every 100 steps': 200}
+    for steps in (30, 400):  # not a multiple of the logged 25; no evaluation at a multiple of 400
+        with pytest.raises(UserError, match=rf'^--every {steps}: .* evaluated every 25 steps, and {steps} is not a '
+                                            r'multiple of that with an evaluation at it$'):
+            rules['picks'](str(tmp_path), [steps])
+
+
 def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
     from beyond.tasks import trajectory
     model, x = tiny_task_model(4)
@@ -445,7 +517,7 @@ def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
     with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
                                         r"needs only the top level\): ModuleNotFoundError"):
         train.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
-    assert train.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.probe'
+    assert train.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
 
 
 def test_the_recipe_config_loads_with_its_twin():

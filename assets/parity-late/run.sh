@@ -6,8 +6,9 @@
 #   bash assets/parity-late/run.sh
 #
 # assets/parity-seeds/run.sh with this folder's defaults: CONDITIONS (norm-il-late), OUT (this folder), and an
-# evaluation every 100 steps before TRAIN_ARGS; every other setting of that script passes through.
+# evaluation every 100 steps with the probe read whole (as this study was run) before TRAIN_ARGS; every other setting of
+# that script passes through.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CONDITIONS=${CONDITIONS:-norm-il-late} OUT=${OUT:-assets/parity-late} TRAIN_ARGS="--eval_interval=100 ${TRAIN_ARGS:-}" \
+CONDITIONS=${CONDITIONS:-norm-il-late} OUT=${OUT:-assets/parity-late} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe ${TRAIN_ARGS:-}" \
     bash assets/parity-seeds/run.sh

@@ -7,10 +7,10 @@
 #
 # assets/parity-seeds/run.sh with this folder's defaults: CONDITIONS (norm-il), SEEDS (1011 .. 1020), the data
 # (TASK_DATASET parity-2002, PREP_ARGS --seed=2002: beyond.parity's own probe), TEST_SEED (3002), OUT (this
-# folder), and an evaluation every 100 steps (the config's own) before TRAIN_ARGS; every other setting of that script
-# passes through.
+# folder), and an evaluation every 100 steps with the probe read whole (as this study was run) before TRAIN_ARGS;
+# every other setting of that script passes through.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-norm-il} SEEDS=${SEEDS:-1011 1012 1013 1014 1015 1016 1017 1018 1019 1020} \
     TASK_DATASET=${TASK_DATASET:-parity-2002} PREP_ARGS=${PREP_ARGS:---seed=2002} TEST_SEED=${TEST_SEED:-3002} \
-    OUT=${OUT:-assets/parity-new-seeds} TRAIN_ARGS="--eval_interval=100 ${TRAIN_ARGS:-}" bash assets/parity-seeds/run.sh
+    OUT=${OUT:-assets/parity-new-seeds} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe ${TRAIN_ARGS:-}" bash assets/parity-seeds/run.sh

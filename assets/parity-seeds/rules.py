@@ -5,9 +5,14 @@ the pick is scored on fresh test strings against the first bar of beyond.tasks.B
 
     python assets/parity-seeds/rules.py --runs=out-parity-norm-il-s1001,out-parity-norm-il-s1002 --seed=3001
 
-Rules: val_loss, the validation loss at the trained K (train.py's default); probe_error, the recipe's (its probe
-split's strings, every bit right at K = 2n and 4n); probe_disagreement and probe_turn, which read no labels (the
-share of probe strings whose bits change from 2n to 4n; 1 - cos of the last loop); last, the last checkpoint.
+--bits=64 scores the picks against the 64-bit bar instead; --every=50,100 adds the probe's rule over only the
+evaluations at multiples of each of those steps (what the same run would keep, evaluated that much less often).
+
+Rules: val_loss, the validation loss at the trained K (train.py's default); probe_error, the run's select's
+(beyond.tasks.probe: its probe split's strings, every bit right at K = 2n and 4n; screened_probe: the same, read past
+a screen of their first halves); probe_disagreement and probe_turn, which read no labels (the share of probe strings
+whose bits change from 2n to 4n; 1 - cos of the last loop; screened_probe's on the first halves); last, the last
+checkpoint.
 """
 
 import argparse
@@ -26,8 +31,14 @@ from beyond.tasks import BARS, int_list, passes, score, test_strings, wilson  # 
 RULES = ('val_loss', 'probe_error', 'probe_disagreement', 'probe_turn', 'last')
 
 
-def picks(run):
-    """{rule: the iteration whose checkpoint it keeps}, from run/log.jsonl's evaluations with a kept checkpoint."""
+def every(steps):
+    """The name of the probe's rule over the evaluations at multiples of steps."""
+    return f'probe_error, every {steps} steps'
+
+
+def picks(run, sparser=()):
+    """{rule: the iteration whose checkpoint it keeps}, from run/log.jsonl's evaluations with a kept checkpoint;
+    with, for each of sparser, the probe's rule over the evaluations at its multiples (every(steps))."""
     with open(os.path.join(run, 'log.jsonl')) as f:
         evals = [r for r in map(json.loads, f) if r.get('kind') == 'eval' and r['iter'] > 0]
     if not evals or not all(os.path.exists(os.path.join(run, f"ckpt-{r['iter']}.pt")) for r in evals):
@@ -35,7 +46,15 @@ def picks(run):
     n_loops = torch.load(os.path.join(run, f"ckpt-{evals[0]['iter']}.pt"), weights_only=True)['model_args']['n_loops']
     measure = dict(val_loss=lambda r: r['val_loss'][n_loops - 1], last=lambda r: -r['iter'],
                    **{rule: (lambda r, rule=rule: r['select'][rule]) for rule in RULES[1:4]})
-    return {rule: min(evals, key=measure[rule])['iter'] for rule in RULES}  # (min keeps the first of equals)
+    chosen = {rule: min(evals, key=measure[rule])['iter'] for rule in RULES}  # (min keeps the first of equals)
+    interval = min((b['iter'] - a['iter'] for a, b in zip(evals, evals[1:])), default=evals[0]['iter'])
+    for steps in sparser:
+        kept = [r for r in evals if r['iter'] % steps == 0]
+        if steps % interval or not kept:
+            raise UserError(f"--every {steps}: {run} evaluated every {interval} steps, and {steps} is not a multiple of "
+                            "that with an evaluation at it")
+        chosen[every(steps)] = min(kept, key=measure['probe_error'])['iter']
+    return chosen
 
 
 def main(argv=None):
@@ -44,16 +63,20 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=1, help='seeds the test strings')
     p.add_argument('--rows', type=int, default=256, help='test strings')
     p.add_argument('--loops', default='16,24,32,48,64,96,128,192,256,384', help='the K scored, comma-separated')
+    p.add_argument('--bits', type=int, default=BARS[0][0], choices=[b[0] for b in BARS], help='the bar (its length)')
+    p.add_argument('--every', default='', help='steps, comma-separated: the probe\'s rule at their multiples too')
     args = p.parse_args(argv)
-    length, by_k, held_to = BARS[0]
+    (length, by_k, held_to), = [b for b in BARS if b[0] == args.bits]
     try:
         loops = int_list(args.loops, 'loops')
+        sparser = int_list(args.every, 'every') if args.every else []
+        rules = RULES + tuple(every(n) for n in sparser)
         x, y = test_strings(args.seed, length, args.rows)
-        runs, passed, cache = [r for r in args.runs.split(',') if r], {rule: [] for rule in RULES}, {}
-        lines = ['| run | ' + ' | '.join(RULES) + ' |', '|---|' + '---|' * len(RULES)]
+        runs, passed, cache = [r for r in args.runs.split(',') if r], {rule: [] for rule in rules}, {}
+        lines = ['| run | ' + ' | '.join(rules) + ' |', '|---|' + '---|' * len(rules)]
         for run in runs:
-            chosen, cells = picks(run), []
-            for rule in RULES:
+            chosen, cells = picks(run, sparser), []
+            for rule in rules:
                 it = chosen[rule]
                 if (run, it) not in cache:
                     model = LoopedGPT.from_checkpoint(os.path.join(run, f'ckpt-{it}.pt'))[0].eval()
@@ -67,9 +90,10 @@ def main(argv=None):
         sys.exit(error_line('rules.py', e))
     n = len(runs)
     lines.append('| **passing** | ' + ' | '.join(
-        f"**{sum(passed[r])}/{n}** ({'–'.join(f'{100 * v:.0f}' for v in wilson(sum(passed[r]), n))}%)" for r in RULES) + ' |')
+        f"**{sum(passed[r])}/{n}** ({'–'.join(f'{100 * v:.0f}' for v in wilson(sum(passed[r]), n))}%)" for r in rules) + ' |')
+    held = f', held within 2 points to {held_to}' if held_to else ''
     print(f'Each rule\'s checkpoint (its iteration: the best exact match on {args.rows} {length}-bit strings over '
-          f'K={args.loops}, seed {args.seed}; pass: >= 95% by K={by_k}, held within 2 points to {held_to}).\n')
+          f'K={args.loops}, seed {args.seed}; pass: >= 95% by K={by_k}{held}).\n')
     print('\n'.join(lines))
 
 

@@ -15,19 +15,22 @@
 #   TEST_SEED    the test strings' seed (3001)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (this folder)
-#   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50, as this study was run; each keeps every
-#                evaluation's checkpoint, for rules.py's comparison of the checkpoint rules on the first design's runs);
-#                TASK_ARGS for each scoring (--rows=256)
+#   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50 --select=beyond.tasks.probe: the probe
+#                read whole, as this study was run; each run keeps every evaluation's checkpoint, for rules.py's
+#                comparison of the checkpoint rules on the first design's runs); TASK_ARGS for each scoring (--rows=256)
+#   RULES_BITS   the bars rules.py scores the first design's checkpoint rules against (32: rules.md; 64: rules-64.md)
+#   RULES_ARGS   extra settings for rules.py (none; --every=100 adds the probe's rule over every 100th step's evaluations)
 #   LOOPS        the K scored (to 384 on 32-bit strings; 64-bit ones to 256)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001 --probe_lengths=24}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il} SEEDS=${SEEDS:-1001 1002 1003 1004 1005 1006 1007 1008 1009 1010}
 TEST_SEED=${TEST_SEED:-3001} RUNS=${RUNS:-.} OUT=${OUT:-assets/parity-seeds}
-TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50} TASK_ARGS=${TASK_ARGS:---rows=256} LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384}
+TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50 --select=beyond.tasks.probe} TASK_ARGS=${TASK_ARGS:---rows=256}
+LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384} RULES_BITS=${RULES_BITS:-32} RULES_ARGS=${RULES_ARGS:-}
 mkdir -p "$OUT/logs" "$OUT/scores"
 DATASET=$TASK_DATASET
-. assets/study.sh  # train, lane, parity_design
+. assets/study.sh  # train, lane, parity_design, parity_rules
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
@@ -49,7 +52,8 @@ wait_lanes
 merge=$(for c in $CONDITIONS; do printf '%s,' "$OUT/scores/$c-32/results.json" "$OUT/scores/$c-64/results.json"; done)
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
 runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-${CONDITIONS%% *}-s$s"; done)  # the first design's runs
-python assets/parity-seeds/rules.py --runs="${runs%,}" --seed="$TEST_SEED" --loops="$LOOPS" $TASK_ARGS > "$OUT/rules.md"
+# shellcheck disable=SC2086  # each word a bar
+parity_rules "${runs%,}" $RULES_BITS
 # the first design's wall time: one run alone on one thread (the first seed again, in a folder of its own), evaluations
 # included
 TIMEFORMAT=%R
