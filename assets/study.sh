@@ -14,6 +14,13 @@ train() {  # train NAME SETTINGS...: $TRAIN (train.py; python -m beyond.exit_tra
   cp "$RUNS/out-$name/log.jsonl" "$OUT/logs/$name.jsonl"
 }
 
+timed_train() {  # timed_train NAME RUN SETTINGS...: train.py on one thread into $RUNS/out-RUN, its output in logs/NAME.log
+  local name=$1 run=$2 TIMEFORMAT=%R; shift 2  # and its wall time (seconds) in logs/NAME.seconds
+  { time OMP_NUM_THREADS=1 python train.py "$@" --data_dir="$DATA_DIR" --dataset="$DATASET" --out_dir="$RUNS/out-$run" \
+      $TRAIN_ARGS > "$OUT/logs/$name.log" 2>&1; } 2> "$OUT/logs/$name.seconds" \
+      || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
+}
+
 lanes=()
 lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine)
   OMP_NUM_THREADS=1 "$@" & lanes+=($!)

@@ -2426,6 +2426,12 @@ def seed_study_probe():
     return [n, step, 2 * n, 4 * n]
 
 
+def interval_select(pattern, script):
+    """(the evaluation interval, the select) a study script passes to train.py: pattern's two groups in its text."""
+    m = re.search(pattern, script)
+    return int(m.group(1)), m.group(2)
+
+
 def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_with():
     # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
     # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
@@ -2433,14 +2439,14 @@ def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_wit
     seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity-seeds', NEW, SCREEN))
     assert study_probe('parity-seeds', range(1001, 1011)) == (
         int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
-        *(lambda m: (int(m.group(1)), m.group(2)))(re.search(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+)\}', seeds_sh)))
+        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+)\}', seeds_sh))
     cfg, (_, n) = parity_config()
     for sh in (new_sh, screen_sh):
         assert 'probe_lengths' not in re.search(r'PREP_ARGS:-([^}]*)\}', sh).group(1)  # beyond.parity's default probe
     assert study_probe(NEW, NEW_SEEDS) == (n, 100, 'beyond.tasks.probe') == (
-        n, *(lambda m: (int(m.group(1)), m.group(2)))(re.search(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh)))
+        n, *interval_select(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh))
     assert study_probe(SCREEN, SCREEN_SEEDS) == (n, cfg['eval_interval'], cfg['select']) == (
-        n, *(lambda m: (int(m.group(1)), m.group(2)))(re.search(r'RECIPE="--eval_interval=(\d+) --select=(\S+)"', screen_sh)))
+        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+)"', screen_sh))
 
 PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
          '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
@@ -2641,9 +2647,15 @@ def seed_evals(design, study='parity-seeds', seeds=range(1001, 1011)):
             for s in seeds]
 
 
+def rules_table(study, name='rules.md'):
+    """rules.py's table as the study stored it in rules.md (or name): (its header, its rows)."""
+    (table,), = [[(h, rows) for _, h, rows, _ in stored_tables(f'{study}/{name}') if h[0] == 'run']]
+    return table
+
+
 def rules_passing(study='parity-seeds', name='rules.md'):
     """rules.py's passing row: {rule: [k, n, the interval's low and high %]}, from the study's rules.md (or name)."""
-    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables(f'{study}/{name}') if h[0] == 'run']
+    header, rows = rules_table(study, name)
     return {rule: nums(cell) for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
             if rule != 'run'}
 
@@ -3066,7 +3078,7 @@ def screen_never():
 
 def rules_cell(study, name, seed, rule):
     """One pick of rules.py's table: (its iteration, its best exact match %)."""
-    (header, rows), = [(h, rows) for _, h, rows, _ in stored_tables(f'{study}/{name}') if h[0] == 'run']
+    header, rows = rules_table(study, name)
     (row,), = [[r for r in rows if r[0].endswith(f'-s{seed}')]]
     it, pct = nums(row[header.index(rule)])[:2]
     return int(it), pct
@@ -3113,9 +3125,9 @@ PROSE[T, '**Reading every # steps keeps what every # misses**'] = lambda: [
 
 @prose(T, '(the whole probe every # steps), the same seed and data')
 def screen_whole():
-    m = re.search(r'WHOLE="--eval_interval=(\d+) --select=(\S+)"', (ASSETS / f'{SCREEN}/run.sh').read_text())
-    assert (int(m.group(1)), m.group(2)) == study_probe(NEW, NEW_SEEDS)[1:]  # the recipe of a longer probe, as it ran
-    return [int(m.group(1))]
+    whole = interval_select(r'WHOLE="--eval_interval=(\d+) --select=(\S+)"', (ASSETS / f'{SCREEN}/run.sh').read_text())
+    assert whole == study_probe(NEW, NEW_SEEDS)[1:]  # the recipe of a longer probe, as it ran
+    return [whole[0]]
 
 
 PROSE[T, 'The screen asks more of the first # bits than the whole read does: right by K=#, two loops a bit, where the '

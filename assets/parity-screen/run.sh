@@ -21,17 +21,12 @@ CONDITIONS=$CONDITIONS SEEDS=$SEEDS TASK_DATASET=$TASK_DATASET PREP_ARGS=$PREP_A
     RULES_BITS=$RULES_BITS RULES_ARGS=$RULES_ARGS TRAIN_ARGS="$RECIPE ${TRAIN_ARGS:-}" bash assets/parity-seeds/run.sh
 # the two recipes beside each other, one thread each on the first seed: the screened probe every 50 steps and the
 # whole probe every 100, at the same time (logs/beside-<screened|whole>.log, logs/beside.seconds: each one's seconds)
-DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} TIMEFORMAT=%R pids=()
-for r in screened whole; do
-  if [ "$r" = screened ]; then args=$RECIPE; else args=$WHOLE; fi
-  # shellcheck disable=SC2086  # each word a setting
-  { time OMP_NUM_THREADS=1 python train.py config/parity.py $args --data_dir="$DATA_DIR" --dataset="$TASK_DATASET" \
-      --seed="${SEEDS%% *}" --out_dir="$RUNS/out-parity-beside-$r" ${TRAIN_ARGS:-} > "$OUT/logs/beside-$r.log" 2>&1; } \
-      2> "$OUT/logs/beside-$r.seconds" &
-  pids+=($!)
-done
-for i in 0 1; do  # (each one's status: a failed run stops here, its log's end shown)
-  wait "${pids[$i]}" || { r=$([ $i = 0 ] && echo screened || echo whole); tail -n 20 "$OUT/logs/beside-$r.log" >&2; exit 1; }
-done
+DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} DATASET=$TASK_DATASET TRAIN_ARGS=${TRAIN_ARGS:-}
+. assets/study.sh  # lane, timed_train
+# shellcheck disable=SC2086  # each word a setting
+lane timed_train beside-screened parity-beside-screened config/parity.py $RECIPE --seed="${SEEDS%% *}"
+# shellcheck disable=SC2086
+lane timed_train beside-whole parity-beside-whole config/parity.py $WHOLE --seed="${SEEDS%% *}"
+wait_lanes
 for r in screened whole; do echo "$r $(cat "$OUT/logs/beside-$r.seconds")"; done > "$OUT/logs/beside.seconds"
 rm "$OUT/logs/beside-screened.seconds" "$OUT/logs/beside-whole.seconds"

@@ -30,7 +30,7 @@ TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50 --select=beyond.tasks.probe} TASK_AR
 LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384} RULES_BITS=${RULES_BITS:-32} RULES_ARGS=${RULES_ARGS:-}
 mkdir -p "$OUT/logs" "$OUT/scores"
 DATASET=$TASK_DATASET
-. assets/study.sh  # train, lane, parity_design, parity_rules
+. assets/study.sh  # train, lane, parity_design, parity_rules, timed_train
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
@@ -56,8 +56,5 @@ runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-${CONDITIONS%% *}-s$s"
 parity_rules "${runs%,}" $RULES_BITS
 # the first design's wall time: one run alone on one thread (the first seed again, in a folder of its own), evaluations
 # included
-TIMEFORMAT=%R
 # shellcheck disable=SC2046
-{ time OMP_NUM_THREADS=1 python train.py config/parity.py $(parity_design "${CONDITIONS%% *}") --data_dir="$DATA_DIR" \
-    --dataset="$DATASET" --seed="${SEEDS%% *}" --out_dir="$RUNS/out-parity-timed" $TRAIN_ARGS > "$OUT/logs/timed.log" 2>&1; } \
-    2> "$OUT/logs/timed.seconds"
+timed_train timed parity-timed config/parity.py $(parity_design "${CONDITIONS%% *}") --seed="${SEEDS%% *}"
