@@ -81,6 +81,7 @@ grad_clip = 1.0               # max gradient norm; 0 = off
 warmup_iters = 0              # iterations of linear warm-up (0 = none)
 lr_decay = 'constant'         # 'constant' | 'cosine'
 min_lr = 3e-5                 # the end of the cosine
+inits = 1                     # initializations trained one after another in the run, each for its share of the iterations from a fresh start (its own seed, warm-up and schedule, the optimizer's moments cleared); the checkpoint rule keeps the best over all (config/parity.py)
 # system
 device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
 dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with native bf16) | 'float32' | 'bfloat16' | 'float16'
@@ -91,7 +92,7 @@ OWN = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isi
 # what each setting may be (the model's fields: what LoopedGPTConfig itself accepts); configurator.check_ranges reads it
 RANGES = dict(eval_interval='>= 1', log_interval='>= 1', eval_iters='>= 1', diag_tokens='>= 1', batch_size='>= 1',
               gradient_accumulation_steps='>= 1', max_loops='>= 1', depth_sigma='>= 0', bptt='>= 0',
-              late_share='[0, 1)', late_loops='>= 0',
+              late_share='[0, 1)', late_loops='>= 0', inits='>= 1',
               learning_rate='> 0', epochs='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)',
               beta2='[0, 1)', grad_clip='>= 0', warmup_iters='>= 0', min_lr='>= 0', seed='>= 0',
               init_from=('scratch', 'resume'), depth_draw=('poisson', 'progressive'), lr_decay=('constant', 'cosine'),
@@ -352,6 +353,14 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     return finite, best_val_loss
 
 
+def fresh_start(raw_model, optimizer, seed, init):
+    """inits > 1: raw_model at a new initialization, seeded by (seed, init) alike on every rank, and the
+    optimizer's moments cleared: the run's next training starts as a run of its own would."""
+    torch.manual_seed(int(np.random.SeedSequence([seed, init, 2]).generate_state(1)[0]))
+    raw_model.load_state_dict(type(raw_model)(raw_model.config).state_dict())
+    optimizer.state.clear()
+
+
 def non_finite_message(iter_num, out_dir, learning_rate):
     return (f"the loss became non-finite by iteration {iter_num}: stopping. {out_dir}/ckpt.pt (if any) "
             f"is the last good checkpoint and was not touched; try a lower learning_rate (now {learning_rate})")
@@ -377,6 +386,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     tokens_per_iter = n_micro * world_size * c.batch_size * seq_len
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
     max_iters = c.max_iters or math.ceil(c.epochs * n_train / tokens_per_iter)
+    span = math.ceil(max_iters / c.inits)  # each initialization's iterations (inits: the last may have fewer)
 
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     longest = max(val_data.x.shape[1], seq_len) if isinstance(train_data, Rows) else seq_len
@@ -414,7 +424,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     finite = torch.ones((), dtype=torch.bool, device=device)
     t0 = time.time()
     while True:
-        if iter_num % c.eval_interval == 0 or iter_num == max_iters or c.eval_only:
+        if iter_num % c.eval_interval == 0 or iter_num % span == 0 or iter_num == max_iters or c.eval_only:
             t_eval = time.time()
             failed = master and not finite.item()
             if master and not failed:
@@ -439,8 +449,12 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
         if iter_num >= max_iters:
             break
 
-        lr = get_lr(iter_num, learning_rate=c.learning_rate, min_lr=c.min_lr, warmup_iters=c.warmup_iters,
-                    max_iters=max_iters, lr_decay=c.lr_decay)
+        if iter_num and iter_num % span == 0:  # (evaluated above: the last training's end)
+            fresh_start(raw_model, optimizer, c.seed, iter_num // span)
+            if master:
+                print(f"initialization {iter_num // span + 1} of {c.inits}: a fresh start at iteration {iter_num}")
+        lr = get_lr(iter_num % span, learning_rate=c.learning_rate, min_lr=c.min_lr, warmup_iters=c.warmup_iters,
+                    max_iters=min(span, max_iters - iter_num // span * span), lr_decay=c.lr_decay)
         for group in optimizer.param_groups:
             group['lr'] = lr
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,

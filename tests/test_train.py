@@ -184,6 +184,54 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
 
 
+def test_inits_train_one_after_another_each_as_a_run_of_its_own(tiny_data, tmp_path):
+    # inits=2 over 7 iterations: 4 then 3, each with the warm-up and cosine of a run of that length (read from
+    # the logs of two such runs), each evaluated at its end though eval_interval is longer
+    lr = ('--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_iters=2', '--lr_decay=cosine', '--eval_interval=100')
+    train_in_process(tiny_data, tmp_path / 'two', *lr, '--inits=2', '--max_iters=7')
+    for n in (4, 3):
+        train_in_process(tiny_data, tmp_path / f'own{n}', *lr, f'--max_iters={n}')
+    lrs = lambda run: [e['lr'] for e in read_log(tmp_path / run) if e['kind'] == 'train']
+    assert lrs('two') == lrs('own4') + lrs('own3') and len(set(lrs('own4'))) == 4
+    assert [e['iter'] for e in read_log(tmp_path / 'two') if e['kind'] == 'eval'] == [0, 4, 7]
+
+    # what the second initialization learns owes nothing to the first: resumed at the boundary from another run's
+    # checkpoint (other weights and moments: trained at another learning rate), it trains as the run did
+    common = ('--inits=2', '--max_iters=8', '--eval_interval=4')
+    train_in_process(tiny_data, tmp_path / 'full', *common)
+    train_in_process(tiny_data, tmp_path / 'other', '--max_iters=4', '--learning_rate=1e-2', '--eval_interval=4')
+    train_in_process(tiny_data, tmp_path / 'other', *common, '--init_from=resume')
+    losses = lambda run: [e['loss'] for e in read_log(tmp_path / run) if e['kind'] == 'train']
+    assert losses('other')[4:] == losses('full')[4:] and losses('other')[:4] != losses('full')[:4]
+    # and the fresh start is a new draw: not the run's first initialization again
+    train_in_process(tiny_data, tmp_path / 'again', '--max_iters=8', '--eval_interval=4')
+    assert losses('again')[:4] == losses('full')[:4] and losses('again')[4] != losses('full')[4]
+
+
+def test_a_fresh_start_is_a_new_model_of_its_own_seed_and_clears_the_moments():
+    cfg = LoopedGPTConfig(vocab_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2, block_size=8, init_std=0.02)
+    model = LoopedGPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long))[1].backward()
+    opt.step()
+    assert opt.state
+    weights = lambda: {k: v.clone() for k, v in model.state_dict().items()}
+    train_module.fresh_start(model, opt, seed=7, init=1)
+    first = weights()
+    assert not opt.state
+    train_module.fresh_start(model, opt, seed=7, init=2)
+    second = weights()
+    train_module.fresh_start(model, opt, seed=7, init=1)
+    assert all(torch.equal(first[k], v) for k, v in weights().items())    # its seed's, whatever came before
+    assert not torch.equal(first['lm_head.weight'], second['lm_head.weight'])  # each initialization its own
+    torch.manual_seed(0)
+    built = LoopedGPT(cfg).state_dict()
+    for k, v in built.items():  # drawn as the class draws a model: the same shapes and spreads
+        assert first[k].shape == v.shape, k
+        if v.numel() > 1:
+            assert first[k].float().std().item() == pytest.approx(v.float().std().item(), rel=0.2, abs=1e-6), k
+
+
 def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
     # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
