@@ -1281,9 +1281,9 @@ PROSE[R, 'Per-loop CE gains nothing past # loops here, at any draw.'] = per_loop
 PROSE[R, "A learned AlphaReadout sees some scale (α #), the study's best (#)"] = lambda: [
     json_run(DEPTH, 'out-alpha_perloop-cpu-long-s1')['depth']['alpha'],
     min(design(r, 'best K≤trained') for r in design_names())]
-PROSE[R, 'kept where its #-bit probe scores best, gets ≥#% of 32-bit strings by K=# on #/# new seeds, 64-bit on #/#'] = \
-    lambda: [study_probe(SCREEN, SCREEN_SEEDS)[0], 95, 96] + [v for n in (32, 64) for v in (
-        seed_share('norm-il', n, study=SCREEN)['passed'], seed_share('norm-il', n, study=SCREEN)['runs'])]
+PROSE[R, 'kept by a #-bit probe, gets ≥#% of 32-bit strings by K=# on #/# new seeds, 64-bit on #/#'] = \
+    lambda: [study_probe(INITS, INITS_SEEDS)[0], 95, 96] + [v for n in (32, 64) for v in (
+        seed_share('norm-il', n, study=INITS)['passed'], seed_share('norm-il', n, study=INITS)['runs'])]
 PROSE[R, 'drifts to #, #/#'] = lambda: [seed_share('norm', 32)['h_norm_fail'], seed_share('norm', 32)['passed'],
                                        seed_share('norm', 32)['runs']]
 
@@ -2390,7 +2390,7 @@ def tasks_text_depth():
 
 
 PROSE[T, 'About # minutes a run on one core, evaluations included'] = lambda: [
-    float((ASSETS / 'parity-screen/logs/timed.seconds').read_text()) / 60]
+    float((ASSETS / f'{INITS}/logs/timed.seconds').read_text()) / 60]
 
 
 def parity_config():
@@ -2432,6 +2432,25 @@ def interval_select(pattern, script):
     return int(m.group(1)), m.group(2)
 
 
+def study_training(study, seeds, design='norm-il'):
+    """(the initializations, the learning rate schedule) a study's runs of design trained with: one more than the fresh
+    starts each run's output names, and a cosine where the learning rates its log lines report change."""
+    trainings = set()
+    for s in seeds:
+        out = (ASSETS / f'{study}/logs/parity-{design}-s{s}.log').read_text()
+        lrs = {e['lr'] for e in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if e['kind'] == 'train'}
+        trainings.add((1 + len(re.findall(r'^initialization \d+ of \d+: a fresh start', out, re.M)),
+                       'constant' if len(lrs) == 1 else 'cosine'))
+    assert len(trainings) == 1, trainings
+    return trainings.pop()
+
+
+def script_training(pattern, script):
+    """(the initializations, the learning rate schedule) a study script passes to train.py: pattern's groups."""
+    m = re.search(pattern, script)
+    return int(m.group(1)), m.group(2)
+
+
 def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_with():
     # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
     # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
@@ -2439,14 +2458,36 @@ def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_wit
     seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity-seeds', NEW, SCREEN))
     assert study_probe('parity-seeds', range(1001, 1011)) == (
         int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
-        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+)\}', seeds_sh))
+        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ', seeds_sh))
     cfg, (_, n) = parity_config()
     for sh in (new_sh, screen_sh):
         assert 'probe_lengths' not in re.search(r'PREP_ARGS:-([^}]*)\}', sh).group(1)  # beyond.parity's default probe
     assert study_probe(NEW, NEW_SEEDS) == (n, 100, 'beyond.tasks.probe') == (
         n, *interval_select(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh))
     assert study_probe(SCREEN, SCREEN_SEEDS) == (n, cfg['eval_interval'], cfg['select']) == (
-        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+)"', screen_sh))
+        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+) ', screen_sh))
+    # and the training each ran: one initialization at a cosine learning rate, before the recipe's two (their own logs:
+    # the fresh starts their output names, the rates their log lines report), as each script pins it
+    pinned = {'parity-seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
+              NEW: (NEW_SEEDS, 'norm-il', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
+              SCREEN: (SCREEN_SEEDS, 'norm-il', r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"'),
+              'parity-late': (range(1001, 1011), 'norm-il-late', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
+              'parity-screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
+              'tasks': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
+    for study, (seeds, design, pattern) in pinned.items():
+        sh = (ROOT / f'assets/{study}/run.sh').read_text()
+        assert study_training(study, seeds, design) == script_training(pattern, sh) == (1, 'cosine'), study
+    # the two-initialization study: the recipe as it stands, nothing pinned
+    inits_sh = (ROOT / f'assets/{INITS}/run.sh').read_text()
+    assert '--inits' not in inits_sh and '--lr_decay' not in inits_sh
+    assert study_training(INITS, INITS_SEEDS) == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
+    assert study_probe(INITS, INITS_SEEDS) == (n, cfg['eval_interval'], cfg['select'])
+    # the tuning: each variant's runs trained as run.sh names them
+    tuning_sh = (ROOT / f'assets/{INITS_TUNE}/run.sh').read_text()
+    variants = re.findall(r'"(\w+) (\d+) (\w+)"', re.search(r'VARIANTS=\(([^)]*)\)', tuning_sh).group(1))
+    assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']
+    for name, inits, decay in variants:
+        assert study_training(INITS_TUNE, TUNE_SEEDS, name) == (int(inits), decay), name
 
 PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
          '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
@@ -2732,7 +2773,8 @@ NOT_STORED.update({
     (T, 'with attention bounded to a window of 2'): 'the task',
     (T, 'one layer, one head, d=64, a window of 2'): "config/parity.py's settings",
     (T, 'n ~ U[0, 12) loops without a graph, then k ~ U[1, 12 - n] with one'): "config/parity.py's settings",
-    (T, 'weights drawn at std 0.1, 3,000 steps of 64 strings'): "config/parity.py's settings",
+    (T, 'weights drawn at std 0.1, 3,000 steps of 64 strings as two initializations of 1,500 steps'): "config/parity.py's "
+                                                                                              "settings",
     (T, '**Weights at std 0.1** (about 1/sqrt(64)), not 0.02. With the inter-loop norm the carried state has RMS 1, while '
         'the injected embedding has the RMS of its init: at 0.02'): 'settings, and arithmetic',
     (T, "The study's two inter-loop designs at 0.02"): 'the setting',
@@ -2852,6 +2894,9 @@ NEW = 'parity-new-seeds'
 NEW_SEEDS = range(1011, 1021)
 SCREEN = 'parity-screen'
 SCREEN_SEEDS = range(1021, 1031)
+INITS = 'parity-inits'
+INITS_SEEDS = range(1031, 1041)
+INITS_TUNE = 'parity-inits-tuning'
 
 
 @check('docs/tasks.md', 'the recipe', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
@@ -3125,7 +3170,7 @@ PROSE[T, '**Reading every # steps keeps what every # misses**'] = lambda: [
 
 @prose(T, '(the whole probe every # steps), the same seed and data')
 def screen_whole():
-    whole = interval_select(r'WHOLE="--eval_interval=(\d+) --select=(\S+)"', (ASSETS / f'{SCREEN}/run.sh').read_text())
+    whole = interval_select(r'WHOLE="--eval_interval=(\d+) --select=(\S+) ', (ASSETS / f'{SCREEN}/run.sh').read_text())
     assert whole == study_probe(NEW, NEW_SEEDS)[1:]  # the recipe of a longer probe, as it ran
     return [whole[0]]
 
@@ -3239,3 +3284,177 @@ def test_a_number_no_fragment_holds_is_found(monkeypatch):
 
 def test_readme_is_a_front_page():
     assert len((ROOT / 'README.md').read_text()) < 15_000
+
+
+# docs/tasks.md, two initializations (assets/parity-inits, and its tuning, assets/parity-inits-tuning) --------------
+
+def perfect_by_init(study, design, seeds, every=1):
+    """Per run, its evaluations with every probe string right (probe error 0) in each initialization, the
+    initializations cut where the run's output says a fresh start came (an evaluation at that iteration is the last
+    initialization's: it ran before the fresh start); only the evaluations at multiples of every."""
+    runs = []
+    for s in seeds:
+        out = (ASSETS / f'{study}/logs/parity-{design}-s{s}.log').read_text()
+        starts = [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
+        counts = [0] * (len(starts) + 1)
+        for e in seed_evals(design, study, [s])[0]:
+            if e['iter'] % every == 0 and e['select']['probe_error'] == 0:
+                counts[sum(b < e['iter'] for b in starts)] += 1
+        runs.append(counts)
+    return runs
+
+
+@check('docs/tasks.md', 'initializations, learning rate', 'runs with a probe-perfect checkpoint', 'initializations with one',
+       "such evaluations, seed by seed (each initialization's)")
+def inits_tuning():
+    def row(runs):
+        return [[sum(any(c) for c in runs), len(runs)], [sum(x > 0 for c in runs for x in c), sum(map(len, runs))],
+                [x for c in runs for x in c]]
+    rows = {'1, cosine (the screened recipe)': row(perfect_by_init(TUNE, 'norm-il', TUNE_SEEDS, every=50))}
+    for name, label in (('const', '1, constant'), ('i3cos', '3, cosine'), ('i3con', '3, constant'), ('i2con', '2, constant')):
+        rows[label] = row(perfect_by_init(INITS_TUNE, name, TUNE_SEEDS))
+    return rows
+
+
+PROSE[T, "'s ten runs no evaluation past step # got every probe string right"] = \
+    lambda: [max(e['iter'] for run in seed_evals('norm-il', SCREEN, SCREEN_SEEDS) for e in run
+                 if e['select']['probe_error'] == 0)]
+
+
+@prose(T, 'And a run comes upon them or it does not: seeds # and # never passed the screen.')
+def inits_never_screened():
+    never = [s for s, run in zip(SCREEN_SEEDS, seed_evals('norm-il', SCREEN, SCREEN_SEEDS))
+             if all(e['select']['screen_error'] > 0 for e in run)]
+    return never
+
+
+@prose(T, 'config/parity.py trains two of # steps each at a constant learning rate after warm-up')
+def inits_recipe():
+    cfg, _ = parity_config()
+    assert (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
+    return [cfg['max_iters'] // cfg['inits']]
+
+
+@prose(T, 'That was chosen on the tuning seeds (#-#, data seed #)')
+def inits_tuned_on():
+    meta = re.search(r'PREP_ARGS:---seed=(\d+)\}', (ASSETS / f'{INITS_TUNE}/run.sh').read_text())
+    return [TUNE_SEEDS[0], TUNE_SEEDS[-1], int(meta.group(1))]
+
+
+@prose(T, 'one initialization at a constant rate has # to # such evaluations on five seeds, where the cosine has # to #; '
+          'but seed # has none.')
+def inits_constant():
+    const = [sum(c) for c in perfect_by_init(INITS_TUNE, 'const', TUNE_SEEDS)]
+    cosine = [sum(c) for c in perfect_by_init(TUNE, 'norm-il', TUNE_SEEDS, every=50)]
+    some = [n for n in const if n]
+    assert len(some) == 5 and all(cosine)
+    return [min(some), max(some), min(cosine), max(cosine), TUNE_SEEDS[const.index(0)]]
+
+
+@prose(T, 'three of # steps find them in # of # initializations. At a constant rate, # of #, and two of # steps, '
+          '# of #: every seed, # in its second initialization.')
+def inits_short():
+    def tried(name):
+        runs = perfect_by_init(INITS_TUNE, name, TUNE_SEEDS)
+        return [sum(x > 0 for c in runs for x in c), sum(map(len, runs))], runs
+    (cos, _), (con3, _), (con2, runs2) = tried('i3cos'), tried('i3con'), tried('i2con')
+    assert all(any(c) for c in runs2)
+    late, = [s for s, c in zip(TUNE_SEEDS, runs2) if c[0] == 0]
+    steps = parity_config()[0]['max_iters']
+    return [steps // 3, *cos, *con3, steps // 2, *con2, late]
+
+
+@check('docs/tasks.md', 'the recipe, two initializations', '32 bits: passing', '95% interval', '64 bits: passing',
+       '95% interval', 'mean ‖H_384‖, 32 bits: passing, failing')
+def inits_shares():
+    return {f'new seeds {INITS_SEEDS[0]}-{INITS_SEEDS[-1]}': share_row('norm-il', INITS, INITS_SEEDS)}
+
+
+@check('docs/tasks.md', 'the recipe, two initializations, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256',
+       '384')
+def inits_curves():
+    return curve_rows('norm-il', INITS)
+
+
+@prose(T, 'trains config/parity.py as it stands on ten more seeds (#-#), the data drawn at seed # and the test strings at '
+          'seed #')
+def inits_seeds():
+    sh = (ASSETS / f'{INITS}/run.sh').read_text()
+    data, test = (int(re.search(pattern, sh).group(1)) for pattern in (r'PREP_ARGS:---seed=(\d+)\}', r'TEST_SEED:-(\d+)\}'))
+    assert results(f'{INITS}/results.json')['seed'] == test
+    return [INITS_SEEDS[0], INITS_SEEDS[-1], data, test]
+
+
+@prose(T, 'Every run kept a checkpoint with every #-bit probe string right, and # of the # initializations had one '
+          '(seeds # and #: their first only).')
+def inits_perfect():
+    runs = perfect_by_init(INITS, 'norm-il', INITS_SEEDS)
+    assert all(kept(evals)['select']['probe_error'] == 0 for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
+    first_only = [s for s, c in zip(INITS_SEEDS, runs) if c[0] and not c[1]]
+    assert all(c[0] for c in runs)
+    return [study_probe(INITS, INITS_SEEDS)[0], sum(x > 0 for c in runs for x in c), sum(map(len, runs)), *first_only]
+
+
+def rules_rows(study, name='rules.md'):
+    """rules.py's run rows as the study stored them: [{rule: 'iteration: exact% pass|fail'}], the passing row left out."""
+    header, rows = rules_table(study, name)
+    return [dict(zip(header, r)) for r in rows if r[0].strip('*') != 'passing']
+
+
+@prose(T, 'on all ten seeds that came in the first # steps: the second initialization is the draw that rescued seed # in '
+          'the tuning')
+def inits_first():
+    span = parity_config()[0]['max_iters'] // parity_config()[0]['inits']
+    assert all(kept(evals)['iter'] <= span for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
+    assert [r['probe_error'].split(':')[0] for r in rules_rows(INITS)] == [
+        str(kept(evals)['iter']) for evals in seed_evals('norm-il', INITS, INITS_SEEDS)]  # the picks rules.py scored
+    rescued, = [s for s, c in zip(TUNE_SEEDS, perfect_by_init(INITS_TUNE, 'i2con', TUNE_SEEDS)) if not c[0]]
+    return [span, rescued]
+
+
+def test_five_screened_seeds_never_had_a_probe_perfect_checkpoint():
+    # docs/tasks.md, two initializations: "with the cosine, five seeds in ten of a screened probe's study never had such a
+    # checkpoint" (words, which the prose checks do not read)
+    assert sum(kept(evals)['select']['probe_error'] > 0 for evals in seed_evals('norm-il', SCREEN, SCREEN_SEEDS)) == 5
+
+
+@prose(T, 'the best validation loss keeps a checkpoint that passes 32 bits on #/# seeds, the label-free scores on #/# '
+          'and #/#, the last checkpoint on #/#.')
+def inits_rules():
+    passing = rules_passing(INITS)
+    return [v for rule in ('val_loss', 'probe_disagreement', 'probe_turn', 'last') for v in passing[rule][:2]]
+
+
+@check('docs/tasks.md', 'checkpoint rule, two initializations', '32 bits: passing', '64 bits: passing')
+def inits_rule_table():
+    a, b = rules_passing(INITS), rules_passing(INITS, 'rules-64.md')
+    labels = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
+                  probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
+                  last='the last checkpoint')
+    assert a['probe_error'][0] == seed_share('norm-il', 32, study=INITS)['passed']
+    return {label: [a[rule][:2], b[rule][:2]] for rule, label in labels.items()}
+
+
+PROSE[T, 'and evaluations; one run alone took # minutes on one core'] = lambda: [
+    float((ASSETS / f'{INITS}/logs/timed.seconds').read_text()) / 60]
+
+
+@prose(T, '**Every seed passes both bars: #/# at # bits and #/# at #.**')
+def inits_every_seed():
+    a, b = (seed_share('norm-il', n, study=INITS) for n in (32, 64))
+    assert a['passed'] == a['runs'] and b['passed'] == b['runs']
+    return [a['passed'], a['runs'], BARS[0][0], b['passed'], b['runs'], BARS[1][0]]
+
+
+@prose(T, "**The time is the recipe's**: the same # steps and evaluations")
+def inits_same_steps():
+    cfg, _ = parity_config()
+    steps = {e['iter'] for e in jsonl(f'{INITS}/logs/parity-norm-il-s{INITS_SEEDS[0]}.jsonl') if e['kind'] == 'eval'}
+    assert max(steps) == cfg['max_iters'] and steps == set(range(0, cfg['max_iters'] + 1, cfg['eval_interval']))
+    return [cfg['max_iters']]
+
+
+@prose(T, 'the recipe passes both bars, 32-bit strings held to K=# and 64-bit strings, #x the longest trained, by K=#.')
+def inits_holds():
+    longest = int(re.search(r'train: [\d,]+ strings of 1-(\d+) bits', (ASSETS / f'{INITS}/logs/prepare.log').read_text()).group(1))
+    return [BARS[0][2], BARS[1][0] / longest, BARS[1][1]]

@@ -113,6 +113,16 @@ STUDIES = {
                                          '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', EVERY='2'), False,
                              ['rules.md', 'rules-64.md', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                               'logs/prepare.log']),
+    'parity-inits': (dict(PREP_ARGS='--seed=2004 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                 '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
+                     ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
+                      'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
+                      'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
+    # (seed 101: the baseline row reads that seed's stored log, assets/parity-screen-tuning's; its data, parity-100, is
+    # parity-screen-tuning's, made there)
+    'parity-inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                        '--probe_lengths=3', SEEDS='101'), False,
+                            ['inits.md', 'logs/parity-i2con-s101.log', 'logs/parity-i3cos-s101.jsonl']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),
               False,

@@ -10,5 +10,5 @@
 # that script passes through.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CONDITIONS=${CONDITIONS:-norm-il-late} OUT=${OUT:-assets/parity-late} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe ${TRAIN_ARGS:-}" \
+CONDITIONS=${CONDITIONS:-norm-il-late} OUT=${OUT:-assets/parity-late} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine ${TRAIN_ARGS:-}" \
     bash assets/parity-seeds/run.sh

@@ -13,4 +13,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-norm-il} SEEDS=${SEEDS:-1011 1012 1013 1014 1015 1016 1017 1018 1019 1020} \
     TASK_DATASET=${TASK_DATASET:-parity-2002} PREP_ARGS=${PREP_ARGS:---seed=2002} TEST_SEED=${TEST_SEED:-3002} \
-    OUT=${OUT:-assets/parity-new-seeds} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe ${TRAIN_ARGS:-}" bash assets/parity-seeds/run.sh
+    OUT=${OUT:-assets/parity-new-seeds} TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine ${TRAIN_ARGS:-}" bash assets/parity-seeds/run.sh

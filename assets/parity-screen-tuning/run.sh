@@ -21,8 +21,8 @@ DATASET=$TASK_DATASET
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
 for s in $SEEDS; do
-  lane train "parity-norm-il-s$s" config/parity.py --select=beyond.tasks.screened_probe --eval_interval=25 --seed="$s" \
-      --keep_checkpoints=True
+  lane train "parity-norm-il-s$s" config/parity.py --select=beyond.tasks.screened_probe --eval_interval=25 --inits=1 --lr_decay=cosine \
+      --seed="$s" --keep_checkpoints=True
 done
 wait_lanes
 runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-norm-il-s$s"; done)
