@@ -18,6 +18,7 @@ The helpers take what they read as arguments (beyond/bench.py and the tests call
 main() runs them top to bottom; nothing here reads a setting from a module global.
 """
 
+import bisect
 import inspect
 import math
 import os
@@ -81,7 +82,7 @@ grad_clip = 1.0               # max gradient norm; 0 = off
 warmup_iters = 0              # iterations of linear warm-up (0 = none)
 lr_decay = 'constant'         # 'constant' | 'cosine'
 min_lr = 3e-5                 # the end of the cosine
-inits = 1                     # initializations trained one after another in the run, each for its share of the iterations from a fresh start (its own seed, warm-up and schedule, the optimizer's moments cleared); the checkpoint rule keeps the best over all (config/parity.py)
+inits = 1                     # initializations trained one after another in the run, each for its share of the iterations from a fresh start (its own seed, warm-up and schedule, the optimizer's moments cleared); with always_save_checkpoint=False the checkpoint rule keeps the best over all (config/parity.py)
 # system
 device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
 dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with native bf16) | 'float32' | 'bfloat16' | 'float16'
@@ -353,6 +354,14 @@ def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_v
     return finite, best_val_loss
 
 
+def init_starts(max_iters, inits):
+    """The iteration each of the run's inits initializations starts at, and max_iters: [0, .., max_iters], the
+    iterations cut as evenly as whole steps allow."""
+    if inits > max_iters:
+        raise UserError(f"inits={inits} initializations need at least as many iterations; the run has {max_iters}")
+    return [j * max_iters // inits for j in range(inits)] + [max_iters]
+
+
 def fresh_start(raw_model, optimizer, seed, init):
     """inits > 1: raw_model at a new initialization, seeded by (seed, init) alike on every rank, and the
     optimizer's moments cleared: the run's next training starts as a run of its own would."""
@@ -386,7 +395,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     tokens_per_iter = n_micro * world_size * c.batch_size * seq_len
     # max_iters 0: "epochs" of random windows, epochs * train tokens / tokens per step, as the paper's recipe
     max_iters = c.max_iters or math.ceil(c.epochs * n_train / tokens_per_iter)
-    span = math.ceil(max_iters / c.inits)  # each initialization's iterations (inits: the last may have fewer)
+    starts = init_starts(max_iters, c.inits)  # where each initialization begins (inits > 1: config/parity.py)
 
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     longest = max(val_data.x.shape[1], seq_len) if isinstance(train_data, Rows) else seq_len
@@ -424,7 +433,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     finite = torch.ones((), dtype=torch.bool, device=device)
     t0 = time.time()
     while True:
-        if iter_num % c.eval_interval == 0 or iter_num % span == 0 or iter_num == max_iters or c.eval_only:
+        if iter_num % c.eval_interval == 0 or iter_num in starts or c.eval_only:  # (each initialization's end too)
             t_eval = time.time()
             failed = master and not finite.item()
             if master and not failed:
@@ -449,12 +458,13 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
         if iter_num >= max_iters:
             break
 
-        if iter_num and iter_num % span == 0:  # (evaluated above: the last training's end)
-            fresh_start(raw_model, optimizer, c.seed, iter_num // span)
+        init = bisect.bisect_right(starts, iter_num) - 1  # this iteration's initialization
+        if iter_num == starts[init] > 0:  # (evaluated above: the last one's end)
+            fresh_start(raw_model, optimizer, c.seed, init)
             if master:
-                print(f"initialization {iter_num // span + 1} of {c.inits}: a fresh start at iteration {iter_num}")
-        lr = get_lr(iter_num % span, learning_rate=c.learning_rate, min_lr=c.min_lr, warmup_iters=c.warmup_iters,
-                    max_iters=min(span, max_iters - iter_num // span * span), lr_decay=c.lr_decay)
+                print(f"initialization {init + 1} of {c.inits}: a fresh start at iteration {iter_num}")
+        lr = get_lr(iter_num - starts[init], learning_rate=c.learning_rate, min_lr=c.min_lr, warmup_iters=c.warmup_iters,
+                    max_iters=starts[init + 1] - starts[init], lr_decay=c.lr_decay)
         for group in optimizer.param_groups:
             group['lr'] = lr
         xs, ys = train_batches(train_data, iter_num, rank, seed=c.seed, n_micro=n_micro, batch_size=c.batch_size,

@@ -5,8 +5,9 @@
 # (the carried state at a fixed RMS, so the injected bits are not drowned as it grows), weights at
 # std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint that extrapolates best (its probe split's 48-bit strings,
 # read every 50 steps past a screen of their first halves), kept over two initializations trained one after the other
-# (1,500 steps each at a constant learning rate after warm-up: two draws of the states that extrapolate). Trains on
-# strings of 1-8 bits (beyond.parity's default). About 4 minutes on one core.
+# from scratch at a constant learning rate after warm-up (two chances to come upon a checkpoint that extrapolates; the
+# studies in docs/tasks.md before "two initializations" trained one, with a cosine). Trains on strings of 1-8 bits
+# (beyond.parity's default). About 4 minutes on one core.
 #   python -m beyond.parity
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
@@ -36,9 +37,10 @@ batch_size = 64
 dtype = 'float32'
 learning_rate = 1e-3
 warmup_iters = 100
-lr_decay = 'constant'    # the states that extrapolate come and go while the rate is high; a decay settles on others
+lr_decay = 'constant'    # checkpoints that extrapolate come while the rate is high; as a cosine decays, a run settles
+                         # on states that do not
 max_iters = 3000
-inits = 2                # two initializations, 1,500 steps each: the probe keeps the best of both
+inits = 2                # two initializations, max_iters / 2 steps each: select's rule keeps the best of both
 eval_interval = 50
 always_save_checkpoint = False  # keep the checkpoint that extrapolates best:
 select = 'beyond.tasks.screened_probe'  # the probe split's 48-bit strings at K=96 and 192 (every bit right at both),

@@ -119,9 +119,10 @@ STUDIES = {
                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity-screen-tuning's; its data, parity-100, is
-    # parity-screen-tuning's, made there)
+    # parity-screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity-inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
-                                        '--probe_lengths=3', SEEDS='101'), False,
+                                        '--probe_lengths=3', SEEDS='101',
+                                 TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=3')), False,
                             ['inits.md', 'logs/parity-i2con-s101.log', 'logs/parity-i3cos-s101.jsonl']),
     'depth': (dict(RUNS_LIST='raw_perloop:rd1.5m3:1 alpha_perloop:fixed:1 norm_perloop:rd2:1',  # rd[SIGMA][mMEAN]
                    TRAIN_ARGS=' '.join(a for a in TRAIN.split() if not a.startswith('--n_loops=')) + ' --max_loops=4'),

@@ -185,15 +185,16 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
 
 
 def test_inits_train_one_after_another_each_as_a_run_of_its_own(tiny_data, tmp_path):
-    # inits=2 over 7 iterations: 4 then 3, each with the warm-up and cosine of a run of that length (read from
-    # the logs of two such runs), each evaluated at its end though eval_interval is longer
-    lr = ('--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_iters=2', '--lr_decay=cosine', '--eval_interval=100')
+    # inits=2 over 7 iterations: 3 then 4, each with the warm-up and cosine of a run of that length (read from
+    # the logs of two such runs: their cosines differ from the first step past the warm-up), each evaluated at its end
+    # though eval_interval is longer
+    lr = ('--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_iters=1', '--lr_decay=cosine', '--eval_interval=100')
     train_in_process(tiny_data, tmp_path / 'two', *lr, '--inits=2', '--max_iters=7')
-    for n in (4, 3):
+    for n in (3, 4):
         train_in_process(tiny_data, tmp_path / f'own{n}', *lr, f'--max_iters={n}')
     lrs = lambda run: [e['lr'] for e in read_log(tmp_path / run) if e['kind'] == 'train']
-    assert lrs('two') == lrs('own4') + lrs('own3') and len(set(lrs('own4'))) == 4
-    assert [e['iter'] for e in read_log(tmp_path / 'two') if e['kind'] == 'eval'] == [0, 4, 7]
+    assert lrs('two') == lrs('own3') + lrs('own4') and lrs('own3')[2] != lrs('own4')[2] and len(set(lrs('own4'))) == 4
+    assert [e['iter'] for e in read_log(tmp_path / 'two') if e['kind'] == 'eval'] == [0, 3, 7]
 
     # what the second initialization learns owes nothing to the first: resumed at the boundary from another run's
     # checkpoint (other weights and moments: trained at another learning rate), it trains as the run did
@@ -203,9 +204,13 @@ def test_inits_train_one_after_another_each_as_a_run_of_its_own(tiny_data, tmp_p
     train_in_process(tiny_data, tmp_path / 'other', *common, '--init_from=resume')
     losses = lambda run: [e['loss'] for e in read_log(tmp_path / run) if e['kind'] == 'train']
     assert losses('other')[4:] == losses('full')[4:] and losses('other')[:4] != losses('full')[:4]
-    # and the fresh start is a new draw: not the run's first initialization again
-    train_in_process(tiny_data, tmp_path / 'again', '--max_iters=8', '--eval_interval=4')
-    assert losses('again')[:4] == losses('full')[:4] and losses('again')[4] != losses('full')[4]
+
+    # as many initializations as asked, cut as evenly as whole steps allow; more than the iterations: one line
+    assert [train_module.init_starts(n, k) for n, k in ((7, 2), (6, 4), (10, 3), (5, 5), (9, 1))] == [
+        [0, 3, 7], [0, 1, 3, 4, 6], [0, 3, 6, 10], [0, 1, 2, 3, 4, 5], [0, 9]]
+    with pytest.raises(UserError, match='inits=3 initializations need at least as many iterations; the run has 2'):
+        train_in_process(tiny_data, tmp_path / 'short', '--inits=3', '--max_iters=2')
+    assert not (tmp_path / 'short').exists()
 
 
 def test_a_fresh_start_is_a_new_model_of_its_own_seed_and_clears_the_moments():
@@ -224,6 +229,8 @@ def test_a_fresh_start_is_a_new_model_of_its_own_seed_and_clears_the_moments():
     train_module.fresh_start(model, opt, seed=7, init=1)
     assert all(torch.equal(first[k], v) for k, v in weights().items())    # its seed's, whatever came before
     assert not torch.equal(first['lm_head.weight'], second['lm_head.weight'])  # each initialization its own
+    torch.manual_seed(7)  # the run's first initialization (seed + rank, rank 0): not drawn again
+    assert not torch.equal(first['lm_head.weight'], LoopedGPT(cfg).state_dict()['lm_head.weight'])
     torch.manual_seed(0)
     built = LoopedGPT(cfg).state_dict()
     for k, v in built.items():  # drawn as the class draws a model: the same shapes and spreads

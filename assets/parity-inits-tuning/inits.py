@@ -6,30 +6,37 @@ One markdown row; with --header, the table's head first.
     python assets/parity-inits-tuning/inits.py --name=NAME --inits=2 [--every=50] LOG...
 """
 import argparse
+import bisect
 import json
-import math
+import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 
-def evaluations(path, every):
-    """(iteration, probe error) of each evaluation past the first in a run's log, at multiples of every."""
+from train import init_starts  # noqa: E402
+
+
+def evaluations(path):
+    """(iteration, probe error) of each evaluation past the first in a run's log."""
     with open(path) as f:
         return [(e['iter'], e['select']['probe_error']) for e in map(json.loads, f)
-                if e.get('kind') == 'eval' and e['iter'] > 0 and e['iter'] % every == 0]
+                if e.get('kind') == 'eval' and e['iter'] > 0]
 
 
-def perfect_by_init(evals, inits):
-    """The count of evaluations with probe error 0 in each initialization (the run's iterations cut into inits equal
-    spans, as train.py cuts them: an evaluation at a span's end is that initialization's last)."""
-    span = math.ceil(max(it for it, _ in evals) / inits)
+def perfect_by_init(evals, inits, every=1):
+    """The count of evaluations with probe error 0 in each initialization, as train.py cuts the run's iterations (the
+    last evaluation's, the run's end) into inits; an evaluation at an initialization's start is the one before's (it ran
+    before the fresh start). Only the evaluations at multiples of every."""
+    starts = init_starts(max(it for it, _ in evals), inits)
     counts = [0] * inits
     for it, error in evals:
-        counts[(it - 1) // span] += error == 0
+        if it % every == 0:
+            counts[bisect.bisect_left(starts, it) - 1] += error == 0
     return counts
 
 
 def row(name, paths, inits, every):
-    counts = [perfect_by_init(evaluations(p, every), inits) for p in paths]
+    counts = [perfect_by_init(evaluations(p), inits, every) for p in paths]
     runs = sum(any(c) for c in counts)
     tried = sum(c > 0 for run in counts for c in run)
     seeds = ', '.join('+'.join(map(str, c)) for c in counts)
@@ -45,7 +52,7 @@ def main(argv=None):
     p.add_argument('logs', nargs='+', help="the runs' log.jsonl files, one per seed")
     a = p.parse_args(argv)
     if a.header:
-        print('| initializations, learning rate | runs with a probe-perfect checkpoint | initializations with one | such evaluations, seed by '
+        print('| initializations, learning rate | runs with a probe-perfect evaluation | initializations with one | such evaluations, seed by '
               'seed (each initialization\'s) |\n|---|---|---|---|')
     print(row(a.name, a.logs, a.inits, a.every))
 
