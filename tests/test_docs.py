@@ -2432,15 +2432,19 @@ def interval_select(pattern, script):
     return int(m.group(1)), m.group(2)
 
 
+def fresh_starts(study, design, seed):
+    """The iterations a stored run's output says its fresh starts came at (train.py's inits: one line each)."""
+    out = (ASSETS / f'{study}/logs/parity-{design}-s{seed}.log').read_text()
+    return [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
+
+
 def study_training(study, seeds, design='norm-il'):
     """(the initializations, the learning rate schedule) a study's runs of design trained with: one more than the fresh
     starts each run's output names, and a cosine where the learning rates its log lines report change."""
     trainings = set()
     for s in seeds:
-        out = (ASSETS / f'{study}/logs/parity-{design}-s{s}.log').read_text()
         lrs = {e['lr'] for e in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if e['kind'] == 'train'}
-        trainings.add((1 + len(re.findall(r'^initialization \d+ of \d+: a fresh start', out, re.M)),
-                       'constant' if len(lrs) == 1 else 'cosine'))
+        trainings.add((1 + len(fresh_starts(study, design, s)), 'constant' if len(lrs) == 1 else 'cosine'))
     assert len(trainings) == 1, trainings
     return trainings.pop()
 
@@ -2656,14 +2660,17 @@ def seed_curves():
     return out
 
 
+# the docs' names of rules.py's checkpoint rules (its columns), in its order
+RULE_LABELS = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
+                   probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
+                   last='the last checkpoint')
+
+
 @check('docs/tasks.md', 'checkpoint rule, the recipe\'s ten runs', 'seeds passing (32 bits)', '95% interval')
 def seed_rules():
     """rules.py's last row, as the study stored it in rules.md."""
     passing = rules_passing()
-    labels = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
-                  probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
-                  last='the last checkpoint')
-    return {label: [passing[rule][:2], passing[rule][2:]] for rule, label in labels.items()}
+    return {label: [passing[rule][:2], passing[rule][2:]] for rule, label in RULE_LABELS.items()}
 
 
 
@@ -3294,8 +3301,7 @@ def perfect_by_init(study, design, seeds, every=1):
     initialization's: it ran before the fresh start); only the evaluations at multiples of every."""
     runs = []
     for s in seeds:
-        out = (ASSETS / f'{study}/logs/parity-{design}-s{s}.log').read_text()
-        starts = [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
+        starts = fresh_starts(study, design, s)
         counts = [0] * (len(starts) + 1)
         for e in seed_evals(design, study, [s])[0]:
             if e['iter'] % every == 0 and e['select']['probe_error'] == 0:
@@ -3436,11 +3442,8 @@ def inits_rules():
 @check('docs/tasks.md', 'checkpoint rule, two initializations', '32 bits: passing', '64 bits: passing')
 def inits_rule_table():
     a, b = rules_passing(INITS), rules_passing(INITS, 'rules-64.md')
-    labels = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
-                  probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
-                  last='the last checkpoint')
     assert a['probe_error'][0] == seed_share('norm-il', 32, study=INITS)['passed']
-    return {label: [a[rule][:2], b[rule][:2]] for rule, label in labels.items()}
+    return {label: [a[rule][:2], b[rule][:2]] for rule, label in RULE_LABELS.items()}
 
 
 PROSE[T, 'and evaluations; one run alone took # minutes on one core'] = lambda: [
