@@ -19,8 +19,22 @@ out two kinds, each by one rule:
   sys.exit). The tests check that a bad input gives one clear line that names what is wrong, not each
   message's wording.
 
-The score is killed / (killed + survived), in all and per file; timeouts count as killed (the break
-made a test hang). Survivors are printed with their diffs: each gets a test of the behaviour it breaks,
+Operators: mutmut's own (a number, a string, True/False, an assignment to None, an arithmetic or
+boolean operator swapped, a comparison's boundary flipped (< and <=, > and >=), a call's argument dropped
+or made None, a ternary forced down one arm) and five of ours on top (OPERATORS below), the breaks a
+reader aims at that mutmut cannot make:
+- delete statement: each simple statement of a function replaced by `pass` (a feature deleted outright);
+- drop with: each `with` block without `as` run without its context (autocast, no_grad, a lock dropped);
+- drop if body: each `if`'s body replaced by `pass` (a branch that is never taken);
+- swap name: each device or dtype name ('cpu', 'cuda', 'float32', torch.bfloat16, ...) swapped for another
+  of its kind;
+- swap setting: each string naming a train.py setting or a model field swapped for the next such name.
+The report counts the generated mutants and the sampled ones per operator.
+
+The score is killed / chosen, in all and per file: every chosen mutant that no test killed counts
+against it, those that no test reaches (mutmut's "no tests": a promise no test calls, the first hole to
+fill) included, and each is listed. Timeouts (the break made a test hang) and crashes of the test process
+count as killed. Survivors are printed with their diffs: each gets a test of the behaviour it breaks,
 or a line in tests/mutants-equivalent.txt with the reason.
 """
 
@@ -30,6 +44,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -37,9 +52,163 @@ import subprocess
 import sys
 import time
 
+import libcst as cst
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENT = os.path.join(ROOT, 'tests', 'mutants-equivalent.txt')
 ERROR_CALLS = {'UserError', 'SystemExit', 'error_line', 'error', 'exit'}  # (and any name ending Error/Exception)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Our operators, on top of mutmut's: each takes a libcst node and yields its mutants, as mutmut's own do.
+DEVICES = ['cpu', 'cuda', 'mps']                      # each name is swapped for the next of its kind
+DTYPES = ['float32', 'bfloat16', 'float16', 'float64']
+
+
+def setting_names():
+    """train.py's settings (its module-level lowercase names) and the model's fields (the dataclasses of
+    model.py and beyond/additions.py): the names a `swap setting` mutant trades for one another."""
+    names = set()
+    for path in ('train.py', 'model.py', 'beyond/additions.py'):
+        tree = ast.parse(open(os.path.join(ROOT, path)).read())
+        if path == 'train.py':
+            names |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                      if isinstance(t, ast.Name) and t.id.islower() and not t.id.startswith('_')}
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.decorator_list):
+            names |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return sorted(names)
+
+
+def is_pass(statements):
+    return all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+               for s in statements)
+
+
+def delete_statement(node):
+    """`delete statement`: a function's simple statement line replaced by `pass` (not a docstring, not a pass)."""
+    if all(isinstance(x, cst.Pass) for x in node.body):
+        return
+    if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(
+            node.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        return
+    yield node.with_changes(body=[cst.Pass()])
+
+
+def drop_with(node):
+    """`drop with`: a `with` block without `as` run without its context (its body under `if True:`)."""
+    if node.asynchronous is None and not any(item.asname for item in node.items):
+        yield cst.If(test=cst.Name('True'), body=node.body, leading_lines=node.leading_lines)
+
+
+def drop_if_body(node):
+    """`drop if body`: an `if`'s (or elif's) body replaced by `pass`. A body of one simple statement line is
+    left to `delete statement` (the same mutant)."""
+    body = node.body
+    if isinstance(body, cst.SimpleStatementSuite):
+        if not all(isinstance(x, cst.Pass) for x in body.body):
+            yield node.with_changes(body=body.with_changes(body=[cst.Pass()]))
+    elif not is_pass(body.body) and not (len(body.body) == 1 and isinstance(body.body[0], cst.SimpleStatementLine)):
+        yield node.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
+
+
+def swapped(value, names):
+    return names[(names.index(value) + 1) % len(names)] if value in names else None
+
+
+def swap_name(node):
+    """`swap name`: a device or dtype name in a plain string swapped for the next of its kind."""
+    if node.prefix == '':
+        new = swapped(node.evaluated_value, DEVICES) or swapped(node.evaluated_value, DTYPES)
+        if new:
+            yield node.with_changes(value=f'{node.quote}{new}{node.quote}')
+
+
+def swap_dtype_attribute(node):
+    """`swap name`: torch.float32 and its kind, as attributes, swapped for the next of their kind."""
+    new = swapped(node.attr.value, DTYPES)
+    if new and isinstance(node.value, cst.Name) and node.value.value == 'torch':
+        yield node.with_changes(attr=cst.Name(new))
+
+
+SETTINGS = []
+
+
+def swap_setting(node):
+    """`swap setting`: a plain string naming a setting or a model field swapped for the next such name."""
+    if node.prefix == '':
+        new = swapped(node.evaluated_value, SETTINGS)
+        if new:
+            yield node.with_changes(value=f'{node.quote}{new}{node.quote}')
+
+
+OPERATORS = {'delete statement': ('SimpleStatementLine', delete_statement), 'drop with': ('With', drop_with),
+             'drop if body': ('If', drop_if_body), 'swap name': ('SimpleString', swap_name),
+             'swap name ': ('Attribute', swap_dtype_attribute), 'swap setting': ('SimpleString', swap_setting)}
+# mutmut's operators by what they make (operator_swap_op is `boundary flip` on <, <=, >, >=)
+MUTMUT_LABELS = {'operator_number': 'number', 'operator_string': 'string', 'operator_name': 'True/False',
+                 'operator_assignment': 'assignment to None', 'operator_augmented_assignment': 'augmented to plain',
+                 'operator_remove_unary_ops': 'unary removed', 'operator_dict_arguments': 'dict keyword',
+                 'operator_arg_removal': 'drop argument', 'operator_lambda': 'lambda',
+                 'operator_symmetric_string_methods_swap': 'string method',
+                 'operator_unsymmetrical_string_methods_swap': 'string method', 'operator_keywords': 'keyword',
+                 'operator_swap_op': 'operator swap', 'operator_match': 'match case', 'operator_if_exp': 'ternary arm'}
+BOUNDARIES = ('LessThan', 'LessThanEqual', 'GreaterThan', 'GreaterThanEqual')
+
+
+def install_operators():
+    """Ours appended to mutmut's list (its generation reads the list; its worker processes fork from here)."""
+    from mutmut.mutation import mutators
+    if not SETTINGS:
+        SETTINGS.extend(setting_names())
+    if not any(op is delete_statement for _, op in mutators.mutation_operators):
+        mutators.mutation_operators.extend((getattr(cst, kind), op) for kind, op in OPERATORS.values())
+
+
+def label_of(operator, node):
+    name = operator.__name__
+    if name == 'operator_swap_op' and type(getattr(node, 'operator', None)).__name__ in BOUNDARIES:
+        return 'boundary flip'
+    mine = {op.__name__: label.strip() for label, (_, op) in OPERATORS.items()}
+    return mine.get(name) or MUTMUT_LABELS.get(name, name)
+
+
+def operators_of(sources):
+    """{mutant name: the operator that made it}: each file's mutations made again in this process, in
+    mutmut's order, with every operator tagged, and named as mutmut names them (the function's mutants
+    numbered from 1 in the order they were made)."""
+    from mutmut.mutation import file_mutation, mutators
+    from mutmut.mutation.trampoline_templates import mangle_function_name
+    from mutmut.utils.format_utils import get_mutant_name
+    install_operators()
+    tags, saved = {}, list(mutators.mutation_operators)
+
+    def tagged(operator):
+        def run(node):
+            for mutant in operator(node):
+                tags[id(mutant)] = label_of(operator, node)
+                yield mutant
+        return run
+    mutators.mutation_operators[:] = [(kind, tagged(op)) for kind, op in saved]
+    try:
+        names = {}
+        for source in sorted(set(sources)):
+            module, mutations, _, _ = file_mutation.create_mutations(source, open(source).read())
+            owner = {}
+            for statement in module.body:
+                if isinstance(statement, cst.FunctionDef):
+                    owner[statement] = mangle_function_name(name=statement.name.value, class_name=None)
+                elif isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock):
+                    for method in statement.body.body:
+                        if isinstance(method, cst.FunctionDef):
+                            owner[method] = mangle_function_name(name=method.name.value, class_name=statement.name.value)
+            for function, group in file_mutation.group_by_top_level_node(mutations).items():
+                if function in owner:
+                    for i, mutation in enumerate(group):
+                        key = get_mutant_name(pathlib.Path(source), f'{owner[function]}__mutmut_{i + 1}')
+                        names[key] = tags[id(mutation.mutated_node)]
+        return names
+    finally:
+        mutators.mutation_operators[:] = saved
 
 
 def generate(reuse=False):
@@ -53,6 +222,7 @@ def generate(reuse=False):
     copy_src_dir()
     copy_also_copy_files()
     setup_source_paths()
+    install_operators()
     create_mutants(os.cpu_count() or 2)
     names = {}
     for folder, _, files in os.walk('mutants'):
@@ -182,9 +352,14 @@ def main(argv=None):
         args.seed = random.SystemRandom().randrange(10 ** 6)
     t0 = time.time()
     names = generate(args.reuse)
+    operators = operators_of(names.values())
     chosen, left_out = choose(names, args)
     print(f'mutants: {len(names)} generated; seed {args.seed}; {len(chosen)} chosen; left out by rule: '
           f'{left_out["equivalent"]} recorded equivalent, {left_out["error text"]} error text only', flush=True)
+    generated = {}
+    for n in names:
+        generated[operators.get(n, '?')] = generated.get(operators.get(n, '?'), 0) + 1
+    print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in sorted(generated.items(), key=lambda x: -x[1])))
     if not chosen:
         return
     if args.unkilled and not args.reuse:
@@ -195,7 +370,7 @@ def main(argv=None):
     run = subprocess.run([sys.executable, '-m', 'mutmut', 'run', '--max-children', str(args.jobs), *to_run], env=env)
     if run.returncode not in (0, 1):  # (mutmut's own failure, not a surviving mutant)
         sys.exit(f'mutants.py: error: mutmut run stopped with exit code {run.returncode}; see its output above')
-    report(names, chosen, args, left_out, time.time() - t0)
+    report(names, operators, generated, chosen, args, left_out, time.time() - t0)
 
 
 def last_status(names, name):
@@ -205,35 +380,50 @@ def last_status(names, name):
         return status_by_exit_code[json.load(f)['exit_code_by_key'].get(name)]
 
 
-def report(names, chosen, args, left_out, seconds):
+KILLED = ('killed', 'timeout', 'segfault')  # a test failed, hung, or its process crashed
+
+
+def report(names, operators, generated, chosen, args, left_out, seconds):
+    """The score per file and per operator: killed over chosen, so a mutant that no test reaches (mutmut's
+    'no tests') or that the run did not check counts against it as a survivor does."""
     status = {n: last_status(names, n) for n in chosen}
-    per_file = {}
+    tables = {}
     for n in chosen:
-        s = status[n]
-        row = per_file.setdefault(names[n], {'killed': 0, 'survived': 0, 'other': 0})
-        row['killed' if s in ('killed', 'timeout') else 'survived' if s == 'survived' else 'other'] += 1
-    print(f'\n| file | killed | survived | other | score |\n|---|---|---|---|---|')
-    total = {'killed': 0, 'survived': 0, 'other': 0}
-    for source, row in sorted(per_file.items()):
+        for table, key in (('file', names[n]), ('operator', operators.get(n, '?'))):
+            row = tables.setdefault(table, {}).setdefault(key, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
+            s = status[n]
+            row['killed' if s in KILLED else s if s in ('survived', 'no tests') else 'other'] += 1
+    total = {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0}
+    for row in tables.get('file', {}).values():
         for k in total:
             total[k] += row[k]
-        print(f'| {source} | {row["killed"]} | {row["survived"]} | {row["other"]} | {score(row)} |')
-    print(f'| all | {total["killed"]} | {total["survived"]} | {total["other"]} | {score(total)} |')
+    for table, rows in tables.items():
+        extra = ' generated |' if table == 'operator' else ''
+        print(f'\n| {table} |{extra} sampled | killed | survived | no tests | other | score |')
+        print('|---|' + '---|' * (6 + bool(extra)))
+        for key, row in sorted(rows.items()):
+            cells = f' {generated.get(key, 0)} |' if extra else ''
+            print(f'| {key} |{cells} {sum(row.values())} | {row["killed"]} | {row["survived"]} | {row["no tests"]} | '
+                  f'{row["other"]} | {score(row)} |')
+        print(f'| all |{" " + str(len(names)) + " |" if extra else ""} {len(chosen)} | {total["killed"]} | '
+              f'{total["survived"]} | {total["no tests"]} | {total["other"]} | {score(total)} |')
     for n in chosen:
-        if status[n] not in ('killed', 'timeout'):
+        if status[n] not in KILLED:
             original, mutant = functions_of(n, names[n])
-            print(f'\n{status[n]}: {n} ({names[n]})\n    {changed_line(original, mutant)}')
+            print(f'\n{status[n]}: {n} ({names[n]}, {operators.get(n, "?")})\n    {changed_line(original, mutant)}')
     with open(args.out, 'w') as f:
         json.dump(dict(seed=args.seed, sample=args.sample, changed=args.changed, names=args.names,
-                       generated=len(names), left_out=left_out, seconds=round(seconds), per_file=per_file,
-                       total=total, status=status), f, indent=1)
-    print(f'\n{len(chosen)} mutants in {seconds / 60:.0f} min; results in {args.out} (other: no test calls the '
-          f'function, or a crash of the run itself)')
+                       generated=len(names), generated_per_operator=generated, left_out=left_out,
+                       seconds=round(seconds), per_file=tables.get('file', {}),
+                       per_operator=tables.get('operator', {}), total=total, status=status,
+                       operator={n: operators.get(n, '?') for n in chosen}), f, indent=1)
+    print(f'\n{len(chosen)} mutants in {seconds / 60:.0f} min; results in {args.out} (score: killed / sampled; '
+          f'no tests: no test calls the function; other: not checked, skipped or suspicious)')
 
 
 def score(row):
-    decided = row['killed'] + row['survived']
-    return f'{100 * row["killed"] / decided:.0f}%' if decided else '-'
+    n = sum(row.values())
+    return f'{100 * row["killed"] / n:.1f}%' if n else '-'
 
 
 if __name__ == '__main__':
