@@ -115,7 +115,7 @@ def test_each_bad_setting_is_named(run, tmp_path):
 
 
 def test_the_warm_up_has_its_own_line_and_a_compiler_that_cannot_build_is_one_clear_line(run, tmp_path):
-    # (that the compiled decoder gives the eager text is test_decode's, in-process: a cold compile
+    # (that the compiled decoder gives the eager text is test_decoder.py's, in-process: a cold compile
     # in a subprocess here would cost ~15 s)
     common = ('--start=the loop', '--num_samples=1', '--max_new_tokens=20', '--top_k=1')
     r = sample(run, *common)

@@ -1,7 +1,7 @@
 """
 Depth both ways (docs/depth.md): random-depth training's draw and truncated backprop, and the
 field's scale controls (beyond/additions.py's sandwich norm, input injection, damping; model.py's
-AlphaReadout), each stated as the property it is there for. (Decoding every control as the forward: test_decode.py.)
+AlphaReadout), each stated as the property it is there for. (Decoding every control as the forward: test_decoder.py.)
 
     python -m pytest -q tests/test_depth.py
 """

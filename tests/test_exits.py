@@ -15,7 +15,7 @@ from beyond.decoder import decode, generate, new_cache
 from beyond.eval_decode import exit_loops, exit_rows
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
-from test_decode import between, head_logits, masked_states
+from test_decoder import between, head_logits, masked_states
 
 V, T, K = 64, 12, 3
 

@@ -322,7 +322,7 @@ def test_compiled_model_matches_eager():
     # backend aot_eager: dynamo's graph of the training forward and AOT autograd's backward of it
     # (the fused loss's custom autograd Function included), run as traced, where our code can break.
     # Inductor's kernels (a cold compile of this forward and backward is ~13 s on a 2-core CPU) are
-    # compiled in test_decode.py's one-compiled-loop test and gpu_check's --cpu steps.
+    # compiled in test_decoder.py's one-compiled-loop test and gpu_check's --cpu steps.
     model = tiny(readout='final_norm', norm_penalty=0.01, n_loops=2)  # (two loops: the shared stack twice)
     g = torch.Generator().manual_seed(3)
     x, y = torch.randint(0, V, (4, T), generator=g), torch.randint(0, V, (4, T), generator=g)

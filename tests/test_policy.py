@@ -21,7 +21,7 @@ import data
 from beyond import decoder, parity
 from beyond.decoder import decode, generate, new_cache
 from data import Rows, load_rows, train_batches
-from test_decode import K, T, between, head_logits, masked_states, tiny, tokens
+from test_decoder import K, T, between, head_logits, masked_states, tiny, tokens
 
 
 # ---------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def conf_by_hand(criterion, model, h, before):
 def exits_by_hand(model, seq, threshold, criterion):
     """Token by token, the loop each token of seq (L,) exits at and its logits there: the first loop
     before K whose confidence exceeds the threshold (else K), on the forward where every earlier token is
-    frozen at its own exit (what projected stand-ins give the tokens after it: test_decode.py)."""
+    frozen at its own exit (what projected stand-ins give the tokens after it: test_decoder.py)."""
     exit_at = torch.full((1, len(seq)), K)
     with torch.no_grad():
         for t in range(len(seq)):

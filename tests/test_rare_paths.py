@@ -1,7 +1,7 @@
 """
 The paths the rest of the suite reaches only on a GPU, under the compiler, across ranks, or not at all,
 each run here on the CPU: the decoder's compiled step run as plain Python (the code torch.compile
-compiles) decodes as the eager step (its static shapes, a graph for each batch size: tests/test_decode.py);
+compiles) decodes as the eager step (its static shapes, a graph for each batch size: tests/test_decoder.py);
 what the step and the loss statistics make sits on their inputs' device, and a task's batches on
 the device asked ('meta': a device other than the CPU, with no data and no GPU); a Stepper's cache
 starts empty at every call; a scaled loss's gradient is rounded once; a token predicted with probability
@@ -42,7 +42,7 @@ def tiny(**kw):
 # the decoder
 
 def test_the_compiled_step_run_as_python_decodes_as_the_eager_step(monkeypatch):
-    # mutmut cannot run the tests that compile (tests/test_decode.py's is deselected there): with
+    # mutmut cannot run the tests that compile (tests/test_decoder.py's is deselected there): with
     # torch.compile the identity, Stepper(compile=True) runs static_token (a fixed-K token) and
     # static_loop (one loop at a time, for exits and drafts) as Python, over every block_size slot
     # with a mask, and must give the eager step's tokens, loops and logits

@@ -19,7 +19,7 @@ from conftest import HERE, TINY, assert_one_line_error, run_script
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT
-from test_decode import between
+from test_decoder import between
 
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
         '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']

@@ -12,7 +12,7 @@
 #      arithmetic: 5 s a process, 25 s the preflight, 126 s the training row (a 120 s compile and 23 steps
 #      of 24.1 TFLOP at 40% of 989 TFLOP/s), 9 s eager decoding (480 tokens at 8 ms), 49 s decode-graphs
 #      (a 40 s compile and 480 tokens), 127 s correctness (three 40 s compiles, 4 x 64 tokens)).
-#   2. python -m pytest of the CUDA-only tests (tests/test_decode.py -k on_cuda: the bf16 decoder is the
+#   2. python -m pytest of the CUDA-only tests (tests/test_decoder.py -k on_cuda: the bf16 decoder is the
 #      forward, and one case per decoding setting, CUDA graphs against eager), in one process (-n 0: a few
 #      tests, one GPU). Estimate: EST_CUDA_TESTS
 #      below: 10 s for pytest's start and collection (torch's import), then nine compiles of the tiny test
@@ -52,6 +52,6 @@ step() {  # step NAME ESTIMATE_S LOG COMMAND...: runs it, its output to LOG and 
 
 step gpu_check "$EST_CHECK" '' python -m beyond.gpu_check --only=train-44m-fused,decode-eager,decode-graphs,correctness \
   --speculative=False --fail_on_skip --out="$OUT" "${cpu[@]}"
-step cuda-tests "$EST_CUDA_TESTS" "$OUT/cuda-tests.log" python -m pytest -q -p no:cacheprovider -n 0 tests/test_decode.py -k on_cuda
+step cuda-tests "$EST_CUDA_TESTS" "$OUT/cuda-tests.log" python -m pytest -q -p no:cacheprovider -n 0 tests/test_decoder.py -k on_cuda
 echo "estimated $((EST_CHECK + EST_CUDA_TESTS + 5)) s on one H100; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $status

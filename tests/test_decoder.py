@@ -4,7 +4,7 @@ exit means what it says (an exit at loop j costs j loops; later tokens read the 
 token's stand-in, copied or recomputed), and speculative decoding with the model's own first
 loops gives the K-loop model's output: the same greedy text, the same distribution.
 
-    python -m pytest -q tests/test_decode.py
+    python -m pytest -q tests/test_decoder.py
 """
 
 import math
