@@ -162,6 +162,16 @@ def test_radial_fraction_leaves_out_tokens_whose_gradient_is_zero():
     assert math.isfinite(summarize(per_token)['radial'][-1])
 
 
+def test_the_per_loop_norm_and_angular_change_by_hand():
+    # two tokens, H_0 -> H_1 -> H_2 in the plane: token 0 turns 45 degrees then 135 more, token 1 only grows
+    states = [torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 1.0], [0.0, 3.0]]),
+              torch.tensor([[-1.0, 0.0], [0.0, 6.0]])]
+    got = token_diagnostics(None, [h[None] for h in states], torch.zeros(1, 2, dtype=torch.long), radial=False)
+    s = 1 / math.sqrt(2)
+    assert torch.allclose(got['norm'], torch.tensor([[math.sqrt(2), 3.0], [1.0, 6.0]]))  # (K, tokens)
+    assert torch.allclose(got['angular'], torch.tensor([[1 - s, 0.0], [1 + s, 0.0]]), atol=1e-7)  # 1 - cos(H_k, H_k-1)
+
+
 # ---------------------------------------------------------------------------------------
 # size, cost, initialisation
 
@@ -276,6 +286,38 @@ def test_perloop_backward_never_holds_k_logit_tensors():
     assert big == [], big
     loss.backward()  # and the recompute gives gradients
     assert model.transformer.wte.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('loss_path', ['fused', 'plain'])
+def test_a_real_target_0_is_scored_and_only_minus_1_is_ignored(loss_path):
+    # the no-grad scoring path (evaluation's depth losses, a forward under no_grad): token id 0 is a
+    # byte like any other; the ignore index is -1
+    V, T = 16, 8
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=V, block_size=T, n_layer=1, n_head=2, n_embd=16, n_loops=2,
+                                      dropout=0.0, readout='raw', init_std=0.3)).eval()
+    model.loss_path = loss_path
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, V, (2, T), generator=g)
+    y = torch.randint(1, V, (2, T), generator=g)
+    y[0, :3] = 0  # real targets 0, at known places
+    y[1, 5:] = -1  # ignored
+    with torch.no_grad():
+        logits, _ = model(x)  # the last loop's
+        logp = F.log_softmax(logits.double(), dim=-1)
+        by_hand = -logp.gather(-1, y.clamp(min=0)[..., None]).squeeze(-1)  # (B, T)
+        keep = y >= 0
+        per_token = model.depth_losses(model.hidden_states(x)[1:], y)[-1].view(2, T)
+        _, loss = model(x, y, n_loops=2)
+        terminal = by_hand[keep].mean().item()
+        perloop = model.depth_losses(model.hidden_states(x)[1:], y)
+    assert per_token[0, :3].tolist() == pytest.approx(by_hand[0, :3].tolist(), rel=1e-5)  # target 0: scored
+    assert min(per_token[0, :3].tolist()) > 0.1
+    assert per_token[1, 5:].tolist() == [0.0, 0.0, 0.0]  # -1: not scored
+    assert per_token[keep].mean().item() == pytest.approx(terminal, rel=1e-5)
+    # the per-loop loss divides by the tokens scored: 13 of the 16 in each loop, target 0 among them
+    assert loss.item() == pytest.approx((perloop.sum() / (2 * keep.sum())).item(), rel=1e-5)
+    assert keep.sum().item() == 13
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """
-Shared test fixtures (run the tests from the repository root: python -m pytest -q): tiny byte-level data made by prepare.py, and a runner for the scripts.
-Nothing here needs the network or anything outside the repo.
+Shared test fixtures (run the tests from the repository root: python -m pytest -q): tiny byte-level data made by prepare.py,
+a runner for the scripts, and the helpers and fixtures that the tests of several modules share (one copy each: a run's
+log, data whose splits differ, a task's rows, the still run whose every number is recomputed, figures and option
+snapshots). Nothing here needs the network or anything outside the repo.
 """
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -14,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -103,6 +107,398 @@ def train_in_process(data_dir, out_dir, *extra):
         train.main(train_args(data_dir, out_dir, *extra))
     finally:
         torch.set_flush_denormal(False)
+
+
+# -----------------------------------------------------------------------------
+# helpers and fixtures that the tests of several modules share (one copy each, here)
+
+def read_log(out_dir):
+    """A run's log.jsonl, one record a line."""
+    with open(os.path.join(out_dir, 'log.jsonl')) as f:
+        return [json.loads(line) for line in f]
+
+
+def settings(*argv):
+    """train.py's settings as its command line would make them, checked (in-process)."""
+    import train
+    return train.setup(list(argv))
+
+
+def strict(text):
+    """json.loads refusing NaN, Infinity and -Infinity, which Python writes by default and JSON does not have."""
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def between(values):
+    """A threshold between two neighbouring values near the median, at their widest gap: no
+    token's confidence sits near it, so float noise cannot move an exit across it."""
+    v = values.flatten().sort().values
+    lo, hi = len(v) // 4, 3 * len(v) // 4
+    i = lo + int((v[lo + 1:hi + 1] - v[lo:hi]).argmax())
+    return ((v[i] + v[i + 1]) / 2).item()
+
+
+def head_logits(model, h):
+    return model.lm_head(model.readout(h, last=True))  # (the model's own readout and head: forward's last step)
+
+
+def masked_states(model, x, exit_at):
+    """H_0 .. H_K of exit-aware training's forward with the exit pattern exit_at (B, T): the model's weights
+    in beyond/exit_train.py's class."""
+    from dataclasses import asdict
+    from beyond.exit_train import ExitTrainConfig, ExitTrainedGPT
+    masked = ExitTrainedGPT(ExitTrainConfig(**asdict(model.config))).eval()
+    masked.load_state_dict(model.state_dict())
+    masked.exit_at = exit_at
+    return masked.hidden_states(x)
+
+
+def exit_confidence(logits, criterion, prev=None):
+    """A readout criterion's confidence from its logits alone (it reads no state)."""
+    from beyond import exits
+    return exits.get(criterion)(None, None, logits, prev)
+
+
+def another(name, value):
+    """Another value of a setting: its next option, the other bool, or a number one more."""
+    import train
+    from beyond.additions import POSITIONS
+    from model import LOSSES, READOUTS
+    choices = {**{k: v for k, v in train.RANGES.items() if isinstance(v, tuple)},
+               'readout': READOUTS, 'loss': LOSSES, 'positions': POSITIONS}
+    if name in choices:
+        return next(c for c in choices[name] if c != value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    return value + '-other'
+
+
+def torchrun_environment(monkeypatch, rank, world_size):
+    """The variables torchrun gives a rank (a free port for the rendezvous)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    for name, value in dict(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=world_size, LOCAL_WORLD_SIZE=world_size,
+                            MASTER_ADDR='127.0.0.1', MASTER_PORT=port).items():
+        monkeypatch.setenv(name, str(value))
+
+
+@pytest.fixture
+def bare_checkpoint(tmp_path):
+    """An untrained 2-loop model saved as model_args and weights alone: no 'config' of the run that
+    trained it, so no dataset or data_dir to find its data by."""
+    import torch
+    from model import LoopedGPT, LoopedGPTConfig
+    torch.manual_seed(0)
+    args = dict(vocab_size=256, block_size=32, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0)
+    folder = tmp_path / 'run'
+    folder.mkdir()
+    torch.save(dict(model_args=args, model=LoopedGPT(LoopedGPTConfig(**args)).state_dict()), folder / 'ckpt.pt')
+    return folder / 'ckpt.pt'
+
+
+# data whose splits differ: every window of train is 'a' repeated, of val 'b' repeated, so the loss
+# on a split is one number whichever windows are drawn, and the two splits' numbers differ
+
+@pytest.fixture(scope='session')
+def split_data(tmp_path_factory):
+    import prepare
+    root = tmp_path_factory.mktemp('splitdata')
+    words = 'the loop reads out every state and the norm grows where the readout cannot see it'.split()
+    (root / 'text').mkdir()
+    (root / 'text' / 'train.txt').write_text('a' * 4000)
+    (root / 'text' / 'valid.txt').write_text('b' * 2000)
+    (root / 'text' / 'test.txt').write_text(' '.join(words[(i * 7) % len(words)] for i in range(400)) + '\n')
+    prepare.main(['--text_dir', str(root / 'text'), '--tokenizer', 'bytes', '--out_dir', str(root / 'data' / 'tiny-bytes')])
+    return root / 'data'
+
+
+SHORT = ('--max_iters=10', '--eval_interval=10', '--dtype=float32', '--eval_iters=1')  # ten steps: 'a' is learned, 'b' not
+
+
+# a task in rows (python -m beyond.parity): the splits as tests/test_parity.py's checks read them, and a run's settings on them
+TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
+        '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']
+
+
+@pytest.fixture(scope='session')
+def parity_data(tmp_path_factory):
+    from beyond import parity
+    root = tmp_path_factory.mktemp('parity')
+    parity.main(['--out_dir', str(root / 'parity'), '--seed', '3', *TASK])
+    return root
+
+
+def parity_args(root, out, *extra):
+    return [f'--data_dir={root}', '--dataset=parity', f'--out_dir={out}', *TINY, '--model_class=beyond.additions.FieldGPT',
+            '--positions=none', '--window=2', '--inject=True', '--readout=raw', *extra]
+
+
+PARITY_SPLITS = dict(train=(30, list(range(1, 5))), val=(8, [6]), test=(8, [8]))  # beyond.parity.write's splits: (rows, lengths)
+
+
+# the runs other studies read, as assets/cpu-demo and assets/cpu-long name them
+SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
+          **{f'{c}-cpu-long-s1': extra for c, extra in (('norm_perloop', []), ('raw_perloop', ['--readout=raw']),
+                                                        ('penalty_perloop', ['--norm_penalty=0.01']),
+                                                        ('finalnorm_perloop', ['--readout=final_norm']))}}
+
+
+class SharedRuns:
+    """The CPU demo's and the 4-epoch study's runs that other studies read, trained tiny and
+    in-process on first use (from any thread: the first studies run meanwhile)."""
+
+    def __init__(self, root, data_dir):
+        self.root, self.data_dir, self.lock, self.trained = root, data_dir, threading.Lock(), False
+
+    def folder(self):
+        with self.lock:
+            if not self.trained:
+                for name, extra in SHARED.items():
+                    train_in_process(self.data_dir, self.root / f'out-{name}', '--max_iters=2', '--eval_interval=1',
+                                     *extra)
+                self.trained = True
+        return self.root
+
+
+@pytest.fixture(scope='session')
+def shared_runs(tiny_data, tmp_path_factory):
+    return SharedRuns(tmp_path_factory.mktemp('shared-runs'), tiny_data)
+
+
+# -----------------------------------------------------------------------------
+# the still run: a run of train.py whose model does not move (learning rate 1e-9), so every record is
+# recomputable from its checkpoint, on a fake clock (STEP_S a step) and with a peak of PEAK FLOP/s; and
+# eval_depth.py on it. Every number they write is recomputed by another path (tests/test_train.py,
+# test_eval_depth.py, test_report.py): against a computation by hand or from the model's states with
+# torch's and numpy's own functions (F.cross_entropy, torch.autograd.grad, np.percentile), never through
+# the code that wrote it. FIELDS lists every field with the test that recomputes it.
+
+PEAK = 1e9     # FLOP/s given to the runs (a CPU has no peak, so no MFU)
+STEP_S = 0.25  # seconds a training step takes on the fake clock
+SEED, B, T = 1337, 8, 32  # TINY: batch 8, block 32
+# random depth with truncated backprop through the last loop: at seed 1337 the six steps draw K = 3, 1 | 2, 2 | 1, 2,
+# so each train line (two steps) has loops no step read, and loop 4 never runs
+DEPTH = ('--random_depth=True', '--n_loops=2', '--max_loops=4', '--bptt=1', '--model_class=beyond.additions.FieldGPT')
+BPTT, MEAN_K, MAX_K = 1, 2, 4
+STILL_SCORED = 256   # tokens eval_depth scores on the still run: 8 windows, one batch
+
+
+def load(out):
+    from model import LoopedGPT
+    return LoopedGPT.from_checkpoint(str(out))[0].eval()
+
+
+def ce_by_hand(model, x, y, K, clamp=False):
+    """Per-token CE (N,) of the model run with K loops, from its logits."""
+    import torch
+    from torch.nn import functional as F
+    with torch.no_grad():
+        logits = model(x, n_loops=K, clamp=clamp)[0]
+    return F.cross_entropy(logits.flatten(0, 1).double(), y.flatten(), reduction='none')
+
+
+def states_by_hand(model, x, K, clamp=False):
+    """[H_0 .. H_K], each (N, C) float64."""
+    import torch
+    with torch.no_grad():
+        return [h.reshape(-1, h.size(-1)).double() for h in model.hidden_states(x, K, clamp)]
+
+
+def radial_by_hand(model, h, y):
+    """|<g, H>| / (|g| |H|) per token, g = d CE / d H of reading H out as the last loop, by autograd, float64."""
+    import torch
+    from torch.nn import functional as F
+    h = h.clone().requires_grad_(True)
+    logits = F.linear(model.readout(h, last=True), model.lm_head.weight.detach().double())
+    (g,) = torch.autograd.grad(F.cross_entropy(logits, y.flatten(), reduction='sum'), h)
+    return (g * h).sum(-1).abs() / (g.norm(dim=-1) * h.norm(dim=-1))
+
+
+def one_minus_cos(h, prev):
+    return 1 - (h * prev).sum(-1) / (h.norm(dim=-1) * prev.norm(dim=-1))
+
+
+def norm_stats(norms):
+    """mean, median (torch's: the lower of the two middle values), p99 (numpy's linear rule) and max."""
+    import numpy as np
+    n = np.sort(norms.numpy())
+    return dict(norm_mean=n.mean(), norm_median=n[(len(n) - 1) // 2], norm_p99=np.percentile(n, 99), norm_max=n[-1])
+
+
+def assert_close(got, want, rel=1e-5):
+    for key, value in want.items():
+        assert got[key] == pytest.approx(float(value), rel=rel), key
+
+
+@pytest.fixture(scope='session')
+def still_run(tiny_data, tmp_path_factory):
+    """(run folder, its log records, what it printed). The alpha readout: its radial fraction is far from
+    zero (a normalized readout's is float64's noise, which any rule would match) and it has scalars to report."""
+    import io
+    from types import SimpleNamespace
+    import train
+    out = tmp_path_factory.mktemp('still') / 'run'
+    clock, real_step = [0.0], train.train_step
+
+    def step(*args, **kw):
+        clock[0] += STEP_S
+        return real_step(*args, **kw)
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setattr(train, 'time', SimpleNamespace(time=lambda: clock[0]))
+        mp.setattr(train, 'train_step', step)
+        mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
+        train_in_process(tiny_data, out, *DEPTH, '--readout=alpha', '--dtype=float32', '--learning_rate=1e-9',
+                         '--max_iters=6', '--log_interval=2', '--eval_interval=6')
+    return out, read_log(out), printed.getvalue()
+
+
+@pytest.fixture(scope='session')
+def still_evaluated(still_run, tmp_path_factory):
+    """(run folder, its record in results.json, what eval_depth.py printed, the whole results.json)."""
+    import io
+    import itertools
+    import math
+    from types import SimpleNamespace
+    import torch
+    import eval_depth
+    root = tmp_path_factory.mktemp('evaluated')
+    run = root / 'run'
+    shutil.copytree(still_run[0], run)
+    ckpt = torch.load(run / 'ckpt.pt', weights_only=True)
+    ckpt['model']['alpha_logit'].fill_(1.0)
+    ckpt['model']['log_s_ref'].fill_(math.log(3.0))
+    torch.save(ckpt, run / 'ckpt.pt')
+    clock = itertools.count(0.0, 0.5)
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed), \
+            contextlib.redirect_stderr(io.StringIO()):
+        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
+        mp.setattr(eval_depth, 'time', SimpleNamespace(perf_counter=lambda: next(clock)))
+        mp.setattr(eval_depth, 'all_plots', lambda *args: [])  # (figures hold no number of their own)
+        eval_depth.main([str(run), '--device=cpu', '--dtype=float32', f'--max_tokens={STILL_SCORED}', '--batch_size=8',
+                         '--bench_iters=1', '--clamp', '--lemma_loops=4', '--lemma_tokens=64', '--curves',
+                         '--out', str(root / 'eval')])
+    with open(root / 'eval' / 'results.json') as f:
+        results = json.load(f)
+    return run, results['runs'][0], printed.getvalue(), results
+
+
+# -----------------------------------------------------------------------------
+# a figure as a reader sees it (a dict of what is drawn), and the snapshots of figures and of the argparse
+# scripts' options: tests/snapshots/. After a deliberate change to a figure or an option, rewrite them and
+# read their diff:
+#     UPDATE_SNAPSHOTS=1 python -m pytest -q -n0 tests/test_report.py tests/test_tasks.py tests/test_prepare.py \
+#         tests/test_eval_depth.py tests/test_parity.py
+
+SNAPSHOTS = pathlib.Path(__file__).parent / 'snapshots'
+
+
+def matches_snapshot(file, key, got):
+    """got (made JSON: tuples as lists) is the snapshot's entry key; UPDATE_SNAPSHOTS=1 writes it instead."""
+    got, path = json.loads(json.dumps(got)), SNAPSHOTS / file
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    if os.environ.get('UPDATE_SNAPSHOTS') == '1':
+        stored[key] = got
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(dict(sorted(stored.items())), indent=1, ensure_ascii=False) + '\n')
+    assert key in stored, f'no snapshot of {key} in {path}: UPDATE_SNAPSHOTS=1 writes it'
+    return got == stored[key]
+
+
+def sig(values):
+    """Numbers to 5 significant digits, a flat list; NaN (a gap in a line) as None."""
+    import math
+    import numpy as np
+    a = np.ma.filled(np.ma.asarray(values, dtype=float), np.nan).ravel()
+    return [float(f'{v:.5g}') if math.isfinite(v) else None for v in a]
+
+
+def hexes(colors):
+    from matplotlib.colors import to_hex
+    return [to_hex(c, keep_alpha=True) for c in colors]
+
+
+def describe_legend(ax):
+    leg = ax.get_legend()
+    if leg is None:
+        return None
+    anchor = ax.transAxes.inverted().transform(leg.get_bbox_to_anchor().p0)  # (in the axes' own coordinates)
+    return dict(labels=[t.get_text() for t in leg.get_texts()], loc=leg._loc, anchor=sig(anchor), ncols=leg._ncols,
+                frameon=leg.get_frame_on(), fontsize=leg._fontsize)
+
+
+def describe_axes(ax):
+    from matplotlib.container import ErrorbarContainer
+    return dict(
+        title=ax.get_title(), xlabel=ax.get_xlabel(), ylabel=ax.get_ylabel(), xscale=ax.get_xscale(),
+        yscale=ax.get_yscale(), xlim=sig(ax.get_xlim()), ylim=sig(ax.get_ylim()), legend=describe_legend(ax),
+        lines=[dict(label=l.get_label(), color=hexes([l.get_color()])[0], ls=l.get_linestyle(), lw=l.get_linewidth(),
+                    marker=str(l.get_marker()), ms=l.get_markersize(), x=sig(l.get_xdata()), y=sig(l.get_ydata()))
+               for l in ax.lines],  # (an error bar's data line and its caps among them)
+        errorbars=[dict(label=c.get_label(), xerr=c.has_xerr, yerr=c.has_yerr)
+                   for c in ax.containers if isinstance(c, ErrorbarContainer)],
+        collections=[dict(kind=type(c).__name__, alpha=c.get_alpha(), face=hexes(c.get_facecolor()),
+                          edge=hexes(c.get_edgecolor()), paths=[sig(p.vertices) for p in c.get_paths()])
+                     for c in ax.collections],  # (error bars' segments, bands)
+        texts=[dict(text=t.get_text(), xy=sig(t.xy), offset=sig(t.xyann), coords=t.anncoords, fontsize=t.get_fontsize())
+               for t in ax.texts],
+        patches=[dict(label=p.get_label(), values=sig(p.get_data().values), edges=sig(p.get_data().edges))
+                 for p in ax.patches])
+
+
+def describe(fig):
+    return dict(size=sig(fig.get_size_inches()), suptitle=fig.get_suptitle(), axes=[describe_axes(ax) for ax in fig.axes])
+
+
+@pytest.fixture
+def plt():
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    yield plt
+    plt.close('all')
+
+
+class Parser(BaseException):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def parser_of(main, monkeypatch):
+    """The parser main builds, stopped at its parse_args (nothing run)."""
+    def seen(parser, *args, **kwargs):
+        raise Parser(parser)
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', seen)
+    monkeypatch.setattr(os, 'cpu_count', lambda: 4)  # (prepare's --num_threads default: the machine's cores)
+    with pytest.raises(Parser) as e:
+        main(['--help'])
+    return e.value.parser
+
+
+def assert_options_documented(script, main, monkeypatch, no_help=()):
+    """Every option of an argparse script's parser (main's) is documented in its --help, and the options
+    (flags, defaults, help, choices, types) are tests/snapshots/argparse.json's entry for the script;
+    no_help: options that may say nothing in --help."""
+    p = parser_of(main, monkeypatch)
+    monkeypatch.setenv('COLUMNS', '100')
+    shown = ' '.join(p.format_help().split())  # (rendered: a stray % in a help string would fail here)
+    options = [a for a in p._actions if not isinstance(a, argparse._HelpAction)]
+    described = {(a.option_strings or [a.dest])[0]: dict(default=a.default, help=a.help, choices=a.choices,
+                                                         required=a.required, type=getattr(a.type, '__name__', None),
+                                                         nargs=a.nargs, action=type(a).__name__) for a in options}
+    for flag, option in described.items():
+        assert option['help'] or option['choices'] or flag in no_help, f'{script} {flag} has no help'
+        if option['help']:
+            assert ' '.join(option['help'].split()) in shown, flag
+    assert p.description and ' '.join(p.description.split()) in shown
+    assert matches_snapshot('argparse.json', script, dict(description=p.description, options=described)), \
+        f'{script} options differ from tests/snapshots/argparse.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
 
 
 # -----------------------------------------------------------------------------

@@ -5,6 +5,8 @@ The exit-criteria registry (beyond/exits.py): adding a criterion is one entry, a
     python -m pytest -q tests/test_exits.py
 """
 
+import math
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -78,3 +80,40 @@ def test_the_listed_names_are_the_ones_a_user_types():
     quoted = re.findall(r"'([^']*)'", gates)
     assert quoted == ['gate', 'gate-raw'] and all(exits.check_name(n) == n for n in quoted)
     assert gates.endswith('...: python -m beyond.exit_gate)')
+
+
+# -----------------------------------------------------------------------------
+# the criteria and the gate's exit probability, by hand (the decoder's equivalence tests run the same code on
+# both sides)
+
+def confidence(name, logits):
+    return exits.get(name)(None, None, torch.tensor(logits), None).item()
+
+
+def test_max_prob_by_hand():
+    assert confidence('max_prob', [2.0, 1.0, 0.0]) == pytest.approx(math.exp(2) / (math.exp(2) + math.e + 1))
+    assert confidence('max_prob', [0.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)  # uniform: 1 / vocab
+    assert confidence('max_prob', [0.0, 5.0, 0.0]) == pytest.approx(math.exp(5) / (math.exp(5) + 2))  # wherever the top is
+    assert confidence('max_prob', [102.0, 101.0, 100.0]) == pytest.approx(math.exp(2) / (math.exp(2) + math.e + 1))
+
+
+def test_entropy_by_hand():
+    half_quarter_quarter = [math.log(0.5), math.log(0.25), math.log(0.25)]  # H = 0.5 ln 2 + 2 x 0.25 ln 4 = 1.5 ln 2
+    assert confidence('entropy', half_quarter_quarter) == pytest.approx(1 - 1.5 * math.log(2) / math.log(3))
+    assert confidence('entropy', [0.0, 0.0, 0.0, 0.0]) == pytest.approx(0.0, abs=1e-6)  # uniform: the least sure
+    assert confidence('entropy', [50.0, 0.0, 0.0, 0.0]) == pytest.approx(1.0, abs=1e-6)  # one token: the surest
+    sure, unsure = confidence('entropy', [3.0, 0.0, 0.0]), confidence('entropy', [1.0, 0.0, 0.0])
+    assert sure > unsure  # sharper is more confident
+
+
+def test_the_gates_exit_probability_by_hand():
+    for reads, scale, features in (('norm', 1.0, [3 / math.sqrt(12.5), 4 / math.sqrt(12.5)]),  # RMS of (3, 4): sqrt(12.5)
+                                   ('raw', 5.0, [0.6, 0.8])):  # over its one constant
+        gate = exits.ExitGate(2, reads, scale)
+        with torch.no_grad():
+            gate.linear.weight.copy_(torch.tensor([[1.0, -2.0]]))
+            gate.linear.bias.fill_(0.5)
+        logit = features[0] * 1.0 - 2.0 * features[1] + 0.5
+        h = torch.tensor([3.0, 4.0])
+        assert gate(h).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6), reads
+        assert exits.gate_criterion('gate', gate)(h, None).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6)
