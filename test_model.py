@@ -1,5 +1,7 @@
 """
-The blind spot's mechanism as executable checks, on a tiny model, on the CPU.
+The blind spot's mechanism and the rest of model.py's promises (the block, the losses and diagnostics by hand,
+scale control, K at call time, loading) as executable checks, on a tiny model, on the CPU. It needs nothing from
+beyond/ (.ci/paper-alone runs it in a tree without it).
 
     python -m pytest -q test_model.py
 """
@@ -13,7 +15,7 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from eval_depth import lemma_sums
-from model import LOSSES, READOUTS, LoopedGPT, LoopedGPTConfig, diagnostics, summarize, token_diagnostics
+from model import LOSSES, READOUTS, Block, LoopedGPT, LoopedGPTConfig, diagnostics, summarize, token_diagnostics
 
 V, T, D = 64, 16, 32
 
@@ -170,6 +172,54 @@ def test_the_per_loop_norm_and_angular_change_by_hand():
     s = 1 / math.sqrt(2)
     assert torch.allclose(got['norm'], torch.tensor([[math.sqrt(2), 3.0], [1.0, 6.0]]))  # (K, tokens)
     assert torch.allclose(got['angular'], torch.tensor([[1 - s, 0.0], [1 + s, 0.0]]), atol=1e-7)  # 1 - cos(H_k, H_k-1)
+
+
+# ---------------------------------------------------------------------------------------
+# the block: it drops the MLP's output in training (model.py's block comment) and each of its RMSNorms
+# (ln_1, ln_2) uses the layer's eps
+
+def tiny_block(**kw):
+    torch.manual_seed(0)
+    return Block(LoopedGPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=D, n_loops=1, **kw))
+
+
+def test_training_drops_the_mlp_output_and_rescales_the_rest():
+    p = 0.5
+    blk = tiny_block(dropout=p)
+    with torch.no_grad():
+        blk.attn.c_proj.weight.zero_()  # the attention adds nothing: the update is the MLP's alone
+    x = torch.randn(2, 8, D)
+    with torch.no_grad():
+        want = blk.eval()(x) - x     # (B, T, D) the MLP's update, nothing dropped
+        torch.manual_seed(1)
+        got = blk.train()(x) - x
+    assert (want != 0).all()
+    dropped = got == 0
+    assert 0.35 < dropped.float().mean() < 0.65  # about p of the 512 entries
+    assert torch.allclose(got[~dropped], want[~dropped] / (1 - p), rtol=1e-5, atol=1e-6)
+
+
+def reference_block(blk, x):
+    """x + attn(ln_1(x)), then x + mlp(ln_2(x)), through the layer's own modules (their eps included)."""
+    B, T, _ = x.shape
+    q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(D, -1)
+    heads = [t.view(B, T, 2, D // 2).transpose(1, 2) for t in (q, k, v)]  # (B, nh, T, hs)
+    y = F.scaled_dot_product_attention(*heads, is_causal=True).transpose(1, 2).reshape(B, T, D)
+    x = x + blk.attn.c_proj(y)
+    h = blk.ln_2(x)
+    return x + blk.mlp.w_down(F.silu(blk.mlp.w_gate(h)) * blk.mlp.w_up(h))
+
+
+def test_every_norm_of_the_block_uses_the_layers_eps():
+    blk = tiny_block(dropout=0.0).eval()
+    x = 0.3 * torch.randn(2, 8, D)  # RMS ~0.3: an eps of 1 changes each norm's output about 3x
+    blk.ln_1.eps = blk.ln_2.eps = 1.0
+    with torch.no_grad():
+        got, want = blk(x), reference_block(blk, x)
+        blk.ln_1.eps = blk.ln_2.eps = None
+        default = reference_block(blk, x)
+    assert not torch.allclose(want, default, atol=1e-3)  # (the eps matters at this scale)
+    assert torch.allclose(got, want, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------

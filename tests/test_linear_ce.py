@@ -1,6 +1,7 @@
 """
 The fused, chunked readout loss (linear_ce.py) gives the plain path's loss and gradients:
-logits materialised, then F.cross_entropy. On its own, and through every readout of the model.
+logits materialised, then F.cross_entropy. On its own, and through every readout of the model; its compiled
+form gives its eager form's, on its inputs' device, holding one chunk's logits at a time.
 
     python -m pytest -q tests/test_linear_ce.py
 """
@@ -356,3 +357,110 @@ def test_the_loss_path_compiles_to_one_graph_either_way():
         calls[path] = counter.frame_count
     torch._dynamo.reset()
     assert calls == {'fused': 1, 'plain': 1}
+
+
+# ---------------------------------------------------------------------------------------
+# the loss's compiled form (the branch torch.compile traces, taken here eagerly) gives its eager form's loss,
+# per-row CE and gradients, each row's its own softmax's whatever the scale of the chunk's other rows; it makes its
+# tensors on its inputs' device (the default device 'meta' changes nothing) and holds no (chunk, V) tensor beyond
+# each chunk's logits but the one float32 buffer of a narrower dtype
+
+def fused_loss_inputs(seed, ignored=True):
+    """x (40, D) and the head w (50, D), both with gradients, and 40 targets (ignored: every fifth -1, not scored)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(40, D, generator=g, requires_grad=True)
+    w = torch.randn(50, D, generator=g, requires_grad=True)
+    y = torch.randint(0, 50, (40,), generator=g)
+    if ignored:
+        y[::5] = -1
+    return x, w, y
+
+
+def fused_loss_and_grads(x, w, y, autocast=False):
+    """(the loss, per-row CE, dloss/dx, dloss/dw) of linear_cross_entropy in chunks of 16 rows."""
+    x.grad = w.grad = None
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    total.backward()
+    return total.detach(), ce, x.grad.clone(), w.grad.clone()
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_the_compiled_form_of_the_fused_loss_matches_its_eager_form(monkeypatch, autocast):
+    x, w, y = fused_loss_inputs(3)
+    eager = fused_loss_and_grads(x, w, y, autocast)
+    # the branch taken under torch.compile (_softmax_grad_compiled, no reused buffer), here run eagerly
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, 'is_compiling', lambda: True)
+        compiled = fused_loss_and_grads(x, w, y, autocast)
+    tol = dict(rtol=1e-2, atol=1e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+    assert (compiled[1][::5] == 0).all()
+    for a, b in zip(compiled, eager):
+        assert torch.allclose(a.float(), b.float(), **tol)
+
+
+@pytest.mark.parametrize('compiling', [False, True])
+def test_the_fused_loss_makes_its_tensors_on_its_inputs_device(monkeypatch, compiling):
+    # on a GPU a tensor made on the default device (the CPU) would meet the inputs' in an op and raise (or
+    # copy through the host). The default device set to 'meta' stands for that here: the loss of CPU inputs
+    # must not change, in either of its forms
+    x, w, y = fused_loss_inputs(4)
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: compiling)
+    want = fused_loss_and_grads(x, w, y)
+    with torch.device('meta'):
+        got = fused_loss_and_grads(x, w, y)
+    for a, b in zip(got, want):
+        assert a.device.type == 'cpu' and torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('compiling', [False, True])
+def test_each_rows_loss_is_its_own_softmaxs_whatever_the_other_rows_scale(monkeypatch, compiling):
+    # the rows of a chunk are independent: a row of logits ~300 beside one of logits ~1 leaves that row's CE
+    # and gradient as they are alone (each row's max is its own: exp(1 - 300) is 0 in float32). In both forms
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(16, D, generator=g)
+    x[::2] *= 0.05  # logits ~0.3
+    x[1::2] *= 20.0  # logits ~100 apart: up to ~300
+    x.requires_grad_(True)
+    w = torch.randn(50, D, generator=g)
+    y = torch.randint(0, 50, (16,), generator=g)
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: compiling)
+    total, ce = linear_cross_entropy(x, w, y, chunk=16)
+    (gx,) = torch.autograd.grad(total, x)
+    xd = x.detach().double().requires_grad_(True)
+    want = F.cross_entropy(F.linear(xd, w.double()), y, reduction='none')
+    (want_gx,) = torch.autograd.grad(want.sum(), xd)
+    z = F.linear(x, w).detach()
+    assert z.max() > 150 + z[::2].max()  # (the case: past float32's exp(-104), its least denormal)
+    assert torch.isfinite(ce).all() and torch.isfinite(gx).all()
+    assert torch.allclose(ce.double(), want.detach(), rtol=1e-5, atol=1e-5)
+    assert torch.allclose(gx.double(), want_gx, rtol=1e-4, atol=1e-4)
+
+
+class ChunkByVocabulary(torch.utils._python_dispatch.TorchDispatchMode):
+    """The (rows of a chunk, V) tensors that the ops below autograd make, by storage (a view or an in-place
+    op's output shares its input's: one storage each), kept alive so that no two share an address."""
+
+    def __init__(self, chunk, V):
+        super().__init__()
+        self.chunk, self.V, self.storages = chunk, V, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dim() == 2 and t.size(0) <= self.chunk and t.size(1) == self.V:
+                self.storages.setdefault(t.untyped_storage().data_ptr(), (t.dtype, t))
+        return out
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_the_fused_loss_holds_a_chunk_of_logits_and_a_float32_buffer_only_where_they_are_narrower(autocast):
+    # the loss's memory is O(chunk x V): in float32 the softmax and its gradient are made in each chunk's
+    # logits themselves, nothing more of the vocabulary's width; under bf16 autocast the float32 gradient
+    # needs one buffer of its own, made once and reused by every chunk
+    x, w, y = fused_loss_inputs(5, ignored=False)
+    wide = ChunkByVocabulary(16, 50)  # (D = 32 rows: the head's weight transposed is not one)
+    with wide, torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        linear_cross_entropy(x, w, y, chunk=16)  # 3 chunks: 16, 16 and 8 rows
+    made = sorted(str(dtype) for dtype, _ in wide.storages.values())
+    assert made == (['torch.bfloat16'] * 3 + ['torch.float32'] if autocast else ['torch.float32'] * 3)
