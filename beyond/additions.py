@@ -10,7 +10,7 @@ FieldGPT is LoopedGPT exactly with every field at its default. Each addition ove
 paper's model, and none touches model.py: the loop input (damping, injection), the embedding
 (positions), the stack's attention (a window), the sublayers' outputs (sandwich norm, forward hooks on
 the block's modules), the states the loss reads (truncated backprop). A fork adds its own scale control
-the same way (tests/test_fields.py: a field, the hook it overrides, and nothing else). The blind-spot
+the same way (tests/test_train.py: a field, the hook it overrides, and nothing else). The blind-spot
 question for each: is the scale visible to a loss, removed from the recurrence, or hidden?
 """
 

@@ -14,10 +14,9 @@ import torch
 from torch.nn import functional as F
 
 from beyond.additions import FieldGPT
-from conftest import train_in_process
+from conftest import read_log, train_in_process
 from model import token_diagnostics
 from test_model import batch, tiny
-from test_train import read_log
 from depth import draw_depth
 
 

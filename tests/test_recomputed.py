@@ -504,7 +504,7 @@ FIELDS = {
            for k in ('val_loss', 'val_ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}),
     'checkpoint': dict(
         model_args=None, model=None, optimizer=None, config=None,
-        model_class='tests/test_fields.py::test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result',
+        model_class='tests/test_train.py::test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result',
         iter_num=f'{ME}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth',
         best_val_loss=f'{ME}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth'),
     'results.json': dict(

@@ -6,6 +6,8 @@ subprocess would only add an interpreter start and a torch import; and configura
     python -m pytest -q tests/test_train.py
 """
 
+import contextlib
+import io
 import itertools
 import json
 import math
@@ -13,22 +15,19 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+import eval_depth
 import train as train_module
-from conftest import HERE, assert_one_line_error, run_script, stand_in_python, train_args, train_in_process
+from conftest import HERE, assert_one_line_error, read_log, run_script, stand_in_python, train_args, train_in_process
 from configurator import UserError, check_ranges, configure
 from model import LoopedGPT, LoopedGPTConfig
 from runtime import autocast
-
-
-def read_log(out_dir):
-    with open(os.path.join(out_dir, 'log.jsonl')) as f:
-        return [json.loads(line) for line in f]
 
 
 def train(tiny_data, out_dir, *extra):
@@ -836,6 +835,68 @@ def test_the_first_compiled_step_is_its_own_line_not_the_first_log_lines_speed(t
         assert all(m == pytest.approx(1.0, rel=1e-3) for m in ms), ms
     else:
         assert ms[0] == pytest.approx(1000 * 100.001 / 2, rel=1e-3) and ms[1] == pytest.approx(1.0, rel=1e-3)
+
+
+# -----------------------------------------------------------------------------
+# a scale control added by a fork, with no edit to model.py: a subclass of LoopedGPTConfig with one field and a
+# subclass of LoopedGPT that overrides one hook (as beyond/additions.py adds the field's controls). A config naming
+# the class makes the field a train.py setting with its comment in --help; the run saves it, the checkpoint records
+# the class and loads back as it, and eval_depth.py evaluates it and describes the run by the field
+
+@dataclass
+class CappedConfig(LoopedGPTConfig):
+    rms_cap: float = 0.0          # a scale control for this test: each carried state's RMS capped at this (0 = off)
+
+
+class CappedGPT(LoopedGPT):
+    """LoopedGPT whose carried state has its per-token RMS capped (its one hook: the loop input)."""
+    config_class = CappedConfig
+
+    def loop_input(self, h, k, e):
+        h = super().loop_input(h, k, e)
+        if self.config.rms_cap > 0 and k > 0:
+            rms = h.pow(2).mean(-1, keepdim=True).sqrt()
+            h = h * (self.config.rms_cap / rms).clamp(max=1.0)
+        return h
+
+
+def test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result(tiny_data, tmp_path, capsys):
+    named = ['--model_class=test_train.CappedGPT']  # (as a config file names it: model_class = '...')
+    # --help lists it under the config, with the comment written beside the field
+    with pytest.raises(SystemExit):
+        train_module.setup([*named, '--help'])
+    help_text = capsys.readouterr().out
+    assert '[test_train.py: CappedConfig]' in help_text
+    assert "--rms_cap=0.0" in help_text and "each carried state's RMS capped at this (0 = off)" in help_text
+    with pytest.raises(train_module.UserError, match="unknown setting 'rms_cap'"):
+        train_module.setup(['--rms_cap=0.5'])  # (LoopedGPT has no such field)
+    with pytest.raises(train_module.UserError, match="model_class 'nowhere.CappedGPT' cannot be loaded"):
+        train_module.setup(['--model_class=nowhere.CappedGPT'])  # one line
+    # a run trained with it saves it, and its branch runs: the states' RMS stays under the cap
+    out = tmp_path / 'capped'
+    try:
+        train_module.main(train_args(tiny_data, out, *named, '--rms_cap=0.005', '--max_iters=3', '--eval_interval=3'))
+    finally:
+        torch.set_flush_denormal(False)
+    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['rms_cap'] == 0.005 and ckpt['config']['rms_cap'] == 0.005
+    assert ckpt['model_class'] == 'test_train.CappedGPT'
+    model, _ = LoopedGPT.from_checkpoint(str(out))  # the class the checkpoint records
+    assert type(model) is CappedGPT and model.config.rms_cap == 0.005
+    x = torch.randint(0, 256, (2, 16))
+    states = model.eval().hidden_states(x, 4)
+    rms = lambda h: float(h.detach().pow(2).mean(-1).sqrt().max())  # noqa: E731
+    for k in (1, 2, 3):  # the state loops 2..4 start from is capped, where uncapped it would not be
+        assert rms(model.loop_input(states[k], k, states[0])) <= 0.005 * (1 + 1e-5)
+        assert rms(LoopedGPT.loop_input(model, states[k], k, states[0])) > 0.005
+    # eval_depth.py: the run is loaded as its class and described by its fields off the defaults, by their names
+    err, stdout = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout):
+        eval_depth.main([str(out), '--device', 'cpu', '--max_tokens', '256', '--bench_iters', '1', '--out',
+                         str(tmp_path / 'eval')])
+    assert 'rms_cap 0.005' in err.getvalue()
+    run = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs'][0]
+    assert run['model']['rms_cap'] == 0.005
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
