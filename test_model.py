@@ -370,6 +370,20 @@ def test_a_real_target_0_is_scored_and_only_minus_1_is_ignored(loss_path):
     assert keep.sum().item() == 13
 
 
+@pytest.mark.parametrize('loss_path', ['fused', 'plain'])
+def test_the_models_eval_ce_under_cpu_bf16_autocast_is_float32_softmax_of_bf16_logits(loss_path):
+    model = tiny(n_layer=1, n_loops=2).eval()
+    model.loss_path = loss_path
+    x, y = batch(B=4)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        states = model.hidden_states(x)[1:]
+        got = model.depth_losses(states, y)
+        logits = [model.lm_head(model.readout(h, last=True)) for h in states]  # bf16
+    want = torch.stack([F.cross_entropy(z.float().flatten(0, 1), y.flatten(), reduction='none') for z in logits])
+    assert logits[0].dtype == torch.bfloat16 and got.dtype == torch.float32
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------
 # scale control: inter-loop norm and the clamp
 

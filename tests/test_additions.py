@@ -15,6 +15,7 @@ import torch
 
 from beyond.additions import FieldGPT, FieldGPTConfig, sandwich
 from model import LoopedGPT, LoopedGPTConfig
+from test_model import batch, tiny
 
 
 # -----------------------------------------------------------------------------
@@ -66,3 +67,31 @@ def test_an_older_checkpoint_loads_as_the_class_its_fields_name(tmp_path):
             assert torch.equal(loaded.eval()(x)[0], model(x)[0])
     assert set(MOVED) == {f.name for f in fields(ExitTrainConfig)} - {f.name for f in fields(LoopedGPTConfig)}
     assert all(getattr(ExitTrainConfig(), k) == v for k, v in MOVED.items())  # (MOVED: their defaults, as declared)
+
+
+# -----------------------------------------------------------------------------
+# truncated backprop (FieldGPT.forward's bptt, random-depth training's) at and past the K a step runs:
+# config/random_depth.py (bptt 8) draws K < 8 most steps
+
+def step(model, x, y, K, bptt):
+    """loss, per-loop CE and every parameter's gradient of one training forward and backward."""
+    model.zero_grad()
+    _, loss = model(x, y, n_loops=K, bptt=bptt)
+    loss.backward()
+    return loss.detach(), model.stats['ce'], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize('K,bptt', [(2, 2), (2, 3), (2, 8), (4, 4), (4, 5)])
+def test_bptt_at_or_past_the_drawn_depth_reads_and_trains_every_loop_that_ran(K, bptt):
+    # truncated backprop counts from the last loop: with bptt >= K every loop that ran has a graph and is read,
+    # the loss, the penalty, the per-loop CE and the gradients those of the untruncated step
+    model = tiny(FieldGPT, n_layer=1, n_loops=4, readout='raw', norm_penalty=0.1)
+    x, y = batch(B=2)
+    want, got = step(model, x, y, K, 0), step(model, x, y, K, bptt)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[1].isfinite().all()
+    assert got[2].keys() == want[2].keys() and all(torch.equal(got[2][n], want[2][n]) for n in want[2])
+    assert model.flops_per_token(K, backward_loops=bptt) == model.flops_per_token(K)
+    # one loop short of K is truncated: the first loop is not read, and the loss is another number
+    short = step(model, x, y, K, K - 1)
+    assert short[1][0].isnan() and short[1][1:].isfinite().all() and not torch.equal(short[0], want[0])
+    assert model.flops_per_token(K, backward_loops=K - 1) < model.flops_per_token(K)

@@ -464,3 +464,22 @@ def test_the_fused_loss_holds_a_chunk_of_logits_and_a_float32_buffer_only_where_
         linear_cross_entropy(x, w, y, chunk=16)  # 3 chunks: 16, 16 and 8 rows
     made = sorted(str(dtype) for dtype, _ in wide.storages.values())
     assert made == (['torch.bfloat16'] * 3 + ['torch.float32'] if autocast else ['torch.float32'] * 3)
+
+
+# ---------------------------------------------------------------------------------------
+# the no-grad scoring (eval, eval_depth, the diagnostics' CE) under CPU bf16 autocast: the matmul in bf16, the
+# log-softmax in float32 (CPU autocast leaves log_softmax in its input's dtype: bf16 would be ~1e-2 nats off)
+
+def test_scoring_without_gradients_under_cpu_bf16_autocast_takes_the_log_softmax_in_float32():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(300, 32, generator=g), 0.5 * torch.randn(256, 32, generator=g)
+    y = torch.randint(0, 256, (300,), generator=g)
+    y[::9] = -1
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        total, ce = linear_cross_entropy(x, w, y, chunk=128)
+    logits = F.linear(x.bfloat16(), w.bfloat16())  # what autocast's matmul gives
+    want = F.cross_entropy(logits.float(), y, ignore_index=-1, reduction='none')
+    assert ce.dtype == torch.float32 and torch.allclose(ce, want, rtol=1e-6, atol=1e-6)
+    assert total.item() == pytest.approx(want.sum().item(), rel=1e-6)
+    in_bf16 = -torch.log_softmax(logits, -1).gather(1, y.clamp(min=0)[:, None]).squeeze(1).float()
+    assert (in_bf16 - want)[y >= 0].abs().mean() > 5e-3  # (the wrong precision is another number)

@@ -9,7 +9,11 @@ and train.py's printed lines with their MFU and memory.
 
 import math
 
+import numpy as np
 import pytest
+
+import report
+from conftest import strict
 
 
 # -----------------------------------------------------------------------------
@@ -20,3 +24,23 @@ def test_perplexity_by_hand_with_its_overflow_and_nan():
     assert perplexity(0.0) == 1.0 and perplexity(1.0) == pytest.approx(math.e) and perplexity(699.0) == math.exp(699)
     assert perplexity(700.0) == math.inf and perplexity(1e9) == math.inf  # (exp overflows: inf, not an error)
     assert math.isnan(perplexity(float('nan')))  # a NaN loss stays NaN, not inf
+
+
+# -----------------------------------------------------------------------------
+# NaN and inf in results.json and log.jsonl: null, valid JSON for a strict parser
+
+NON_FINITE = dict(loss=float('inf'), ce=[float('nan'), 1.5, -float('inf')], nested={'radial': (float('nan'),)},
+                  numpy=np.float64('inf'), iter=3, name='x')
+
+
+AS_NULL = dict(loss=None, ce=[None, 1.5, None], nested={'radial': [None]}, numpy=None, iter=3, name='x')
+
+
+def test_non_finite_numbers_are_written_as_null_to_results_and_the_log(tmp_path, capsys):
+    report.write_json(str(tmp_path / 'results.json'), NON_FINITE)
+    assert strict((tmp_path / 'results.json').read_text()) == AS_NULL
+    report.log(str(tmp_path), NON_FINITE, 'a line')
+    report.log(str(tmp_path), dict(NON_FINITE, iter=4), 'another')
+    lines = (tmp_path / 'log.jsonl').read_text().splitlines()
+    assert [strict(line) for line in lines] == [AS_NULL, dict(AS_NULL, iter=4)]
+    assert capsys.readouterr().out == 'a line\nanother\n'

@@ -6,6 +6,7 @@ positions) and the progressive loss, and beyond/tasks.py's evaluation by depth (
 """
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -15,11 +16,12 @@ import depth
 import train
 from beyond import parity
 from configurator import UserError
-from conftest import HERE, TINY, assert_one_line_error, run_script
+from conftest import HERE, TINY, assert_one_line_error, run_script, strict, train_in_process
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT
 from test_decoder import between
+from test_model import tiny
 
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
         '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']
@@ -578,3 +580,38 @@ def test_meta_json_describes_the_rows_it_holds(parity_data):
     meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
     assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
                             '-1 at bos and pads')
+
+
+# -----------------------------------------------------------------------------
+# what beyond/tasks.py writes and what it refuses: strict JSON when a run diverges, and a run trained on text in
+# one line
+
+def test_a_tasks_results_json_is_strict_json_when_a_run_diverges(tmp_path, monkeypatch):
+    # beyond.tasks writes through report.write_json: a diverged run's inf and NaN are null
+    import beyond.tasks as tasks
+    row = dict(run='out-parity', length=4, K=1, trained_K=1, intervention='none', accuracy=0.5, exact=0.0,
+               h_norm=float('nan'), rms=float('inf'), one_minus_cos=float('nan'))
+    monkeypatch.setattr(tasks, 'evaluate', lambda *a, **kw: [row])
+    monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
+    tasks.main(['--runs=out-parity', '--lengths=4', '--loops=1', f'--out={tmp_path}'])
+    written = strict((tmp_path / 'results.json').read_text())
+    assert written['results'][0]['rms'] is None and written['designs'][0]['h_norm'] is None
+
+
+def test_beyond_tasks_refuses_a_run_trained_on_text(tiny_data, tmp_path):
+    import beyond.tasks as tasks
+    out = tmp_path / 'text-run'
+    train_in_process(tiny_data, out, '--max_iters=1', '--eval_interval=1', '--eval_iters=1')
+    with pytest.raises(SystemExit) as e:
+        tasks.main([f'--runs={out}', '--lengths=4', '--loops=1,2', '--rows=4', f'--out={tmp_path / "eval"}'])
+    message = str(e.value.code)
+    assert message.startswith('beyond.tasks: error:') and '\n' not in message, message
+    assert str(out) in message and 'tiny-bytes' in message and 'vocab 256' in message and 'parity' in message
+    assert not (tmp_path / 'eval').exists()
+    # a model of parity's vocabulary whose data (here, at hand) is text is refused too; one whose data is
+    # not at hand is taken on its vocabulary
+    model = tiny(n_layer=1, n_loops=4, vocab_size=4)
+    ckpt = dict(model_args=asdict(model.config), config=dict(data_dir=str(tiny_data), dataset='tiny-bytes'))
+    with pytest.raises(UserError, match='tiny-bytes'):
+        tasks.check_parity_run('four', model, ckpt)
+    tasks.check_parity_run('four', model, dict(ckpt, config=dict(data_dir=str(tmp_path), dataset='parity')))

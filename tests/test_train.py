@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -26,7 +27,7 @@ import eval_depth
 import train as train_module
 from conftest import HERE, assert_one_line_error, read_log, run_script, stand_in_python, train_args, train_in_process
 from configurator import UserError, check_ranges, configure
-from model import LoopedGPT, LoopedGPTConfig
+from model import LoopedGPT, LoopedGPTConfig, diagnostics
 from runtime import autocast
 
 
@@ -891,12 +892,92 @@ def test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result(tiny_data, tmp
         assert rms(LoopedGPT.loop_input(model, states[k], k, states[0])) > 0.005
     # eval_depth.py: the run is loaded as its class and described by its fields off the defaults, by their names
     err, stdout = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout):
-        eval_depth.main([str(out), '--device', 'cpu', '--max_tokens', '256', '--bench_iters', '1', '--out',
-                         str(tmp_path / 'eval')])
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout):
+            eval_depth.main([str(out), '--device', 'cpu', '--max_tokens', '256', '--bench_iters', '1', '--out',
+                             str(tmp_path / 'eval')])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns it on process-wide: the range tests below read denormals)
     assert 'rms_cap 0.005' in err.getvalue()
     run = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs'][0]
     assert run['model']['rms_cap'] == 0.005
+
+
+# -----------------------------------------------------------------------------
+# diag_tokens below one window: the diagnostics run on one whole window (train.evaluate)
+
+WINDOW = 16  # tiny_model's block_size
+
+
+@pytest.mark.parametrize('diag_tokens,rows', [(1, 1), (WINDOW - 1, 1), (WINDOW, 1), (2 * WINDOW - 1, 1),
+                                                     (2 * WINDOW, 2)])
+def test_diagnostics_run_on_whole_windows_and_at_least_one(diag_tokens, rows):
+    model = tiny_model(n_loops=2, init_std=0.0)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = (torch.randint(0, 64, (1, 3, WINDOW), generator=g) for _ in range(2))  # one batch of 3 windows
+    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=diag_tokens)
+    want = diagnostics(model, xs[0, :rows], ys[0, :rows])
+    assert all(math.isfinite(v) for v in want['norm_mean'])
+    for key, value in want.items():
+        assert ev[key] == value, key
+
+
+# -----------------------------------------------------------------------------
+# every range of the settings at its bounds, through train.py's own parsing: the value at the bound taken, just
+# past it refused in one line naming the setting
+
+def past(bound, direction):
+    """The nearest value of the bound's type past it: 1 for an int, the next float for a float."""
+    return bound + direction if type(bound) is int else math.nextafter(bound, direction * math.inf)
+
+
+LOWER = [  # (setting, its lowest value), as each setting's comment says: '>= x', or '[x, y)'
+    ('eval_interval', 1), ('log_interval', 1), ('eval_iters', 1), ('diag_tokens', 1), ('batch_size', 1),
+    ('gradient_accumulation_steps', 1), ('max_loops', 1), ('depth_sigma', 0.0), ('bptt', 0), ('max_iters', 0),
+    ('weight_decay', 0.0), ('beta1', 0.0), ('beta2', 0.0), ('grad_clip', 0.0), ('warmup_iters', 0), ('min_lr', 0.0),
+    ('seed', 0),
+    # the model's fields (LoopedGPTConfig; beyond/'s, with their class)
+    ('block_size', 1), ('n_layer', 1), ('n_loops', 1), ('dropout', 0.0), ('norm_penalty', 0.0), ('init_std', 0.0),
+    ('window', 0), ('exit_train', 0.0)]
+
+
+CLASS = dict(window=['--model_class=beyond.additions.FieldGPT'], exit_train=['--model_class=beyond.exit_train.ExitTrainedGPT'])
+
+
+OPEN = [('learning_rate', 0.0), ('epochs', 0.0), ('beta1', 1.0), ('beta2', 1.0), ('dropout', 1.0)]  # '> x' or '[.., x)'
+
+
+def refused(argv, key):
+    with pytest.raises(UserError) as e:
+        train_module.setup(argv)
+    message = str(e.value)
+    assert key in message and '\n' not in message, message
+
+
+@pytest.mark.parametrize('key,low', LOWER, ids=[b[0] for b in LOWER])
+def test_a_lowest_value_is_taken_and_the_value_below_it_refused(key, low):
+    named = CLASS.get(key, [])
+    assert train_module.setup([*named, f'--{key}={low!r}'])[key] == low
+    refused([*named, f'--{key}={past(low, -1)!r}'], f"'{key}'")
+
+
+@pytest.mark.parametrize('key,bound', OPEN, ids=[b[0] for b in OPEN])
+def test_an_open_bound_is_refused_and_the_value_just_inside_it_taken(key, bound):
+    inside = past(bound, 1 if bound == 0 else -1)
+    assert train_module.setup([f'--{key}={inside!r}'])[key] == inside
+    refused([f'--{key}={bound!r}'], f"'{key}'")
+
+
+def test_the_width_and_heads_bounds_and_exit_train_below_one():
+    # n_embd and n_head at 1 (n_embd a multiple of n_head); exit_train just under 1 with the class that trains it
+    from beyond.exit_train import ExitTrainedGPT
+    assert train_module.setup(['--n_embd=1', '--n_head=1'])['n_embd'] == 1
+    refused(['--n_embd=0', '--n_head=1'], "'n_embd'")
+    refused(['--n_head=0'], "'n_head'")
+    below_one = math.nextafter(1.0, 0.0)
+    assert train_module.setup([f'--exit_train={below_one!r}'], model_class=ExitTrainedGPT)['exit_train'] == below_one
+    with pytest.raises(UserError, match="'exit_train'"):
+        train_module.setup(['--exit_train=1.0'], model_class=ExitTrainedGPT)
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
