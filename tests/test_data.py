@@ -6,12 +6,18 @@ name the command that makes the data.
     python -m pytest -q tests/test_data.py
 """
 
+import io
+import sys
+
+import numpy as np
 import pytest
 import torch
 
+import sample
 import train
 from configurator import UserError
 from conftest import HERE
+from data import ByteTokenizer, Scoring, get_tokenizer, load_run, score_windows
 
 
 # -----------------------------------------------------------------------------
@@ -28,3 +34,98 @@ def test_a_tasks_missing_data_names_the_module_that_makes_it(tmp_path):
     # a name that no module of beyond/ writes is text for prepare.py, as before
     with pytest.raises(UserError, match=r'python prepare.py --text_dir .* --out_dir data/my-text'):
         train.load_splits(str(tmp_path), 'my-text', 16)
+
+
+# -----------------------------------------------------------------------------
+# the tokenizers (tiktoken's BPE stood in by a small one built here, as its ranks need a download)
+
+@pytest.fixture
+def tiny_bpe(monkeypatch):
+    """tiktoken.get_encoding answering 'tiny' alone (byte ranks and a few merges), as tiktoken does
+    for a name it knows; any other name is tiktoken's ValueError. Returns the names it was asked."""
+    tiktoken = pytest.importorskip('tiktoken')
+    ranks = {bytes([i]): i for i in range(256)}
+    for merge in (b' t', b'he', b' the'):
+        ranks.setdefault(merge, len(ranks))
+    pat = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    enc = tiktoken.Encoding('tiny', pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+    asked = []
+
+    def get_encoding(name):
+        asked.append(name)
+        if name != 'tiny':
+            raise ValueError(f"Unknown encoding {name}")
+        return enc
+    monkeypatch.setattr(tiktoken, 'get_encoding', get_encoding)
+    return asked
+
+
+def test_a_tokenizer_is_the_encoding_named_and_decodes_a_cut_character_as_errors_says(tiny_bpe):
+    bpe = get_tokenizer('tiny')
+    assert tiny_bpe == ['tiny'] and bpe.name == 'tiny' and bpe.n_vocab == 259
+    with pytest.raises(ValueError, match="unknown tokenizer 'nope'"):
+        get_tokenizer('nope')
+    # a sampled sequence may stop inside a character: é is two bytes, the ids end after the first
+    for tok, default in ((ByteTokenizer(), 'strict'), (bpe, 'replace')):  # (tiktoken's own default: replace)
+        ids = tok.encode('the café')
+        assert tok.decode(ids) == 'the café'
+        cut = ids[:-1]
+        assert tok.decode(cut, errors='replace') == 'the caf\ufffd', tok.name
+        with pytest.raises(UnicodeDecodeError):
+            tok.decode(cut, errors='strict')
+        if default == 'strict':
+            with pytest.raises(UnicodeDecodeError):
+                tok.decode(cut)
+        else:
+            assert tok.decode(cut) == 'the caf\ufffd'
+
+
+# -----------------------------------------------------------------------------
+# a checkpoint without its training config, loaded on the data folder named
+
+def test_a_checkpoint_without_its_config_loads_on_the_data_folder_named(bare_checkpoint, tiny_data, tmp_path,
+                                                                         monkeypatch):
+    folder = tiny_data / 'tiny-bytes'
+    model, config, val = load_run(str(bare_checkpoint), 'cpu', 'val', data_dir=str(folder))
+    assert config == {} and not model.training
+    assert np.array_equal(val, np.fromfile(folder / 'val.bin', dtype=np.uint16))
+    model, tokenizer = sample.load(dict(sample.SETTINGS, out_dir=str(bare_checkpoint), data_dir=str(folder)), 'cpu')
+    assert tokenizer.name == 'bytes' and not model.training
+    # without --data_dir there is nothing to find it by: one line naming the folder looked in
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"no prepared data in data/ \(meta.json missing\)"):
+        load_run(str(bare_checkpoint), 'cpu', 'val')
+
+
+# -----------------------------------------------------------------------------
+# scoring: the progress bar and the first batch
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize('stream', [Terminal, io.StringIO])
+def test_the_scoring_progress_bar_counts_batches_and_shows_only_on_a_terminal(stream, monkeypatch):
+    windows = score_windows(100, 16)  # 6 windows of 16 and one of 3: 2 batches of 4, then the tail
+    sc = Scoring(None, np.arange(100), windows, 4, 'cpu', None)
+    monkeypatch.setattr(sys, 'stderr', stream())
+    with sc.progress(windows, 'scoring') as bar:
+        bar.update(1)
+    shown = sys.stderr.getvalue()
+    if stream is Terminal:
+        assert 'scoring' in shown and '0/3 ' in shown, shown  # (3 batches: the tail is one of its own)
+    else:
+        assert shown == ''  # a log file or a pipe gets no bar
+
+
+def test_first_batch_is_the_first_batch_size_windows_in_their_order():
+    tokens = np.arange(200)
+    sc = Scoring(None, tokens, [(0, 8), (8, 16), (24, 16), (40, 16)], 1, 'cpu', None)
+    x, y = sc.first_batch()  # the first window, though a longer one follows it
+    assert x.tolist() == [list(range(0, 8))] and y.tolist() == [list(range(1, 9))]
+    x, _ = sc.first_batch(sc.windows[1:], 2)
+    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+    sc.batch_size = 3  # the first 3: a batch is of one length, the longest first
+    x, _ = sc.first_batch()
+    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+from argparse import Namespace
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,6 +23,7 @@ from beyond import eval_decode, exits
 import eval_depth
 import train
 import data as runs_module  # (loading runs and their windows)
+from configurator import UserError
 from conftest import assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
@@ -558,3 +560,20 @@ def test_retime_with_device_auto_times_on_the_device_the_runs_were_timed_on(monk
     finally:
         torch.set_flush_denormal(False)
     assert seen == ['cpu']
+
+
+# -----------------------------------------------------------------------------
+# the argument bounds: the least value each takes, and one less refused
+
+EVAL_DEFAULTS = dict(max_loops=None, lemma_loops=0, lemma_tokens=16384, batch_size=0, max_tokens=0, bench_iters=10,
+                     diag_tokens=0)
+
+
+LEAST = dict(max_loops=1, lemma_loops=2, lemma_tokens=1, batch_size=0, max_tokens=0, bench_iters=1, diag_tokens=0)
+
+
+@pytest.mark.parametrize('name', LEAST)
+def test_eval_depth_takes_each_settings_least_value_and_refuses_one_less(name):
+    eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name]})))
+    with pytest.raises(UserError, match=f'--{name}'):
+        eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name] - 1})))

@@ -8,8 +8,11 @@ how to train one.
 """
 
 import json
+import math
 import os
+import re
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -188,3 +191,53 @@ def test_the_fit_draws_its_minibatches_from_its_seed_alone():
     assert torch.equal(fitted[0], fitted[1])
     other = exit_gate.fit(exits.ExitGate(8, 'norm'), x, y, 5, 0.05, 16, seed=8).linear.weight
     assert not torch.equal(fitted[0], other.detach())
+
+
+# -----------------------------------------------------------------------------
+# a checkpoint file where a run folder goes: the gate is written beside it
+
+def test_exit_gate_given_a_checkpoint_file_writes_the_gate_beside_it_and_reports_its_losses(
+        bare_checkpoint, tiny_data, capsys, monkeypatch):
+    loaded, load_run = [], exit_gate.load_run  # (the device the run is loaded on: on a GPU, the gate's)
+    monkeypatch.setattr(exit_gate, 'load_run', lambda path, device, *a, **kw: loaded.append(device) or
+                        load_run(path, device, *a, **kw))
+    try:
+        exit_gate.main([f'--out_dir={bare_checkpoint}', f'--data_dir={tiny_data / "tiny-bytes"}', '--device=cpu',
+                        '--tokens=512', '--iters=5'])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns it on process-wide)
+    assert loaded == ['cpu']  # the device asked for
+    gate = bare_checkpoint.parent / 'gate.pt'
+    info = torch.load(gate, weights_only=True)['info']
+    line = capsys.readouterr().err
+    assert line.startswith(f"gate={gate} reads=norm target=improve pairs={info['pairs']} "), line
+    # the summary line's numbers are the saved ones: the base rate's held-out BCE -> the gate's
+    got = re.search(r'base_rate=(\S+) heldout_bce=(\S+) -> (\S+) seconds=', line).groups()
+    assert info['heldout_pairs'] > 0
+    assert got == (f"{info['base_rate']:.3f}", f"{info['heldout_bce_base']:.4f}", f"{info['heldout_bce']:.4f}")
+
+
+# -----------------------------------------------------------------------------
+# the base rate: clamped off 0 and 1 as the gate's starting bias is
+
+@pytest.mark.parametrize('train_label', [1.0, 0.0])
+def test_a_base_rate_of_0_or_1_is_clamped_as_the_gate_starts_from_it(train_label, monkeypatch):
+    # 2 loops, 40 tokens in windows of 4: the first 20 train (every label train_label), the last 20
+    # are held out (half each); the states say nothing (a zero-weight gate reads only its bias)
+    N = 40
+    agree = torch.ones(N, dtype=torch.bool)
+    agree[20:] = torch.arange(20) % 2 == 0
+    if train_label == 0.0:
+        agree[:20] = False
+    argmax = torch.stack([torch.where(agree, 0, 1), torch.zeros(N, dtype=torch.long)])  # 'agree': loop 1's is loop 2's
+    states = torch.randn(1, N, 8, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(exit_gate, 'collect', lambda *a, **k: (states, torch.zeros(2, N), argmax))
+    model = SimpleNamespace(config=SimpleNamespace(block_size=4))
+    gate, info = exit_gate.train_gate(model, None, N, 'norm', 'agree', 0.0, iters=0, lr=0.01, batch_size=8,
+                                      holdout=0.5, ctx=None, device='cpu')
+    assert info['base_rate'] == train_label and info['heldout_pairs'] == 20
+    # a label the training pairs never showed costs -log(1e-4) nats, not torch's cap of 100; and the
+    # untrained gate (its bias the clamped base rate's logit) is the base rate's constant exactly
+    want = 0.5 * -math.log(1e-4) + 0.5 * -math.log(1 - 1e-4)
+    assert info['heldout_bce_base'] == pytest.approx(want, rel=1e-4)
+    assert info['heldout_bce'] == pytest.approx(info['heldout_bce_base'], rel=1e-4)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import prepare
-from conftest import assert_one_line_error, run_script
+from beyond import parity
+from conftest import PARITY_SPLITS, assert_one_line_error, run_script
 from data import ByteTokenizer, bin_dtype
 
 TEXT = {
@@ -301,3 +302,29 @@ def test_a_named_wikitext_is_loaded_with_its_config_and_recorded_in_meta(tmp_pat
     assert ByteTokenizer().decode(ids) == 'a b\nc\n'
     assert {k: meta[k] for k in ('dataset', 'config', 'source')} == {
         'dataset': 'wikitext-2', 'config': 'wikitext-2-raw-v1', 'source': 'Salesforce/wikitext (wikitext-2-raw-v1)'}
+
+
+# -----------------------------------------------------------------------------
+# the progress bar
+
+def test_prepares_progress_bar_counts_a_files_bytes_in_scaled_units(tmp_path, capsys):
+    text = tmp_path / 'train.txt'
+    text.write_text('hello world\n' * 500)  # 6,000 bytes
+    n, _ = prepare.write_bin(str(tmp_path / 'train.bin'), ByteTokenizer(), np.uint16,
+                             prepare.file_source(str(text)), 'train', 1)
+    assert n == 6000
+    bar = capsys.readouterr().err
+    assert '6.00k/6.00k' in bar and 'B/s' in bar, bar  # (not 6000/6000)
+
+
+# -----------------------------------------------------------------------------
+# a folder that beyond.parity wrote: refused, naming what it holds
+
+def test_prepare_refuses_a_parity_folder_naming_what_it_holds(tmp_path, tiny_data):
+    parity.write(str(tmp_path), 3, PARITY_SPLITS)
+    before = (tmp_path / 'meta.json').read_text()
+    with pytest.raises(SystemExit) as e:
+        prepare.main(['--text_dir', str(tiny_data.parent / 'text'), '--tokenizer', 'bytes', '--out_dir', str(tmp_path)])
+    assert str(e.value.code) == (f"prepare.py: error: {tmp_path} already holds parity tokens of parity, seed 3: "
+                                 "use --force to replace them, or another --out_dir")
+    assert (tmp_path / 'meta.json').read_text() == before

@@ -7,6 +7,7 @@ and train.py's printed lines with their MFU and memory.
     python -m pytest -q tests/test_report.py
 """
 
+import json
 import math
 
 import numpy as np
@@ -44,3 +45,23 @@ def test_non_finite_numbers_are_written_as_null_to_results_and_the_log(tmp_path,
     lines = (tmp_path / 'log.jsonl').read_text().splitlines()
     assert [strict(line) for line in lines] == [AS_NULL, dict(AS_NULL, iter=4)]
     assert capsys.readouterr().out == 'a line\nanother\n'
+
+
+def test_a_results_file_has_null_for_a_non_finite_value_and_refuses_one_it_cannot_null(tmp_path):
+    path = tmp_path / 'results.json'
+    report.write_json(str(path), dict(ppl=[5.0, float('nan')], loss={'K=1': float('inf')}))
+    assert json.loads(path.read_text()) == dict(ppl=[5.0, None], loss={'K=1': None})
+    # a non-finite dict key is no value json_safe makes null: an error, not a file with a 'NaN' in it
+    with pytest.raises(ValueError):
+        report.write_json(str(tmp_path / 'keys.json'), {float('nan'): 1.0})
+    assert not (tmp_path / 'keys.json').exists()
+
+
+def test_the_log_refuses_a_non_finite_number_it_cannot_null_as_a_results_file_does(tmp_path, capsys):
+    # log.jsonl is written by the rule of write_json: what json_safe cannot make null (a dict's key) is an
+    # error, not a line with a 'NaN' or 'Infinity' in it
+    for key in (float('nan'), float('inf')):
+        with pytest.raises(ValueError):
+            report.log(str(tmp_path), {key: 1.0, 'iter': 3}, 'a line')
+    report.log(str(tmp_path), {'iter': 4, 'loss': float('nan')}, 'another')  # (a value: null)
+    assert (tmp_path / 'log.jsonl').read_text() == '{"iter": 4, "loss": null}\n'

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import beyond.tasks as tasks
 import depth
 import train
 from beyond import parity
@@ -615,3 +616,20 @@ def test_beyond_tasks_refuses_a_run_trained_on_text(tiny_data, tmp_path):
     with pytest.raises(UserError, match='tiny-bytes'):
         tasks.check_parity_run('four', model, ckpt)
     tasks.check_parity_run('four', model, dict(ckpt, config=dict(data_dir=str(tmp_path), dataset='parity')))
+
+
+def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
+    asked = []
+
+    def evaluate(runs, lengths, loops, seed, rows, interventions, device):  # (no model: rows of 50 %)
+        asked.append(device)
+        return [dict(run=run, length=n, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
+                     rms=1.0, one_minus_cos=0.0) for run in runs for n in lengths for k in loops]
+    monkeypatch.setattr(tasks, 'evaluate', evaluate)
+    monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
+    tasks.main(['--runs=out/b-s2,out/a,out/b-s1', '--lengths=4,8', '--loops=1,2', '--device=cuda:1',
+                f'--out={tmp_path}'])
+    assert asked == ['cuda:1']
+    results = json.loads((tmp_path / 'results.json').read_text())
+    assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
+    assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
