@@ -7,17 +7,19 @@ name the command that makes the data.
 """
 
 import io
+import math
 import sys
 
 import numpy as np
 import pytest
 import torch
 
+import data
 import sample
 import train
 from configurator import UserError
 from conftest import HERE
-from data import ByteTokenizer, Scoring, get_tokenizer, load_run, score_windows
+from data import ByteTokenizer, Rows, Scoring, get_tokenizer, load_run, score_windows, train_batches
 
 
 # -----------------------------------------------------------------------------
@@ -129,3 +131,41 @@ def test_first_batch_is_the_first_batch_size_windows_in_their_order():
     sc.batch_size = 3  # the first 3: a batch is of one length, the longest first
     x, _ = sc.first_batch()
     assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+
+
+# -----------------------------------------------------------------------------
+# train.py's draw of rows: every row can be drawn
+
+def rows_drawn(rows, iters=20, batch_size=16, n_micro=2):
+    """How often each row is drawn in the first iters iterations of rank 0 (seed 1)."""
+    counts = np.zeros(len(rows.x), dtype=int)
+    for it in range(iters):
+        xs, _ = train_batches(rows, it, 0, seed=1, n_micro=n_micro, batch_size=batch_size, block_size=3, device='cpu')
+        np.add.at(counts, xs[..., 0].flatten().numpy(), 1)
+    return counts
+
+
+class ShortDraw:
+    """A draw that never reaches the last row: integers(low, high) drawn below high - 1."""
+    def __init__(self, rng):
+        self.rng = rng
+
+    def integers(self, low, high, size=None):
+        return self.rng.integers(low, high - 1, size=size)
+
+
+def test_over_enough_draws_every_row_is_drawn(monkeypatch):
+    n_rows = 10
+    ids = np.repeat(np.arange(n_rows, dtype=np.uint8)[:, None], 3, axis=1)  # row i holds i: a drawn row names itself
+    rows = Rows(x=ids, y=ids.astype(np.int16))
+    counts = rows_drawn(rows)
+    # 640 uniform draws of 10 rows: a row is missed with probability 0.9^640 ~ 5e-30, and its count is
+    # Binomial(640, 0.1), 64 +- 7.6: within 6 standard deviations of 64 for any seed but astronomically few
+    draws, p = counts.sum(), 1 / n_rows
+    assert draws == 640 and (counts > 0).all()
+    assert (np.abs(counts - draws * p) < 6 * math.sqrt(draws * p * (1 - p))).all(), counts
+    # the control: the same check on a rule one row short fails it
+    real = np.random.default_rng
+    monkeypatch.setattr(data.np.random, 'default_rng', lambda seed: ShortDraw(real(seed)))
+    short = rows_drawn(rows)
+    assert short[-1] == 0 and (short[:-1] > 0).all()

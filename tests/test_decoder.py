@@ -8,7 +8,7 @@ loops gives the K-loop model's output: the same greedy text, the same distributi
 """
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 import pytest
 import torch
@@ -20,8 +20,7 @@ from beyond import decoder
 from beyond import exits
 from beyond.decoder import decode, generate, new_cache
 from beyond.additions import FieldGPT, FieldGPTConfig
-from beyond.exit_train import ExitTrainConfig, ExitTrainedGPT
-from configurator import UserError
+from conftest import between, exit_confidence, head_logits, masked_states
 import model as model_module
 from model import LoopedGPT, LoopedGPTConfig
 
@@ -34,19 +33,6 @@ def tiny(**kw):
     args = dict(dict(vocab_size=V, block_size=T, n_layer=2, n_head=2, n_embd=D, n_loops=K, dropout=0.0), **kw)
     cls = LoopedGPT if set(kw) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT
     return cls(cls.config_class(**args)).eval()
-
-
-def head_logits(model, h):
-    return model.lm_head(model.readout(h, last=True))  # (the model's own readout and head: forward's last step)
-
-
-def masked_states(model, x, exit_at):
-    """H_0 .. H_K of exit-aware training's forward with the exit pattern exit_at (B, T): the model's weights
-    in beyond/exit_train.py's class."""
-    masked = ExitTrainedGPT(ExitTrainConfig(**asdict(model.config))).eval()
-    masked.load_state_dict(model.state_dict())
-    masked.exit_at = exit_at
-    return masked.hidden_states(x)
 
 
 def tokens(B=2, n=T, seed=1):
@@ -213,6 +199,57 @@ def test_decode_refuses_positions_past_the_block():
 
 
 # ---------------------------------------------------------------------------------------
+# early exit: the loop each token exits at, against its criterion written out here (not the registry's)
+
+def conf_by_hand(criterion, model, h, before):
+    """A token's confidence after a loop from its state h and the state before it (C,) each."""
+    p = F.softmax(head_logits(model, h).double(), -1)
+    if criterion == 'max_prob':
+        return p.max().item()
+    if criterion == 'entropy':
+        return 1 + (p * p.log()).sum().item() / math.log(p.numel())
+    if criterion == 'angular':
+        return 1 - (h / h.norm() - before / before.norm()).norm().item() / 2
+    return math.exp(-(h - before).norm().item() / h.norm().item())  # 'latent'
+
+
+def exits_by_hand(model, seq, threshold, criterion):
+    """Token by token, the loop each token of seq (L,) exits at and its logits there: the first loop
+    before K whose confidence exceeds the threshold (else K), on the forward where every earlier token is
+    frozen at its own exit (what projected stand-ins give the tokens after it: test_decode.py)."""
+    exit_at = torch.full((1, len(seq)), K)
+    with torch.no_grad():
+        for t in range(len(seq)):
+            states = masked_states(model, seq[None], exit_at)
+            exit_at[0, t] = next((k for k in range(1, K)
+                                  if conf_by_hand(criterion, model, states[k][0, t], states[k - 1][0, t]) > threshold), K)
+        states = masked_states(model, seq[None], exit_at)
+        logits = torch.stack([head_logits(model, states[k][0, t]) for t, k in enumerate(exit_at[0].tolist())])
+    return exit_at[0], logits
+
+
+@pytest.mark.parametrize('criterion', ['max_prob', 'entropy', 'angular', 'latent'])
+def test_generate_exits_each_token_where_its_criterion_by_hand_first_exceeds_the_threshold(criterion):
+    model = tiny(readout='raw', init_std=0.1)
+    prompt, n_new = tokens(B=1, n=4), T - 5  # (no window restart: every position is run once)
+    with torch.no_grad():  # thresholds between loop-1 confidences, and between loop-2 ones, of the fixed-K text
+        seq = generate(model, prompt, n_new, top_k=1)[0][0, :-1]
+        states = model.hidden_states(seq[None], 2)
+        thresholds = [between(torch.tensor([conf_by_hand(criterion, model, states[k][0, t], states[k - 1][0, t])
+                                            for t in range(len(seq))])) for k in (1, 2)]
+    seen = []
+    for threshold in thresholds:
+        out, loops, _ = generate(model, prompt, n_new, top_k=1, exit_threshold=threshold, criterion=criterion,
+                                 stand_in='project')
+        want_loops, logits = exits_by_hand(model, out[0, :-1], threshold, criterion)
+        # new token i is read out at position 3 + i, at that token's exit loop; greedy: its top logit there
+        assert loops[0].tolist() == want_loops[3:].tolist(), threshold
+        assert out[0, 4:].tolist() == logits[3:].argmax(-1).tolist(), threshold
+        seen.append(set(loops[0].tolist()))
+    assert any(len(s) > 1 for s in seen), seen  # the threshold decides something: tokens of one text exited apart
+
+
+# ---------------------------------------------------------------------------------------
 # the verify pass and rollback
 
 @pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
@@ -354,12 +391,105 @@ def test_accepting_drafts_by_the_rule():
 
 
 # ---------------------------------------------------------------------------------------
-# recomputed stand-ins, the convergence criterion, the compiled loop
+# speculative decoding: what was drafted, by hand. The K-loop text comes out whatever is drafted, so a wrong draft
+# rule (an inverted draft_stop, drafts from the wrong loop) passes every token-for-token check: here the loops each
+# draft ran, the tokens proposed and how many were kept, against the j-loop and K-loop models by hand
 
-def exit_confidence(logits, criterion, prev=None):
-    """A readout criterion's confidence from its logits alone (it reads no state)."""
-    return exits.get(criterion)(None, None, logits, prev)
+def confidence_by_hand(model, seq, j, criterion):
+    """Loop j's confidence at the last token of seq, and the j-loop model's greedy token there:
+    the top probability ('max_prob'), or 1 - ||u_j - u_{j-1}|| / 2 with u = H / ||H|| ('angular')."""
+    with torch.no_grad():
+        states = model.hidden_states(torch.tensor([seq]), j)
+        h, before = states[j][0, -1], states[j - 1][0, -1]
+        logits = head_logits(model, h)
+    if criterion == 'max_prob':
+        conf = F.softmax(logits, -1).max().item()
+    else:
+        conf = 1 - (h / h.norm() - before / before.norm()).norm().item() / 2
+    return conf, int(logits.argmax())
 
+
+def draft_chain(model, seq, j, g, criterion, stop=0.0):
+    """The greedy drafts by hand: the j-loop model's token, one after the other, while loop j's
+    confidence is at least stop (up to g). Returns (drafts, the confidence at each position looked at)."""
+    seq, drafts, confs = list(seq), [], []
+    while len(drafts) < g:
+        conf, tok = confidence_by_hand(model, seq, j, criterion)
+        confs.append(conf)
+        if conf < stop:
+            break
+        drafts.append(tok)
+        seq.append(tok)
+    return drafts, confs
+
+
+# (criterion, init_std, j, g, m): drafting stops after m < g drafts, at a confidence below every one before it
+SPECULATION = [('max_prob', 0.2, 1, 4, 2), ('max_prob', 0.3, 2, 4, 3), ('angular', 0.3, 2, 5, 4)]
+
+
+@pytest.mark.parametrize('criterion,init_std,j,g,m', SPECULATION)
+def test_a_speculative_pass_drafts_the_j_loop_tokens_up_to_the_draft_stop_and_keeps_those_k_loops_agree_with(
+        monkeypatch, criterion, init_std, j, g, m):
+    model = tiny(readout='raw', init_std=init_std)
+    x = tokens(B=1)
+    base = x[0, :5].tolist()  # 4 cached tokens and the newest, not yet run
+    free, confs = draft_chain(model, base, j, g, criterion)
+    # draft_stop between the m-th draft's confidence and every one before it: the rule drafts m tokens;
+    # a rule inverted (stop where sure) drafts none, one that ignores it g
+    stop = (confs[m] + min(confs[:m])) / 2
+    assert min(confs[:m]) - confs[m] > 1e-3  # (no confidence near the stop: float noise cannot decide)
+    drafts, _ = draft_chain(model, base, j, g, criterion, stop)
+    assert drafts == free[:m]
+    # the verify by hand: the K-loop model's greedy token after each accepted prefix
+    target = [confidence_by_hand(model, base + drafts[:i], K, 'max_prob')[1] for i in range(m + 1)]
+    accepted = next((i for i in range(m) if drafts[i] != target[i]), m)
+    assert accepted < m  # some draft is rejected: the acceptance count is not the draft count
+    emitted = drafts[:accepted] + [target[accepted]]
+
+    loops, proposed = [], []
+    real_loops, real_accept = decoder.Stepper.loops, decoder.accept_drafts
+    monkeypatch.setattr(decoder.Stepper, 'loops', lambda self, x, t0, cache, first, last, *a, **kw: loops.append(
+        (first, last, x.size(1))) or real_loops(self, x, t0, cache, first, last, *a, **kw))
+    monkeypatch.setattr(decoder, 'accept_drafts', lambda p, q, d: proposed.append((q, d)) or real_accept(p, q, d))
+    stepper = decoder.Stepper(model)
+    with torch.no_grad():
+        cache = new_cache(model, 1)
+        decode(model, x[:, :4], cache, stepper=stepper)
+        loops.clear()
+        new, drafted, n_accepted = decoder.speculative_pass(model, x[:, 4:5], cache, j, g, 1.0, 1, stop, criterion,
+                                                            stepper)
+    assert drafted == m and n_accepted == accepted and new[0].tolist() == emitted
+    (q, proposals), = proposed
+    assert proposals.tolist() == drafts and q.argmax(-1).tolist() == drafts  # (top_k=1: q one-hot at the draft)
+    # each position drafted ran loops 1..j alone (a criterion that reads loop j-1 too: 1..j-1, then j), the
+    # one that stopped drafting too; then one verify pass ran loops j+1..K over all of them
+    draft = [(0, j, 1)] if criterion == 'max_prob' else [(0, j - 1, 1), (j - 1, j, 1)]
+    assert loops == draft * (m + 1) + [(j, K, m + 1)]
+    assert cache.length == 5 + accepted  # the newest token and the accepted drafts stay cached
+
+
+def test_a_draft_stop_below_every_confidence_drafts_every_token_it_may_and_one_above_none(monkeypatch):
+    # generate's totals: a stop no confidence is below drafts as many as a pass may (draft_tokens, less
+    # near the end); a stop over 1, none. Inverted, the two swap
+    model = tiny(readout='raw', init_std=0.2)
+    prompt = tokens(B=1, n=4)
+    fixed, _, _ = generate(model, prompt, 8, top_k=1)
+    may = []  # how many each pass may draft
+    real = decoder.speculative_pass
+    monkeypatch.setattr(decoder, 'speculative_pass', lambda model, last, cache, j, g, *a: may.append(g) or real(
+        model, last, cache, j, g, *a))
+    for stop, drafts_all in ((1e-30, True), (1.5, False)):
+        may.clear()
+        out, _, stats = generate(model, prompt, 8, top_k=1, draft_loops=1, draft_tokens=2, draft_stop=stop)
+        assert torch.equal(out, fixed)  # (lossless either way: the text cannot tell them apart)
+        assert stats['passes'] == len(may) and stats['drafted'] == (sum(may) if drafts_all else 0), (stop, may)
+        assert max(may) == 2
+        # the first new token comes from the prefill; each pass then emits its accepted drafts and one more
+        assert 1 + stats['passes'] + stats['accepted'] == 8
+
+
+# ---------------------------------------------------------------------------------------
+# recomputed stand-ins, the convergence criterion in decoding, the compiled loop
 
 def random_gate(seed=3):
     """A learned exit gate with random weights (exits.ExitGate), as a criterion."""
@@ -376,15 +506,6 @@ def teacher_forced_confidence(model, states, criterion):
         rows.append(exits.get(criterion)(states[k], states[k - 1], out, prev))
         prev = out
     return torch.stack(rows)
-
-
-def between(values):
-    """A threshold between two neighbouring values near the median, at their widest gap: no
-    token's confidence sits near it, so float noise cannot move an exit across it."""
-    v = values.flatten().sort().values
-    lo, hi = len(v) // 4, 3 * len(v) // 4
-    i = lo + int((v[lo + 1:hi + 1] - v[lo:hi]).argmax())
-    return ((v[i] + v[i + 1]) / 2).item()
 
 
 @pytest.mark.parametrize('interloop_norm,criterion,control', [(False, 'max_prob', {}), (True, 'max_prob', {}),
@@ -430,23 +551,6 @@ def eval_exit_loops(conf, tau):
     return exit_loops(conf.clone(), tau)
 
 
-def test_the_readout_free_criteria_by_hand():
-    h = torch.tensor([3.0, 4.0])
-    def conf(h, before, c):
-        return exits.get(c)(h, before)
-    assert conf(h, 1000 * h, 'angular').item() == pytest.approx(1.0)  # scale-free: no turn, whatever the sizes
-    assert conf(h, -h, 'angular').item() == pytest.approx(0.0, abs=1e-7)  # turned around: the largest step
-    assert conf(h, torch.tensor([-4.0, 3.0]), 'angular').item() == pytest.approx(1 - math.sin(math.pi / 4))  # 90 degrees
-    tiny_turn = torch.tensor([1.0, 1e-4])  # 1 - cos = 5e-9 rounds to 0 in float32; the step does not
-    assert conf(tiny_turn, torch.tensor([1.0, 0.0]), 'angular').item() == pytest.approx(1 - 5e-5, abs=1e-7)
-    assert conf(h, torch.zeros(2), 'latent').item() == pytest.approx(math.exp(-1))  # ||H_1 - H_0|| / ||H_1|| = 1
-    assert conf(h, 0.9 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # radial growth counts for latent
-    assert conf(1e4 * h, 0.9e4 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # relative: scale-free too
-    assert not exits.get('angular').readout and not exits.get('latent').readout  # decided without a readout
-    with pytest.raises(UserError, match='unknown exit criterion'):
-        conf(h, h, 'margin')
-
-
 def count_readouts(monkeypatch):
     """Counts Stepper.logits calls: the decoder's readouts."""
     calls = []
@@ -478,18 +582,6 @@ def test_a_readout_free_exit_reads_out_once_and_waits_once_a_loop(monkeypatch, c
         calls.clear()  # many tokens at once: a readout only at the loops where some stop
         _, loops = decode(model, x[:, :8], new_cache(model, 1), 1 - 1e-12, criterion, stepper=stepper)
         assert (loops == K).all() and len(calls) == 1
-
-
-def test_the_convergence_criterion_on_hand_made_distributions():
-    p = torch.tensor([0.5, 0.25, 0.25]).log()
-    assert exit_confidence(p, 'converge', p.clone()).item() == pytest.approx(1.0)  # nothing changed
-    q = torch.tensor([0.25, 0.5, 0.25]).log()
-    kl = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q), by hand
-    assert exit_confidence(p, 'converge', q).item() == pytest.approx(math.exp(-kl))
-    assert exit_confidence(p, 'converge', None).item() == 0.0  # loop 1: nothing to compare with
-    assert exit_confidence(p + 3.0, 'converge', p).item() == pytest.approx(1.0)  # logits, not probabilities
-    with pytest.raises(UserError, match='converge'):  # (the error names the criteria there are)
-        exits.get('margin')
 
 
 def test_the_converge_criterion_never_exits_at_loop_one_and_can_exit_later():

@@ -25,7 +25,7 @@ import beyond.sample as sample_py
 from beyond.decoder import decode, new_cache
 from model import LoopedGPT, LoopedGPTConfig
 from configurator import UserError
-from test_decoder import between
+from conftest import between
 
 K = 3
 

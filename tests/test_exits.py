@@ -17,7 +17,7 @@ from beyond.decoder import decode, generate, new_cache
 from beyond.eval_decode import exit_loops, exit_rows
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
-from test_decoder import between, head_logits, masked_states
+from conftest import between, exit_confidence, head_logits, masked_states
 
 V, T, K = 64, 12, 3
 
@@ -117,3 +117,32 @@ def test_the_gates_exit_probability_by_hand():
         h = torch.tensor([3.0, 4.0])
         assert gate(h).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6), reads
         assert exits.gate_criterion('gate', gate)(h, None).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6)
+
+
+def test_the_readout_free_criteria_by_hand():
+    h = torch.tensor([3.0, 4.0])
+    def conf(h, before, c):
+        return exits.get(c)(h, before)
+    assert conf(h, 1000 * h, 'angular').item() == pytest.approx(1.0)  # scale-free: no turn, whatever the sizes
+    assert conf(h, -h, 'angular').item() == pytest.approx(0.0, abs=1e-7)  # turned around: the largest step
+    assert conf(h, torch.tensor([-4.0, 3.0]), 'angular').item() == pytest.approx(1 - math.sin(math.pi / 4))  # 90 degrees
+    tiny_turn = torch.tensor([1.0, 1e-4])  # 1 - cos = 5e-9 rounds to 0 in float32; the step does not
+    assert conf(tiny_turn, torch.tensor([1.0, 0.0]), 'angular').item() == pytest.approx(1 - 5e-5, abs=1e-7)
+    assert conf(h, torch.zeros(2), 'latent').item() == pytest.approx(math.exp(-1))  # ||H_1 - H_0|| / ||H_1|| = 1
+    assert conf(h, 0.9 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # radial growth counts for latent
+    assert conf(1e4 * h, 0.9e4 * h, 'latent').item() == pytest.approx(math.exp(-0.1))  # relative: scale-free too
+    assert not exits.get('angular').readout and not exits.get('latent').readout  # decided without a readout
+    with pytest.raises(UserError, match='unknown exit criterion'):
+        conf(h, h, 'margin')
+
+
+def test_the_convergence_criterion_on_hand_made_distributions():
+    p = torch.tensor([0.5, 0.25, 0.25]).log()
+    assert exit_confidence(p, 'converge', p.clone()).item() == pytest.approx(1.0)  # nothing changed
+    q = torch.tensor([0.25, 0.5, 0.25]).log()
+    kl = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q), by hand
+    assert exit_confidence(p, 'converge', q).item() == pytest.approx(math.exp(-kl))
+    assert exit_confidence(p, 'converge', None).item() == 0.0  # loop 1: nothing to compare with
+    assert exit_confidence(p + 3.0, 'converge', p).item() == pytest.approx(1.0)  # logits, not probabilities
+    with pytest.raises(UserError, match='converge'):  # (the error names the criteria there are)
+        exits.get('margin')

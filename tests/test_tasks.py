@@ -17,11 +17,10 @@ import depth
 import train
 from beyond import parity
 from configurator import UserError
-from conftest import HERE, TINY, assert_one_line_error, run_script, strict, train_in_process
+from conftest import HERE, TINY, assert_one_line_error, between, run_script, strict, train_in_process
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT
-from test_decoder import between
 from test_model import tiny
 
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
