@@ -169,3 +169,20 @@ def test_over_enough_draws_every_row_is_drawn(monkeypatch):
     monkeypatch.setattr(data.np.random, 'default_rng', lambda seed: ShortDraw(real(seed)))
     short = rows_drawn(rows)
     assert short[-1] == 0 and (short[:-1] > 0).all()
+
+
+# -----------------------------------------------------------------------------
+# a task's batches of whole rows sit on the device asked
+
+def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
+    # train.py's and the evaluation's batches of a task in rows (beyond/parity.py's) are made on the run's
+    # device, as the token windows are: on a GPU, a batch left on the CPU would meet the model's weights there
+    rows = data.Rows(np.arange(24, dtype=np.uint8).reshape(6, 4), np.arange(100, 124, dtype=np.uint16).reshape(6, 4))
+    drawn = data.train_batches(rows, 0, 0, seed=1, n_micro=2, batch_size=3, block_size=4, device='meta')
+    val = data.eval_batches(rows, eval_iters=2, batch_size=3, block_size=4, device='meta')
+    for x, y in (drawn, val):
+        assert x.device.type == y.device.type == 'meta' and x.shape == y.shape == (2, 3, 4)
+        assert x.dtype == y.dtype == torch.int64
+    x, y = data.eval_batches(rows, eval_iters=2, batch_size=3, block_size=4, device='cpu')  # (on the CPU: the rows)
+    assert torch.equal(x.reshape(6, 4), torch.from_numpy(rows.x).long())
+    assert torch.equal(y.reshape(6, 4), torch.from_numpy(rows.y).long())

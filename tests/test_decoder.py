@@ -662,6 +662,31 @@ def test_a_compiled_stepper_traces_with_static_shapes_a_graph_for_each_batch_siz
         assert (B, 1, D) in inputs
 
 
+def test_the_compiled_step_run_as_python_decodes_as_the_eager_step(monkeypatch):
+    # mutmut cannot run the tests that compile (the one-compiled-loop test above is deselected there): with
+    # torch.compile the identity, Stepper(compile=True) runs static_token (a fixed-K token) and
+    # static_loop (one loop at a time, for exits and drafts) as Python, over every block_size slot
+    # with a mask, and must give the eager step's tokens, loops and logits
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: fn)
+    model = tiny(readout='final_norm', init_std=0.5, interloop_norm=True)
+    prompt = torch.randint(0, V, (1, 4), generator=torch.Generator().manual_seed(1))
+    for kw in (dict(), dict(exit_threshold=0.5), dict(draft_loops=1, draft_tokens=2)):
+        eager = generate(model, prompt, 6, top_k=1, **kw)
+        static = generate(model, prompt, 6, top_k=1, compile=True, **kw)
+        assert torch.equal(eager[0], static[0]) and torch.equal(eager[1], static[1]), kw
+        if 'exit_threshold' in kw:  # tokens that exit and tokens that run on, through static_loop
+            assert (static[1] < K).any() and (static[1] == K).any()
+    with torch.inference_mode():
+        stepper = decoder.Stepper(model, compile=True)
+        a, b = new_cache(model, 1), new_cache(model, 1)
+        decode(model, prompt, a)
+        decode(model, prompt, b)
+        want = decode(model, prompt[:, -1:], a)[0]
+        got = decode(model, prompt[:, -1:], b, stepper=stepper)[0]
+    assert torch.allclose(want, got, atol=1e-5)
+    assert torch.allclose(a.all[..., :5, :], b.all[..., :5, :], atol=1e-5)  # the same keys and values cached
+
+
 class HostReads(TorchFunctionMode):
     """Records the calls by which the host waits for the device: reading a number (bool(), int(),
     float(), .item(), .tolist()) and nonzero (its size depends on the data)."""
@@ -720,6 +745,22 @@ def test_the_host_waits_for_no_fixed_k_step_and_once_a_speculative_pass():
     assert fixed.reads == [] and drafted == 3
     assert speculative.reads == ['__int__']
     assert exits.reads == ['__bool__'] * min(int(loops), K - 1)
+
+
+def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device():
+    # on a GPU a tensor made on the host would be a copy and a wait at every step (a CUDA graph cannot
+    # take it at all). 'meta' stands for such a device here: mixed with a CPU tensor it raises
+    model = tiny(interloop_norm=True).to('meta')
+    x = torch.zeros(1, T, dtype=torch.long, device='meta')
+    with torch.no_grad():
+        model(x, x)
+    assert {t.device.type for t in model.stats.values()} == {'meta'}
+    weights = decoder.Weights(model, torch.float32, static=False)  # the compiled step's inputs, as a Stepper makes them
+    cache = decoder.KVCache(model.config, 1, K, 'meta', torch.float32)
+    pos = torch.full((1,), 5, dtype=torch.long, device='meta')
+    with torch.inference_mode():
+        h = decoder.static_token(model, weights.blocks, model.embed(x[:, :1], 5), pos, cache.kv, K)
+    assert h.device.type == 'meta' and h.shape == (1, 1, D)
 
 
 # ---------------------------------------------------------------------------------------
@@ -917,6 +958,22 @@ def test_a_reused_stepper_keeps_its_cache_and_decodes_the_same_text():
     assert torch.equal(first, alone) and torch.equal(second, alone)
     generate(model, tokens(B=2, n=5), 3, top_k=1, stepper=stepper)  # another batch size: a cache of its own
     assert stepper.held.all.shape[3] == 2
+
+
+def test_a_stepper_hands_out_its_cache_empty_at_every_call():
+    # generate takes the Stepper's one cache for each call (its addresses fixed for a CUDA graph) and
+    # leaves it filled; the next call gets it back empty: a decode on it is a decode on a new cache
+    model = tiny(init_std=0.5)
+    prompt = torch.randint(0, V, (1, 5), generator=torch.Generator().manual_seed(2))
+    stepper = decoder.Stepper(model)
+    generate(model, prompt, 4, top_k=1, stepper=stepper)
+    assert stepper.held.length > 0
+    cache = stepper.cache(1, K)
+    assert cache is stepper.held
+    with torch.inference_mode():
+        got = decode(model, prompt, cache, stepper=stepper)[0]
+        want = decode(model, prompt, new_cache(model, 1))[0]
+    assert cache.length == prompt.size(1) and torch.allclose(got, want, atol=1e-6)
 
 
 def test_a_windowed_model_is_refused_by_the_cache_decoder_in_one_line():

@@ -25,7 +25,8 @@ import torch
 
 import eval_depth
 import train as train_module
-from conftest import HERE, assert_one_line_error, read_log, run_script, stand_in_python, train_args, train_in_process
+from conftest import (HERE, assert_one_line_error, read_log, run_script, stand_in_python, torchrun_environment, train_args,
+                      train_in_process)
 from configurator import UserError, check_ranges, configure
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
 from runtime import autocast
@@ -978,6 +979,26 @@ def test_the_width_and_heads_bounds_and_exit_train_below_one():
     assert train_module.setup([f'--exit_train={below_one!r}'], model_class=ExitTrainedGPT)['exit_train'] == below_one
     with pytest.raises(UserError, match="'exit_train'"):
         train_module.setup(['--exit_train=1.0'], model_class=ExitTrainedGPT)
+
+
+# -----------------------------------------------------------------------------
+# under torchrun: a non-finite evaluation stops every rank
+
+def test_under_torchrun_a_non_finite_evaluation_stops_the_run(tiny_data, tmp_path, monkeypatch):
+    # lr 1e12: the first step's loss is finite (its log line passes) and the step leaves the weights
+    # non-finite; the evaluation after it is rank 0's verdict, sent to every rank, and every rank must
+    # stop with the one line, even on the run's last iteration. A process group of one rank (gloo), in
+    # this process: the verdict's path is the same at any world size (tests/test_train.py runs two ranks)
+    torchrun_environment(monkeypatch, 0, 1)
+    monkeypatch.setattr(train_module, 'exit_process', lambda status: None)  # (a rank's end leaves by os._exit)
+    try:
+        with pytest.raises(UserError, match='non-finite by iteration 1: stopping'):
+            train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--eval_interval=1',
+                             '--learning_rate=1e12', '--grad_clip=0.0')
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert not (tmp_path / 'run' / 'ckpt.pt').exists()  # nothing non-finite saved
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
