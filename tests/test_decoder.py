@@ -216,7 +216,7 @@ def conf_by_hand(criterion, model, h, before):
 def exits_by_hand(model, seq, threshold, criterion):
     """Token by token, the loop each token of seq (L,) exits at and its logits there: the first loop
     before K whose confidence exceeds the threshold (else K), on the forward where every earlier token is
-    frozen at its own exit (what projected stand-ins give the tokens after it: test_decode.py)."""
+    frozen at its own exit (what projected stand-ins give the tokens after it, as tested below)."""
     exit_at = torch.full((1, len(seq)), K)
     with torch.no_grad():
         for t in range(len(seq)):
