@@ -12,10 +12,12 @@ from dataclasses import fields
 
 import pytest
 import torch
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from beyond.additions import FieldGPT, FieldGPTConfig, sandwich
 from model import LoopedGPT, LoopedGPTConfig
-from test_model import batch, tiny
+from test_model import D, T, batch, tiny
 
 
 # -----------------------------------------------------------------------------
@@ -67,6 +69,75 @@ def test_an_older_checkpoint_loads_as_the_class_its_fields_name(tmp_path):
             assert torch.equal(loaded.eval()(x)[0], model(x)[0])
     assert set(MOVED) == {f.name for f in fields(ExitTrainConfig)} - {f.name for f in fields(LoopedGPTConfig)}
     assert all(getattr(ExitTrainConfig(), k) == v for k, v in MOVED.items())  # (MOVED: their defaults, as declared)
+
+
+# -----------------------------------------------------------------------------
+# every parameter of every scale control (the paper's and the field's) reaches the logits
+
+CONTROLS = [dict(readout='norm'), dict(readout='raw'), dict(readout='final_norm'), dict(readout='alpha'),
+            dict(interloop_norm=True), dict(sandwich_norm=True), dict(damping=True), dict(inject=True),
+            dict(sandwich_norm=True, damping=True, inject=True, interloop_norm=True, readout='alpha')]
+
+
+@pytest.mark.parametrize('control', CONTROLS, ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+def test_every_parameter_of_every_scale_control_reaches_the_logits(control):
+    # a gain or a logit the forward forgets to read (the sandwich norm's output gain, the damping
+    # factor, the readout's gain, ...) trains nothing and changes nothing: each is perturbed alone
+    cls = LoopedGPT if set(control) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT  # (the paper's where it can)
+    model = tiny(cls, n_layer=1, init_std=0.1, **control).eval()
+    x, y = batch(B=2)
+    with torch.no_grad():
+        base, _ = model(x)
+        for name, p in model.named_parameters():
+            keep = p.clone()
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+            moved, _ = model(x)
+            p.copy_(keep)
+            assert (moved - base).abs().max() > 1e-4, name
+        # the control itself changes the per-loop loss (final_norm: its loops before the last), the same
+        # weights where they are shared
+        plain = tiny(n_layer=1, init_std=0.1).eval()
+        plain.load_state_dict(model.state_dict(), strict=False)
+        if control != dict(readout='norm'):
+            assert abs(plain(x, y)[1].item() - model(x, y)[1].item()) > 1e-4
+
+
+# -----------------------------------------------------------------------------
+# truncated backprop: the loss reads and penalises only the loops that run with a graph, and the FLOPs estimate
+# of a step is the counted one
+
+def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
+    # what the loss reports is what trains: the loops without a graph are in neither the CE nor the penalty
+    lam = 0.1
+    model = tiny(FieldGPT, n_layer=1, readout='raw', n_loops=4, norm_penalty=lam, init_std=0.1)
+    x, y = batch(B=2)
+    with torch.no_grad():
+        h = model.hidden_states(x)  # H_0 .. H_4, the same values the truncated forward computes
+    read = h[3:]  # loops 3 and 4 (bptt 2)
+    want = sum(F.cross_entropy(model.lm_head(model.readout(s, False)).flatten(0, 1), y.flatten()) for s in read) / 2
+    want = want + lam * sum(s.pow(2).mean() for s in read) / 2
+    _, loss = model(x, y, bptt=2)
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    every = want + lam * (sum(s.pow(2).mean() for s in h[1:]) / 4 - sum(s.pow(2).mean() for s in read) / 2)
+    assert abs(every.item() - want.item()) > 1e-3  # (the penalty over all four loops would be another number)
+
+
+@pytest.mark.parametrize('loss', ['perloop', 'terminal'])
+def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(loss):
+    # the training step counted matmul by matmul (forward and backward) is the estimate MFU divides by,
+    # at every bptt: truncated loops have a forward and no backward, and are not read out
+    model = tiny(FieldGPT, n_layer=2, n_loops=4, loss=loss, init_std=0.1)
+    x, y = batch(B=4)
+    for bptt in (0, 1, 2, 4):
+        with FlopCounterMode(display=False) as counter:
+            _, l = model(x, y, bptt=bptt)
+            l.backward()
+        model.zero_grad()
+        graph = bptt or 4
+        # the counter does not see F.scaled_dot_product_attention on the CPU: attention as the estimate
+        # counts it, 2*T*d a token per layer for q@k and for att@v, x1 forward and x2 backward
+        attention = (4 + 2 * graph) * 2 * 2 * (2 * T * D)
+        assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(backward_loops=bptt, T=T), bptt
 
 
 # -----------------------------------------------------------------------------

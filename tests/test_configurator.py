@@ -11,7 +11,7 @@ import math
 import pytest
 
 import train
-from configurator import UserError
+from configurator import UserError, configure
 
 
 # -----------------------------------------------------------------------------
@@ -45,3 +45,39 @@ def test_a_config_files_helpers_are_its_own_and_seen_by_its_functions(tmp_path):
         train.setup([str(cfg), str(tmp_path / 'next.py')])
     (tmp_path / 'next.py').write_text("n_layer = n_loops\n")
     assert train.setup([str(cfg), str(tmp_path / 'next.py')])['n_layer'] == 3
+
+
+# -----------------------------------------------------------------------------
+# every setting's type, from train.py's --help: a value of another type refused in one line
+
+def help_settings(capsys):
+    """name -> default of every setting train.py's --help lists."""
+    with pytest.raises(SystemExit):
+        train.main(['--help'])
+    import ast
+    out = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith('  --'):
+            name, _, value = line.split()[0][2:].partition('=')
+            out[name] = ast.literal_eval(value)
+    return out
+
+
+WRONG = {float: [True, "'fast'"], int: [True, 2.5, "'many'"], bool: [1, 0.0, "'yes'"], str: [True, 3]}
+
+
+def test_every_setting_refuses_a_value_of_another_type_in_one_line(capsys, tmp_path):
+    defaults = help_settings(capsys)
+    assert {'learning_rate', 'n_loops', 'random_depth', 'readout'} <= set(defaults)
+    for name, default in defaults.items():
+        for bad in WRONG[type(default)]:
+            with pytest.raises(UserError) as e:
+                train.main([f'--{name}={bad}'])
+            assert f"'{name}'" in str(e.value) and '\n' not in str(e.value), (name, bad)
+    with pytest.raises(UserError, match="'learning_rate' takes a float"):
+        train.main(['--learning_rate=True'])
+    config = tmp_path / 'bad.py'
+    config.write_text('learning_rate = True\n')
+    with pytest.raises(UserError, match="'learning_rate' takes a float.*bad.py"):
+        train.main([str(config)])
+    assert configure(dict(lr=3e-4), ['--lr=2'])['lr'] == 2.0  # an int is still a float's

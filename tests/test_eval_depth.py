@@ -24,7 +24,7 @@ import eval_depth
 import train
 import data as runs_module  # (loading runs and their windows)
 from configurator import UserError
-from conftest import assert_one_line_error, run_script, train_in_process
+from conftest import SHORT, assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
 from data import Scoring, score_windows
@@ -577,3 +577,31 @@ def test_eval_depth_takes_each_settings_least_value_and_refuses_one_less(name):
     eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name]})))
     with pytest.raises(UserError, match=f'--{name}'):
         eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name] - 1})))
+
+
+# -----------------------------------------------------------------------------
+# the clamp's result: delta loss = clamped CE - free CE, each as an independent computation gives it
+
+def test_the_clamps_delta_loss_is_the_clamped_loss_minus_the_free_one(split_data, tmp_path):
+    run = tmp_path / 'run'
+    train_in_process(split_data, run, *SHORT, '--readout=raw', '--init_std=0', '--n_loops=3')
+    out, n = tmp_path / 'eval', 256
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        eval_depth.main([str(run), '--clamp', '--split=test', f'--max_tokens={n}', '--max_loops=3', '--out', str(out),
+                         '--device=cpu', '--dtype=float32', '--bench_iters=1', '--batch_size=8', '--compile=off'])
+    with open(out / 'results.json') as f:
+        (result,) = json.load(f)['runs']
+    model, _ = LoopedGPT.from_checkpoint(str(run))
+    model.eval()
+    meta = json.loads((split_data / 'tiny-bytes' / 'meta.json').read_text())
+    data = torch.from_numpy(np.fromfile(split_data / 'tiny-bytes' / 'test.bin', dtype=meta['dtype']).astype(np.int64))
+    x, y = data[:n].view(-1, 32), data[1:n + 1].view(-1, 32)  # the first n targets, in windows of the block
+    for row in result['per_K'][1:]:
+        with torch.no_grad():
+            free = F.cross_entropy(model(x, n_loops=row['K'])[0].flatten(0, 1), y.flatten()).item()
+            clamped = F.cross_entropy(model(x, n_loops=row['K'], clamp=True)[0].flatten(0, 1), y.flatten()).item()
+        assert row['loss'] == pytest.approx(free, abs=1e-4)
+        assert row['clamp']['loss'] == pytest.approx(clamped, abs=1e-4)
+        assert abs(clamped - free) > 1e-3  # the clamp matters here, so the sign is seen
+        assert row['clamp']['delta_loss'] == pytest.approx(clamped - free, abs=1e-4)
+        assert row['clamp']['ppl'] == pytest.approx(math.exp(clamped), rel=1e-4)

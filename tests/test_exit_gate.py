@@ -23,9 +23,11 @@ from beyond import eval_decode
 from beyond import exit_gate, exits
 import beyond.sample as sample_py
 from beyond.decoder import decode, new_cache
+from beyond.exit_gate import fit
 from model import LoopedGPT, LoopedGPTConfig
 from configurator import UserError
 from conftest import between
+from test_model import D
 
 K = 3
 
@@ -241,3 +243,18 @@ def test_a_base_rate_of_0_or_1_is_clamped_as_the_gate_starts_from_it(train_label
     want = 0.5 * -math.log(1e-4) + 0.5 * -math.log(1 - 1e-4)
     assert info['heldout_bce_base'] == pytest.approx(want, rel=1e-4)
     assert info['heldout_bce'] == pytest.approx(info['heldout_bce_base'], rel=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# the trained gate's sign: confident where its label says exit
+
+def test_a_trained_gate_is_confident_where_its_label_says_exit():
+    # logistic regression on states labelled 1 where their first channel is positive: the trained gate's
+    # exit probability is high there and low elsewhere (a flipped score would invert it)
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(2000, D, generator=g)
+    y = (h[:, 0] > 0).float()
+    gate = fit(exits.ExitGate(D, 'norm'), h, y, iters=200, lr=0.05, batch_size=512)
+    with torch.no_grad():
+        p = exits.gate_criterion('gate', gate)(h, None)
+    assert p[y == 1].mean() > 0.8 and p[y == 0].mean() < 0.2

@@ -17,6 +17,7 @@ from beyond.decoder import decode, generate, new_cache
 from beyond.eval_decode import exit_loops, exit_rows
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
+from test_model import D, batch, tiny
 from conftest import between, exit_confidence, head_logits, masked_states
 
 V, T, K = 64, 12, 3
@@ -146,3 +147,24 @@ def test_the_convergence_criterion_on_hand_made_distributions():
     assert exit_confidence(p + 3.0, 'converge', p).item() == pytest.approx(1.0)  # logits, not probabilities
     with pytest.raises(UserError, match='converge'):  # (the error names the criteria there are)
         exits.get('margin')
+
+
+# -----------------------------------------------------------------------------
+# the learned gate's sign: a confident gate exits
+
+def gate_of(bias, weight=None):
+    gate = exits.ExitGate(D, 'norm')
+    with torch.no_grad():
+        gate.linear.bias.fill_(bias)
+        if weight is not None:
+            gate.linear.weight.copy_(weight)
+    return gate
+
+
+def test_a_confident_gate_exits_and_an_unsure_one_runs_every_loop():
+    model = tiny(n_layer=1, readout='raw', init_std=0.1)
+    x, _ = batch(B=2)
+    with torch.no_grad():
+        _, sure = decode(model, x, new_cache(model, 2), 0.5, exits.gate_criterion('gate', gate_of(10.0)), 'project')
+        _, unsure = decode(model, x, new_cache(model, 2), 0.5, exits.gate_criterion('gate', gate_of(-10.0)), 'project')
+    assert (sure == 1).all() and (unsure == model.config.n_loops).all()

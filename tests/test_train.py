@@ -22,14 +22,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 import eval_depth
 import train as train_module
-from conftest import (HERE, assert_one_line_error, read_log, run_script, stand_in_python, torchrun_environment, train_args,
-                      train_in_process)
+from conftest import (HERE, SHORT, assert_one_line_error, read_log, run_script, stand_in_python, torchrun_environment,
+                      train_args, train_in_process)
 from configurator import UserError, check_ranges, configure
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
 from runtime import autocast
+from test_model import batch
 
 
 def train(tiny_data, out_dir, *extra):
@@ -999,6 +1001,68 @@ def test_under_torchrun_a_non_finite_evaluation_stops_the_run(tiny_data, tmp_pat
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     assert not (tmp_path / 'run' / 'ckpt.pt').exists()  # nothing non-finite saved
+
+
+# -----------------------------------------------------------------------------
+# on data whose splits differ (conftest's split_data): the validation loss is the val split's, and gradient
+# accumulation steps and logs with the whole batch's numbers, whatever its micro-steps
+
+def constant_loss(model, byte, K):
+    """The model's last-loop CE at depth K on a window of one repeated byte (every window of a split above)."""
+    x = torch.full((1, model.config.block_size + 1), byte)
+    with torch.no_grad():
+        logits, _ = model(x[:, :-1], n_loops=K)
+    return F.cross_entropy(logits[0], x[0, 1:]).item()
+
+
+@pytest.fixture(scope='module')
+def short_run(split_data, tmp_path_factory):
+    """Ten optimizer steps of 8 windows in one micro-step each: (run folder, its log)."""
+    out = tmp_path_factory.mktemp('short-run')
+    train_in_process(split_data, out, *SHORT, '--batch_size=8', '--gradient_accumulation_steps=1')
+    return out, read_log(out)
+
+
+def test_the_validation_loss_during_training_is_the_val_splits(short_run):
+    out, log = short_run
+    model, _ = LoopedGPT.from_checkpoint(str(out))  # saved after the evaluation at iteration 10
+    model.eval()
+    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 10]
+    for K in (1, 2):
+        val, trn = constant_loss(model, ord('b'), K), constant_loss(model, ord('a'), K)
+        assert abs(val - trn) > 0.1  # the splits can be told apart
+        assert ev['val_loss'][K - 1] == pytest.approx(val, abs=1e-4)
+
+
+def test_gradient_accumulation_logs_the_loss_ce_and_norms_of_the_whole_batch_whatever_its_micro_steps(
+        split_data, short_run, tmp_path):
+    _, log = short_run
+    train_in_process(split_data, tmp_path, *SHORT, '--batch_size=4', '--gradient_accumulation_steps=2')
+    a = [r for r in log if r['kind'] == 'train']
+    b = [r for r in read_log(tmp_path) if r['kind'] == 'train']
+    assert len(a) == len(b) == 10
+    for one, two in zip(a, b):  # every window is the same, so the draw does not matter, only the sum
+        assert two['loss'] == pytest.approx(one['loss'], rel=1e-5)  # not twice it
+        assert two['ce'] == pytest.approx(one['ce'], rel=1e-5)
+        assert two['h_norm'] == pytest.approx(one['h_norm'], rel=1e-5)  # a mean over the micro-steps, not their sum
+
+
+def test_gradient_accumulation_steps_with_the_gradient_of_the_whole_batch():
+    # plain SGD with lr 1 (no clip): the step is minus the gradient, so the gradient itself is compared
+    x, y = (t.repeat(2, 1) for t in batch(B=4))  # (8, 16)
+    steps = []
+    for n_micro in (1, 2, 4):
+        model = tiny_model(readout='raw', n_loops=3, init_std=0.1)
+        before = [p.detach().clone() for p in model.parameters()]
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        scaler = torch.amp.GradScaler('cpu', enabled=False)
+        loss, _, _ = train_module.train_step(model, opt, scaler, x.view(n_micro, -1, 16), y.view(n_micro, -1, 16),
+                                      ctx=nullcontext(), grad_clip=0.0)
+        steps.append((loss.item(), [b - p.detach() for b, p in zip(before, model.parameters())]))
+    for loss, grads in steps[1:]:
+        assert loss == pytest.approx(steps[0][0], rel=1e-5)
+        for g, want in zip(grads, steps[0][1]):
+            assert torch.allclose(g, want, atol=1e-6, rtol=1e-4)
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
