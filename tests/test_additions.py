@@ -7,6 +7,7 @@ tests/test_decoder.py.)
     python -m pytest -q tests/test_additions.py
 """
 
+import itertools
 import math
 from dataclasses import fields
 
@@ -15,8 +16,10 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+import train
 from beyond.additions import FieldGPT, FieldGPTConfig, sandwich
-from model import LoopedGPT, LoopedGPTConfig
+from beyond.exit_train import ExitTrainConfig, ExitTrainedGPT
+from model import SIZE, LoopedGPT, LoopedGPTConfig
 from test_model import D, T, batch, tiny
 
 
@@ -44,6 +47,120 @@ def test_the_sandwich_norms_gain_by_hand():
         block.attn.ln_out.weight.fill_(3.0)  # and the attention's gain sets the RMS of its update
         update = block(h) - h
     assert torch.allclose(update.pow(2).mean(-1).sqrt(), torch.full((1, 8), 3.0), rtol=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# every pair of model additions the config allows (the paper's and beyond/'s) trains a step and feeds each loop
+# the input its documented rule gives, computed here by hand from the state before it and the embedding (a rule
+# that is right alone can be wrong beside another: damping that also damps the injected embedding passes every
+# single-addition test)
+
+PAIR_V, PAIR_T, PAIR_K = 16, 8, 3  # the pairs' tiny model: vocabulary, block, loops
+
+
+# one entry per model addition, the paper's and beyond/'s (bptt: FieldGPT.forward's, train.py's truncated backprop),
+# each off its default
+ADDITIONS = dict(sandwich_norm=dict(sandwich_norm=True), inject=dict(inject=True), damping=dict(damping=True),
+                 window=dict(window=2), positions=dict(positions='none'), interloop_norm=dict(interloop_norm=True),
+                 norm_penalty=dict(norm_penalty=0.01), raw=dict(readout='raw'), final_norm=dict(readout='final_norm'),
+                 alpha=dict(readout='alpha'), terminal=dict(loss='terminal'), exit_train=dict(exit_train=0.5),
+                 bptt=dict(bptt=1))
+
+
+REFUSED = {('terminal', 'exit_train'), ('exit_train', 'bptt')}  # the pairs the config (or train.py) refuses
+
+
+PAIRS = [(a, b) for a, b in itertools.combinations(ADDITIONS, 2)
+         if ADDITIONS[a].keys() != ADDITIONS[b].keys()]  # (one readout at a time)
+
+
+def test_every_model_field_is_an_addition_here():
+    # a new field of the configs (its size fields and its init aside) joins ADDITIONS, and so every pair
+    covered = {k for kw in ADDITIONS.values() for k in kw}
+    assert {f.name for f in fields(ExitTrainConfig)} - set(SIZE) - {'init_std'} <= covered
+    assert not {'sandwich_norm', 'inject', 'damping', 'window', 'positions', 'exit_train'} & {
+        f.name for f in fields(LoopedGPTConfig)}  # the paper's config holds none of beyond/'s
+
+
+def build(kw):
+    """A tiny model with the additions kw (bptt: returned apart), its between-loop gain and damping
+    logit moved off their init so a rule that forgets one reads another number."""
+    kw = dict(kw)
+    bptt = kw.pop('bptt', 0)
+    cls = ExitTrainedGPT if kw.get('exit_train') else FieldGPT
+    torch.manual_seed(0)
+    model = cls(cls.config_class(**dict(dict(vocab_size=PAIR_V, block_size=PAIR_T, n_layer=1, n_head=2, n_embd=16,
+                                              n_loops=PAIR_K, dropout=0.0, init_std=0.1), **kw)))
+    with torch.no_grad():
+        if model.interloop_norm is not None:
+            model.interloop_norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(1))
+        if model.config.damping:
+            model.damping_logit.fill_(0.3)  # sigmoid 0.57
+    return model, bptt
+
+
+def loop_input_by_hand(model, h, e):
+    """What loop k >= 2 starts from, by model.loop_input's documented rule: the carried state H_{k-1},
+    RMS-normalized (times the gain) with the inter-loop norm, then times sigmoid(a) with damping, then
+    plus the embedding H_0, neither normalized nor damped, with injection."""
+    cfg = model.config
+    if cfg.interloop_norm:
+        h = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + torch.finfo(h.dtype).eps) * model.interloop_norm.weight
+    if cfg.damping:
+        h = h / (1 + math.exp(-model.damping_logit.item()))
+    if cfg.inject:
+        h = h + e
+    return h
+
+
+@pytest.mark.parametrize('a,b', PAIRS, ids=[f'{a}+{b}' for a, b in PAIRS])
+def test_each_pair_of_additions_trains_a_step_and_feeds_each_loop_its_input_by_hand(a, b, monkeypatch):
+    kw = {**ADDITIONS[a], **ADDITIONS[b]}
+    settings = dict(train.SETTINGS, **{k: v for k, v in kw.items() if k != 'bptt'}, bptt=kw.get('bptt', 0),
+                    model_class='beyond.exit_train.ExitTrainedGPT' if 'exit_train' in kw else 'beyond.additions.FieldGPT')
+    cls = train.model_class_of(settings)
+    settings = {**train.model_fields(cls), **settings}
+    if (a, b) in REFUSED:  # refused in one line, by the config or by train.py (its forward has no truncated backprop)
+        with pytest.raises(train.UserError, match='exit_train|truncated backprop'):
+            train.check_settings(settings, cls)
+        return
+    train.check_settings(settings, cls)
+    model, bptt = build(kw)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randint(0, PAIR_V, (2, PAIR_T), generator=g), torch.randint(0, PAIR_V, (2, PAIR_T), generator=g)
+    # what each loop's block is handed, and every state the training forward carries, where the loop makes it:
+    # the paper's loop (truncated backprop runs its first loops without a graph), or exit-aware training's
+    # masked states, where a frozen token's state is its exit state, not the block's output
+    inputs, states = [], []
+    model.transformer.h[0].register_forward_pre_hook(lambda m, args: inputs.append(args[0].detach().clone()))
+    owner = ExitTrainedGPT if isinstance(model, ExitTrainedGPT) else LoopedGPT
+    real = owner.loop_states
+
+    def spy(*args, **kwargs):
+        for h in real(*args, **kwargs):
+            states.append(h.detach().clone())
+            yield h
+    monkeypatch.setattr(owner, 'loop_states', spy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    _, loss = model(x, y, bptt=bptt) if bptt else model(x, y)
+    assert len(inputs) == PAIR_K and len(states) == PAIR_K + 1
+    with torch.no_grad():  # the embedding by hand: token rows, plus position rows where positions are learned
+        e = model.transformer.wte.weight[x] + (model.transformer.wpe.weight[:PAIR_T] if model.config.positions == 'learned'
+                                               else 0)
+        assert torch.allclose(states[0], e) and torch.allclose(inputs[0], e)  # loop 1 reads the embedding as it is
+        for k in range(2, PAIR_K + 1):
+            assert torch.allclose(inputs[k - 1], loop_input_by_hand(model, states[k - 1], e), atol=1e-6), k
+    # one optimizer step: a finite loss and finite gradients, and the parameters move
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer.step()
+    assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    _, loss = model(x, y, bptt=bptt) if bptt else model(x, y)
+    assert torch.isfinite(loss)
 
 
 # -----------------------------------------------------------------------------

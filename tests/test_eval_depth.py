@@ -12,6 +12,7 @@ import io
 import json
 import math
 from argparse import Namespace
+from dataclasses import asdict, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,7 +25,8 @@ import eval_depth
 import train
 import data as runs_module  # (loading runs and their windows)
 from configurator import UserError
-from conftest import SHORT, assert_one_line_error, run_script, train_in_process
+from beyond.exit_train import ExitTrainConfig
+from conftest import SHORT, another, assert_one_line_error, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
 from data import Scoring, score_windows
@@ -605,3 +607,35 @@ def test_the_clamps_delta_loss_is_the_clamped_loss_minus_the_free_one(split_data
         assert abs(clamped - free) > 1e-3  # the clamp matters here, so the sign is seen
         assert row['clamp']['delta_loss'] == pytest.approx(clamped - free, abs=1e-4)
         assert row['clamp']['ppl'] == pytest.approx(math.exp(clamped), rel=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# the run identity, setting by setting: runs that differ only in seed are one condition, and runs that differ in
+# any other setting that makes a condition (each model field included, read from the config so a new field is
+# covered) are not
+
+def every_setting():
+    """A run's saved config at the defaults: train.py's settings and every field of the models' configs."""
+    return {**train.SETTINGS, **asdict(ExitTrainConfig())}
+
+
+def grouped(*configs):
+    """Whether eval_depth.py reports these runs' configs as one condition."""
+    runs = [dict(name=f'run-s{i}', path=f'run-s{i}', seed=c['seed'], per_K=[dict(K=1, ppl=10.0 + i)])
+            for i, c in enumerate(configs)]
+    groups, _ = eval_depth.group_runs(runs, list(configs))
+    return len(groups) == 1
+
+
+def test_runs_differing_only_in_seed_group_and_in_any_setting_that_makes_a_condition_split():
+    base = every_setting()
+    assert grouped(base, dict(base, seed=base['seed'] + 1), dict(base, seed=base['seed'] + 2))
+    model_fields = {f.name for f in fields(ExitTrainConfig)}
+    assert not set(eval_depth.IDENTITY) & model_fields  # every model field makes a condition
+    assert set(eval_depth.IDENTITY) <= set(base)  # (and no name there is stale)
+    wrong = []
+    for name, value in base.items():
+        apart = not grouped(base, dict(base, **{name: another(name, value)}))
+        if apart != (name not in eval_depth.IDENTITY):
+            wrong.append(name)
+    assert not wrong, f"{wrong}: grouped where they should split, or split where they should group"

@@ -9,12 +9,16 @@ and train.py's printed lines with their MFU and memory.
 
 import json
 import math
+from dataclasses import asdict, fields
 
 import numpy as np
 import pytest
 
 import report
-from conftest import strict
+from beyond.exit_train import ExitTrainConfig
+from conftest import another, strict
+from model import SIZE, LoopedGPTConfig
+from report import settings_of
 
 
 # -----------------------------------------------------------------------------
@@ -65,3 +69,25 @@ def test_the_log_refuses_a_non_finite_number_it_cannot_null_as_a_results_file_do
             report.log(str(tmp_path), {key: 1.0, 'iter': 3}, 'a line')
     report.log(str(tmp_path), {'iter': 4, 'loss': float('nan')}, 'another')  # (a value: null)
     assert (tmp_path / 'log.jsonl').read_text() == '{"iter": 4, "loss": null}\n'
+
+
+# -----------------------------------------------------------------------------
+# the label a group of seeds goes by
+
+def test_every_model_field_off_its_default_is_in_the_label():
+    # the label a group of seeds goes by (report.label, with its settings) names every field that splits a
+    # condition, but the size fields (in the run's name) and the depth, told as K
+    default = ExitTrainConfig()
+    run = dict(model=asdict(default), trained_K=default.n_loops, random_depth=False)
+    plain = settings_of(run)
+    assert plain == settings_of(dict(run, model=asdict(LoopedGPTConfig())))  # beyond/'s fields at their defaults: unnamed
+    for f in fields(ExitTrainConfig):
+        if f.name in SIZE and f.name != 'n_loops':
+            continue
+        value = another(f.name, getattr(default, f.name))
+        moved = dict(run, model=dict(run['model'], **{f.name: value}),
+                     trained_K=value if f.name == 'n_loops' else run['trained_K'])
+        assert settings_of(moved) != plain, f.name
+        if f.name not in ('readout', 'loss', 'n_loops'):  # (those are always written, by their value)
+            assert f.name in settings_of(moved), f.name
+    assert settings_of(dict(run, random_depth=True)) != plain
