@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+import configurator
 import train
 from configurator import UserError, configure
 
@@ -81,3 +82,51 @@ def test_every_setting_refuses_a_value_of_another_type_in_one_line(capsys, tmp_p
     with pytest.raises(UserError, match="'learning_rate' takes a float.*bad.py"):
         train.main([str(config)])
     assert configure(dict(lr=3e-4), ['--lr=2'])['lr'] == 2.0  # an int is still a float's
+
+
+# -----------------------------------------------------------------------------
+# --help, from the script's docstring and its settings block; and an unknown setting's pointer to it
+
+def test_configurators_help_lists_a_setting_no_source_block_names_after_a_blank_line(tmp_path):
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n\n    python toy.py\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
+    assert configurator.help_text({'steps': 3, 'extra': 'x'}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '  --steps=3  iterations', '', "  --extra='x'"]
+
+
+def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tmp_path):
+    # in a settings block only `name = value` and `name: type = value` are settings; a declaration without
+    # a value, a tuple or a chain of assignments, an attribute's assignment are passed over, not a crash
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\nwidth: int  # declared only\n'
+                      'lo, hi = 0, 1  # a pair\na = b = 2  # a chain\nsteps.real = 4  # an attribute\n'
+                      'rate: float = 0.5  # the rate\n# ---\n')
+    assert configurator.help_text({'steps': 3, 'rate': 0.5}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '  --steps=3   iterations', '  --rate=0.5  the rate']
+
+
+def test_configurators_help_continues_a_comment_on_the_row_of_the_setting_above_it(tmp_path):
+    # a comment line indented past the settings, under one, goes on with that setting's comment: the third
+    # setting's here, not another's
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\na = 1  # first\nb = 2  # second\nc = 3  # third,\n'
+                      '       # going on\n# ---\n')
+    assert configurator.help_text({'a': 1, 'b': 2, 'c': 3}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '  --a=1  first', '  --b=2  second', '  --c=3  third, going on']
+
+
+def test_an_unknown_setting_names_the_scripts_help_from_a_config_file_as_from_the_command_line(tmp_path):
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
+    (tmp_path / 'typo.py').write_text('stepz = 4\n')
+    for argv in ([str(tmp_path / 'typo.py')], ['--stepz=4'], ['--stepz', '4']):
+        with pytest.raises(configurator.UserError) as e:
+            configurator.configure({'steps': 3}, argv, [str(script)])
+        assert "unknown setting 'stepz'" in str(e.value) and "did you mean 'steps'?" in str(e.value)
+        assert '`python toy.py --help` lists the settings' in str(e.value), argv

@@ -26,7 +26,7 @@ import train
 import data as runs_module  # (loading runs and their windows)
 from configurator import UserError
 from beyond.exit_train import ExitTrainConfig
-from conftest import SHORT, another, assert_one_line_error, run_script, train_in_process
+from conftest import SHORT, another, assert_one_line_error, assert_options_documented, run_script, train_in_process
 from model import LoopedGPT
 from report import mean_std
 from data import Scoring, score_windows
@@ -639,3 +639,10 @@ def test_runs_differing_only_in_seed_group_and_in_any_setting_that_makes_a_condi
         if apart != (name not in eval_depth.IDENTITY):
             wrong.append(name)
     assert not wrong, f"{wrong}: grouped where they should split, or split where they should group"
+
+
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
+
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('eval_depth.py', eval_depth.main, monkeypatch)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from beyond import parity
-from conftest import PARITY_SPLITS
+from conftest import PARITY_SPLITS, assert_options_documented
 from data import load_rows
 
 
@@ -68,3 +68,10 @@ def test_parity_rows_hold_both_bits_and_both_targets_each_the_running_xor_by_han
         assert np.array_equal(rows.y, running_xor(rows.x)), split
         assert_balanced(rows.x[:, 1:][rows.y[:, 1:] >= 0], f'{split} bits')
         assert_balanced(rows.y[rows.y >= 0], f'{split} targets')
+
+
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
+
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('beyond/parity.py', parity.main, monkeypatch)

@@ -15,7 +15,7 @@ import pytest
 
 import prepare
 from beyond import parity
-from conftest import PARITY_SPLITS, assert_one_line_error, run_script
+from conftest import PARITY_SPLITS, assert_one_line_error, assert_options_documented, run_script
 from data import ByteTokenizer, bin_dtype
 
 TEXT = {
@@ -328,3 +328,10 @@ def test_prepare_refuses_a_parity_folder_naming_what_it_holds(tmp_path, tiny_dat
     assert str(e.value.code) == (f"prepare.py: error: {tmp_path} already holds parity tokens of parity, seed 3: "
                                  "use --force to replace them, or another --out_dir")
     assert (tmp_path / 'meta.json').read_text() == before
+
+
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
+
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('prepare.py', prepare.main, monkeypatch)

@@ -14,9 +14,11 @@ from dataclasses import asdict, fields
 import numpy as np
 import pytest
 
+import torch
+
 import report
 from beyond.exit_train import ExitTrainConfig
-from conftest import another, strict
+from conftest import another, describe, hexes, matches_snapshot, sig, strict
 from model import SIZE, LoopedGPTConfig
 from report import settings_of
 
@@ -91,3 +93,167 @@ def test_every_model_field_off_its_default_is_in_the_label():
         if f.name not in ('readout', 'loss', 'n_loops'):  # (those are always written, by their value)
             assert f.name in settings_of(moved), f.name
     assert settings_of(dict(run, random_depth=True)) != plain
+
+
+# -----------------------------------------------------------------------------
+# eval_depth.py's figures, from three runs: two seeds of a raw per-loop condition (their spread: error bars) and
+# one norm terminal run with a setting off its default (its settings in its label), whose K=1 is untrained (a
+# perplexity that cuts the axis) and whose training diverged once (a gap in its curve). Each figure is checked
+# twice: for what it must show, and as a description against tests/snapshots/figures.json (conftest's describe)
+
+def a_run(name, seed, model, ppl, speed, norms, counts, lemma, val_loss):
+    return dict(
+        name=name, path=f'runs/{name}', model=model, trained_K=2, random_depth=False, seed=seed, split='val',
+        batch_size=8, device='cpu',
+        per_K=[dict(K=k, ppl=p, tok_per_s=s, norm_mean=n, norm_p99=3 * n)
+               for k, p, s, n in zip((1, 2, 3, 4), ppl, speed, norms)],
+        final_norm_hist=dict(loop=2, edges=list(np.logspace(0, 1, 6)), counts=counts),
+        lemma=lemma and dict(loops=4, s=lemma, radial_increment=list(np.diff(lemma)), c=0.5,
+                             angular_step=[0.5 / s for s in lemma[:-1]]),
+        curve=dict(iter=[0, 10, 20], norm_p99=[3 * norms[1], 4 * norms[1], 5 * norms[1]], val_loss_1=[3.0, 2.9, 2.8],
+                   val_loss_K=val_loss, train_iter=[0, 5, 10, 15, 20], norm_mean=[n * norms[1] for n in (1, 1.2, 1.4, 1.6, 2)]))
+
+
+RAW = asdict(LoopedGPTConfig(readout='raw', loss='perloop'))
+
+
+NORM = asdict(LoopedGPTConfig(readout='norm', loss='terminal', norm_penalty=0.1))
+
+
+RUNS = [a_run('raw-s1', 1, RAW, [9.0, 6.0, 6.5, 7.5], [4000, 2000, 1400, 1000], [2, 4, 8, 16], [0, 3, 5, 2, 0],
+              [1.0, 2.0, 4.0, 8.0], [3.0, 2.5, 2.2]),
+        a_run('raw-s2', 2, RAW, [9.4, 6.2, 6.9, 8.1], [4200, 2100, 1300, 1000], [2.2, 4.4, 8.8, 17], [0, 2, 6, 2, 0],
+              [1.0, 2.5, 4.5, 9.0], [3.1, 2.6, 2.3]),
+        a_run('norm', 1, NORM, [400.0, 7.0, 7.2, 7.4], [3900, 1950, 1350, 980], [1, 1.5, 2, 2.5], [1, 4, 0, 0, 0],
+              None, [3.0, None, 2.4])]
+
+
+def groups():
+    """The two groups as eval_depth groups them: each with the mean and std of its runs."""
+    def group(name, runs):
+        mean, std = report.mean_std(runs)
+        return dict(name=name, runs=[r['name'] for r in runs], seeds=[r['seed'] for r in runs], n=len(runs), mean=mean,
+                    std=std)
+    return [group('raw', RUNS[:2]), group('norm', RUNS[2:])]
+
+
+def test_a_group_of_one_run_with_a_nan_value_has_a_nan_mean_and_spread():
+    # a diverged run's NaN (its val loss, in memory as eval_depth scores it): alone in its group, mean and std
+    # are NaN, as a NaN among several runs makes them; nothing raises
+    mean, std = report.mean_std([dict(loss=[float('nan'), 2.0], K=3)])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0]) and mean['K'] == 3
+    assert mean['loss'][1] == 2.0 and math.isnan(std['loss'][1])  # (one run: no spread)
+    mean, std = report.mean_std([dict(loss=[float('nan')]), dict(loss=[1.0])])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0])
+
+
+def drawn(plt, *figures):
+    """{name: figure} of report's figure functions, drawn in the test that reads them (mutmut links a function
+    to the tests that call it, and a module fixture's calls to the first test that made it)."""
+    return {f.__name__: f(plt, groups(), RUNS)[0] for f in figures}
+
+
+def legend_labels(fig):
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+def test_every_figures_legend_names_each_group_with_its_settings(plt):
+    figures, (raw_group, norm_group) = drawn(plt, *report.FIGURES), groups()
+    raw = 'raw (raw readout, perloop CE, K=2, 2 seeds)'  # label(g, settings=True)
+    norm = 'norm (norm readout, terminal CE, norm_penalty 0.1, K=2)'
+    assert report.label(raw_group, settings=True) == raw and report.label(norm_group, settings=True) == norm
+    assert legend_labels(figures['ppl_vs_k']) == legend_labels(figures['frontier']) == [raw, norm]
+    assert legend_labels(figures['norms_vs_k']) == [f'{raw}: mean', 'raw: p99', f'{norm}: mean', 'norm: p99']
+    assert legend_labels(figures['norm_hist']) == [f'{raw}, loop 2', f'{norm}, loop 2']
+    assert legend_labels(figures['lemma_figure']) == [raw]  # (the norm run has no Lemma-2 sweep)
+    # drift: a colour per condition, both of its seeds in it; each panel's first seed's curve carries the label
+    train_norm, val_loss = figures['drift'].axes
+    assert legend_labels(figures['drift']) == [raw, norm] and val_loss.get_legend() is None  # (one legend, left)
+    for ax, columns in ((train_norm, ('train_iter', 'norm_mean')), (val_loss, ('iter', 'val_loss_K'))):
+        solid = [l for l in ax.lines if l.get_linestyle() == '-']
+        assert [l.get_label() for l in solid][::2] == [raw, norm] and solid[1].get_label().startswith('_')
+        assert [l.get_color() for l in solid] == ['C0', 'C0', 'C1']
+        for line, run in zip(solid, RUNS):
+            assert sig(line.get_xdata()) == sig(run['curve'][columns[0]])
+            assert sig(line.get_ydata()) == sig(report.num(run['curve'][columns[1]]))  # (None: a gap)
+
+
+def test_the_frontier_shows_both_spreads_and_names_each_point_by_its_k(plt):
+    ax, (raw_group, norm_group) = drawn(plt, report.frontier)['frontier'].axes[0], groups()
+    raw, norm = ax.containers  # the two seeds' spread in throughput and in perplexity; one run: no bars
+    assert (raw.has_xerr, raw.has_yerr, norm.has_xerr, norm.has_yerr) == (True, True, False, False)
+    data, caps, (xbars, ybars) = raw
+    mean, std = raw_group['mean']['per_K'], raw_group['std']['per_K']
+    assert sig(data.get_xdata()) == sig([r['tok_per_s'] for r in mean])
+    assert [sig(s[:, 0]) for s in xbars.get_segments()] == [sig([r['tok_per_s'] - e['tok_per_s'], r['tok_per_s']
+                                                                 + e['tok_per_s']]) for r, e in zip(mean, std)]
+    assert [sig(s[:, 1]) for s in ybars.get_segments()] == [sig([r['ppl'] - e['ppl'], r['ppl'] + e['ppl']])
+                                                             for r, e in zip(mean, std)]
+    points = [r for g in (raw_group, norm_group) for r in g['mean']['per_K']]  # each K=k at its (speed, perplexity)
+    assert [(t.get_text(), sig(t.xy)) for t in ax.texts] == [(f"K={r['K']}", sig([r['tok_per_s'], r['ppl']])) for r in points]
+    assert ax.get_xscale() == 'log' and ax.get_ylim()[1] == pytest.approx(2 * 6.1)  # (cut at 2x the best)
+
+
+def test_the_drift_figure_sets_its_two_panels_side_by_side(plt):
+    train_norm, val_loss = drawn(plt, report.drift)['drift'].axes
+    left, right = train_norm.get_position(), val_loss.get_position()
+    assert (left.y0, left.y1) == pytest.approx((right.y0, right.y1)) and left.x1 < right.x0  # one row, the norms first
+
+
+def test_the_perplexity_axis_is_cut_only_past_twice_the_best(plt):
+    # a curve from 3 to exactly 6 (twice the best) is drawn whole, with margins and its title as it was;
+    # one that goes past 6 is cut at 6, and the title says so
+    for worst, cut in ((6.0, False), (6.5, True)):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [3.0, 4.0, worst])
+        ax.set_title('ppl')
+        report.clip_ppl(ax, [3.0, 4.0, worst])
+        assert (ax.get_title() != 'ppl') == cut
+        assert ax.get_ylim() == pytest.approx((0.97 * 3, 6.0)) if cut else ax.get_ylim()[1] > worst
+
+
+def test_each_lemma_groups_dotted_fit_is_in_its_groups_colour_in_a_style_of_more_colours(plt):
+    # the Lemma-2 figure colours a group C0..C9 (the 11th again C0); its dotted c / s_k line must take the
+    # colour of its group's solid line, also where the style's colour cycle is longer than ten (tab20 here)
+    import copy
+
+    from cycler import cycler
+    raw = groups()[0]
+    many = [dict(copy.deepcopy(raw), name=f'raw{i}') for i in range(11)]
+    with plt.rc_context({'axes.prop_cycle': cycler(color=plt.get_cmap('tab20').colors)}):  # (a 'CN' is read on use)
+        fig, _ = report.lemma_figure(plt, many, RUNS)
+        angular = fig.axes[2]
+        solid, dotted = angular.lines[0::2], angular.lines[1::2]
+        assert len(solid) == len(dotted) == 11 and {l.get_linestyle() for l in dotted} == {':'}
+        assert hexes([l.get_color() for l in dotted]) == hexes([l.get_color() for l in solid])
+        assert hexes([solid[10].get_color()]) == hexes(['C0'])  # (the 11th group: C0 again)
+
+
+@pytest.mark.parametrize('figure', report.FIGURES, ids=lambda f: f.__name__)
+def test_every_figure_is_drawn_as_its_description_says(plt, figure):
+    name = figure.__name__
+    assert matches_snapshot('figures.json', name, describe(drawn(plt, figure)[name])), \
+        f'{name} differs from tests/snapshots/figures.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
+
+
+# -----------------------------------------------------------------------------
+# train.py's train line. (test_train.py checks MFU on a trained run, the still run, through a session fixture: a
+# fixture's calls of log_train are the fixture's, not those of a test that reads MFU, so here log_train is
+# called by the test that checks it, with a peak given.)
+
+def test_the_train_line_and_its_record_give_the_mfu_against_the_peak(tmp_path, capsys):
+    sums = report.LogSums(3, 'cpu')
+    for loss, ce, h_norm in ((2.5, [3.0, 2.0], [1.0, 4.0]), (1.5, [2.0, 1.0], [1.0, 2.0])):  # K=2 of 3: loop 3 unread
+        sums.add(torch.tensor(loss), torch.tensor(ce), torch.tensor(h_norm), flops=1.5e9)
+    # 3e9 FLOPs in 0.5 s against a peak of 1e10 FLOP/s: 60 % of the peak
+    report.log_train(str(tmp_path), 8, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=1e10, device='cpu')
+    report.log_train(str(tmp_path), 9, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=None,
+                     device='cpu')  # (no peak known: no MFU)
+    assert capsys.readouterr().out.splitlines() == [
+        'iter 8: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s | mfu 60.0%',
+        'iter 9: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s']
+    with open(tmp_path / 'log.jsonl') as f:
+        records = [json.loads(line) for line in f]
+    assert records[0] == dict(kind='train', iter=8, loss=2.0, ce=[2.5, 1.5, None], h_norm=[1.0, 3.0, None], lr=3e-4,
+                              ms_per_iter=250.0, tok_per_s=2048.0, mfu=pytest.approx(0.6), peak_mem_gib=None)
+    assert records[1]['mfu'] is None

@@ -130,3 +130,21 @@ def test_each_sample_runs_under_autocast_on_the_device_it_samples_on(run, monkey
     monkeypatch.setattr(sample, 'autocast', recording)
     out, _ = main(run, '--start=the loop', '--num_samples=2', '--max_new_tokens=3', '--dtype=bfloat16')
     assert seen == [('cpu', 'bfloat16')] * 2 and out.count('---------------') == 2
+
+
+# -----------------------------------------------------------------------------
+# the summary line
+
+def test_samples_summary_line_gives_the_tokens_a_second(monkeypatch, capsys):
+    # 2 samples of 5 tokens in 2.5 s (the clock stood in): 4.0 tokens a second
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=8, vocab_size=256, n_layer=1, n_head=1, n_embd=8, n_loops=2,
+                                      dropout=0.0)).eval()
+    monkeypatch.setattr(sample, 'load', lambda config, device: (model, ByteTokenizer()))
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(sample, 'time', type('Clock', (), dict(perf_counter=staticmethod(lambda: next(clock)))))
+    try:
+        sample.main(['--device=cpu', '--start=ab', '--num_samples=2', '--max_new_tokens=5'])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
+    assert capsys.readouterr().err.splitlines()[-1] == 'tokens=10 seconds=2.500 tok_per_s=4.0 n_loops=2'

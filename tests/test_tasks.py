@@ -17,7 +17,8 @@ import depth
 import train
 from beyond import parity
 from configurator import UserError
-from conftest import HERE, TINY, assert_one_line_error, between, run_script, strict, train_in_process
+from conftest import (HERE, TINY, assert_one_line_error, assert_options_documented, between, describe, describe_legend, hexes,
+                      matches_snapshot, run_script, sig, strict, train_in_process)
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT
@@ -580,6 +581,102 @@ def test_meta_json_describes_the_rows_it_holds(parity_data):
     meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
     assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
                             '-1 at bos and pads')
+
+
+# -----------------------------------------------------------------------------
+# accuracy.png: design 'a' of three seeds (spreads that reach below 0 and above 100 %, and none), design 'b' of
+# one, over three lengths; a clamp intervention's rows are not in the figure
+
+def task_rows():
+    exact = {('a', 1): [0.0, 0.0, 0.6], ('a', 2): [0.5, 0.5, 0.5], ('a', 4): [1.0, 1.0, 0.4],
+             ('b', 1): [0.1], ('b', 2): [0.3], ('b', 4): [0.9]}
+    rows = []
+    for (design, k), values in exact.items():
+        for seed, e in enumerate(values):
+            for length in (8, 16, 32):
+                run = f'out/{design}-s{seed}' if len(values) > 1 else f'out/{design}'
+                rows += [dict(run=run, length=length, K=k, trained_K=2, intervention=i, accuracy=e, exact=e,
+                              h_norm=1.0, rms=1.0, one_minus_cos=0.0) for i in ('none', 'clamp')]
+    return rows
+
+
+def task_figure(monkeypatch):
+    """The figure tasks.plot saves (its file not written), and the designs it drew."""
+    import matplotlib.figure
+    designs, saved = tasks.designs(task_rows()), []
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', lambda fig, *args, **kw: saved.append(fig))
+    tasks.plot(designs, 'accuracy.png')
+    return saved[0], designs
+
+
+def test_the_task_figure_has_a_panel_per_length_with_each_designs_seed_spread_as_a_band(plt, monkeypatch):
+    fig, designs = task_figure(monkeypatch)
+    assert [ax.get_title() for ax in fig.axes] == ['8 bits', '16 bits', '32 bits']
+    assert [describe_legend(ax) and describe_legend(ax)['labels'] for ax in fig.axes] == [None, None, ['a (3)', 'b (1)']]
+    legend = fig.axes[-1].get_legend()  # outside the last panel, to its right
+    assert legend._loc == 2 and describe_legend(fig.axes[-1])['anchor'][0] > 1
+    for ax, length in zip(fig.axes, (8, 16, 32)):
+        assert len(ax.lines) == len(ax.collections) == 2  # (no line for the clamp rows)
+        for line, band, design in zip(ax.lines, ax.collections, 'ab'):
+            rows = [g for g in designs if (g['design'], g['length'], g['intervention']) == (design, length, 'none')]
+            mean, std = 100 * np.array([g['exact'] for g in rows]), 100 * np.array([g['exact_std'] for g in rows])
+            assert sig(line.get_xdata()) == sig([g['K'] for g in rows]) and sig(line.get_ydata()) == sig(mean)
+            # the band: mean ± std of the seeds, never past what a percentage can be, see-through, in the line's colour
+            y = band.get_paths()[0].vertices[:, 1]
+            assert set(sig(y)) == set(sig(np.clip(mean - std, 0, 100))) | set(sig(np.clip(mean + std, 0, 100)))
+            (face,) = band.get_facecolor()
+            assert band.get_alpha() == face[3] == 0.15 and hexes([face[:3]]) == hexes([line.get_color()])
+        assert min(ax.collections[0].get_paths()[0].vertices[:, 1]) == 0  # ('a' reaches below 0 and above 100 %)
+        assert max(ax.collections[0].get_paths()[0].vertices[:, 1]) == 100
+
+
+def test_the_task_figure_is_drawn_as_its_description_says(plt, monkeypatch):
+    assert matches_snapshot('figures.json', 'beyond.tasks.plot', describe(task_figure(monkeypatch)[0])), \
+        'accuracy.png differs from tests/snapshots/figures.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
+
+
+def task_rows_of(n_designs):
+    """One seed of each of n_designs designs, at one length and two K."""
+    return [dict(run=f'out/d{d}', length=8, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
+                 rms=1.0, one_minus_cos=0.0) for d in range(n_designs) for k in (1, 2)]
+
+
+def test_the_task_figure_draws_designs_past_ten_in_another_line_style(plt, monkeypatch):
+    # ten colours, then the colours again with dashes, then dotted: 25 designs stay told apart
+    import matplotlib.figure
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', lambda fig, *args, **kw: saved.append(fig))
+    tasks.plot(tasks.designs(task_rows_of(25)), 'accuracy.png')
+    lines = saved[0].axes[0].lines
+    assert [l.get_linestyle() for l in lines] == ['-'] * 10 + ['--'] * 10 + [':'] * 5
+    assert len({(hexes([l.get_color()])[0], l.get_linestyle()) for l in lines}) == 25
+
+
+def test_the_task_figures_legend_sits_flush_at_its_anchor_right_of_the_last_panel(plt, monkeypatch):
+    fig, _ = task_figure(monkeypatch)
+    fig.canvas.draw()
+    ax = fig.axes[-1]
+    box = ax.get_legend().get_window_extent()
+    x, y = ax.transAxes.transform((1.02, 1))  # the anchor: its upper left corner there, no padding between
+    assert box.x0 == pytest.approx(x, abs=0.5) and box.y1 == pytest.approx(y, abs=0.5)
+
+
+def test_the_task_figure_is_saved_at_100_dpi_whatever_the_matplotlib_settings(plt, tmp_path):
+    # accuracy.png is (4 x lengths + 2) x 3.2 inches at 100 dpi: 1400 x 320 pixels for three lengths, also
+    # where a matplotlibrc sets another dpi for saved figures or for figures
+    import struct
+    for rc in ({'savefig.dpi': 72}, {'figure.dpi': 150}):
+        with plt.rc_context(rc):
+            tasks.plot(tasks.designs(task_rows()), str(tmp_path / 'accuracy.png'))
+        png = (tmp_path / 'accuracy.png').read_bytes()
+        assert png[:8] == b'\x89PNG\r\n\x1a\n' and struct.unpack('>II', png[16:24]) == (1400, 320), rc
+
+
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
+
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('beyond/tasks.py', tasks.main, monkeypatch)
 
 
 # -----------------------------------------------------------------------------
