@@ -335,6 +335,68 @@ def assert_close(got, want, rel=1e-5):
         assert got[key] == pytest.approx(float(value), rel=rel), key
 
 
+# every field written, and the test that recomputes it (None: a label, not a number, or the object itself); the
+# registry's test (tests/test_eval_depth.py) fails for a field written that is not here, or a test here that is gone
+TRAIN, EVAL, TASKS, REPORT, GATE = ('tests/test_train.py', 'tests/test_eval_depth.py', 'tests/test_tasks.py',
+                                    'tests/test_report.py', 'tests/test_exit_gate.py')
+FIELDS = {
+    'train record': dict(
+        kind=None, iter=f'{TRAIN}::test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration',
+        loss=f'{TRAIN}::test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model',
+        ce=f'{TRAIN}::test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model',
+        h_norm=f'{TRAIN}::test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model',
+        lr=f'{TRAIN}::test_adamw_steps_with_the_learning_rate_the_log_reports',
+        ms_per_iter=f'{TRAIN}::test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop',
+        tok_per_s=f'{TRAIN}::test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop',
+        mfu=f'{TRAIN}::test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop',
+        peak_mem_gib=f'{REPORT}::test_peak_memory_is_cudas_peak_in_gib'),
+    'eval record': dict(
+        kind=None, iter=f'{TRAIN}::test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration',
+        **{k: f'{TRAIN}::test_each_eval_record_is_the_val_loss_and_diagnostics_recomputed_from_the_states'
+           for k in ('val_loss', 'val_ppl', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}),
+    'checkpoint': dict(
+        model_args=None, model=None, optimizer=None, config=None,
+        model_class=f'{TRAIN}::test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result',
+        iter_num=f'{TRAIN}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth',
+        best_val_loss=f'{TRAIN}::test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth'),
+    'results.json': dict(
+        command=None, runs=None, notes=None, groups=f'{EVAL}::test_seeds_of_one_condition_are_grouped_into_mean_and_std'),
+    'results.json run': dict(
+        **{k: f'{EVAL}::test_the_run_record_says_what_was_evaluated_and_what_the_model_learned'
+           for k in ('name', 'path', 'model', 'trained_K', 'random_depth', 'depth', 'seed', 'config', 'split', 'batch_size',
+                     'device', 'dtype', 'compiled')},
+        tokens_scored=f'{EVAL}::test_perplexity_equals_an_independent_computation_over_the_scored_tokens',
+        per_K=f'{EVAL}::test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states',
+        final_norm_hist=f'{EVAL}::test_the_norm_histogram_counts_each_tokens_norm_at_the_trained_k',
+        lemma=f'{EVAL}::test_lemma_2_is_recomputed_from_the_first_lemma_tokens_states',
+        curve=f'{EVAL}::test_the_curve_reads_every_record_at_the_trained_k'),
+    'results.json per_K row': {k: f'{EVAL}::test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states'
+                               for k in ('K', 'loss', 'ppl', 'tok_per_s', 'mfu', 'norm_mean', 'norm_median', 'norm_p99',
+                                         'norm_max', 'radial', 'angular', 'clamp')},
+    'results.json clamp': {k: f'{EVAL}::test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states'
+                           for k in ('loss', 'ppl', 'delta_loss', 'norm_mean', 'norm_median', 'norm_p99', 'norm_max',
+                                     'radial', 'angular')},
+    'results.json final_norm_hist': {k: f'{EVAL}::test_the_norm_histogram_counts_each_tokens_norm_at_the_trained_k'
+                                     for k in ('loop', 'edges', 'counts')},
+    'results.json lemma': {k: f'{EVAL}::test_lemma_2_is_recomputed_from_the_first_lemma_tokens_states'
+                           for k in ('loops', 'tokens', 's', 'radial_increment', 'angular_step', 's_times_angular', 'c')},
+    'results.json curve': {k: f'{EVAL}::test_the_curve_reads_every_record_at_the_trained_k'
+                           for k in ('iter', 'norm_p99', 'val_loss_1', 'val_loss_K', 'train_iter', 'norm_mean')},
+    'tables': {'depth table and Lemma 2 table': f'{EVAL}::test_each_table_column_shows_its_own_field',
+               'train.py\'s printed lines': f'{REPORT}::test_each_printed_line_shows_its_records_numbers_in_their_places'},
+    'beyond.tasks row': dict(
+        run=None, length=None, K=None, intervention=None,
+        trained_K=f'{TASKS}::test_the_task_studys_state_norms_are_the_bits_not_the_start_token',
+        accuracy=f'{TASKS}::test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them',
+        exact=f'{TASKS}::test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them',
+        **{k: f'{TASKS}::test_the_task_studys_state_norms_are_the_bits_not_the_start_token'
+           for k in ('h_norm', 'rms', 'one_minus_cos')}),
+    'beyond.exit_gate info': {k: f'{GATE}::test_the_exit_gate_is_trained_on_other_windows_than_it_is_scored_on'
+                              for k in ('pairs', 'heldout_pairs', 'base_rate', 'label_rate_by_loop', 'heldout_bce_base',
+                                        'heldout_bce', 'train_bce')},
+}
+
+
 @pytest.fixture(scope='session')
 def still_run(tiny_data, tmp_path_factory):
     """(run folder, its log records, what it printed). The alpha readout: its radial fraction is far from

@@ -9,8 +9,10 @@ outside; and its window bookkeeping.
 
 import contextlib
 import io
+import itertools
 import json
 import math
+import os
 from argparse import Namespace
 from dataclasses import asdict, fields
 from types import SimpleNamespace
@@ -26,13 +28,14 @@ import train
 import data as runs_module  # (loading runs and their windows)
 from configurator import UserError
 from beyond.exit_train import ExitTrainConfig
-from conftest import SHORT, another, assert_one_line_error, assert_options_documented, run_script, train_in_process
+from conftest import (B, BPTT, FIELDS, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STILL_SCORED, T, another, assert_close,
+                      assert_one_line_error, assert_options_documented, ce_by_hand, load, norm_stats, one_minus_cos,
+                      radial_by_hand, run_script, states_by_hand, train_in_process)  # (PEAK: FLOP/s given the runs, a CPU has none)
 from model import LoopedGPT
 from report import mean_std
-from data import Scoring, score_windows
+from data import Scoring, load_tokens, score_windows
 
 
-PEAK = 1e9  # FLOP/s: a CPU has none (MFU None), so the runs here and their evaluation are given one
 
 
 @pytest.fixture(scope='module')
@@ -646,3 +649,162 @@ def test_runs_differing_only_in_seed_group_and_in_any_setting_that_makes_a_condi
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('eval_depth.py', eval_depth.main, monkeypatch)
+
+
+# -----------------------------------------------------------------------------
+# eval_depth.py on the still run (conftest's, with its alpha readout's scalars set by hand: alpha = sigmoid(1),
+# s_ref = 3; on a fake clock, 0.5 s a timed pass): every number of results.json and of the tables recomputed from
+# the model's states
+
+def scored(tiny_data, n=STILL_SCORED):
+    """The first n targets of the val split in windows of T, as (x, y) of shape (n / T, T)."""
+    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
+    tokens = torch.from_numpy(val[:n + 1].astype(np.int64))
+    return tokens[:-1].view(-1, T), tokens[1:].view(-1, T)
+
+
+def test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states(still_evaluated, tiny_data):
+    run, result, *_ = still_evaluated
+    model = load(run)
+    x, y = scored(tiny_data)
+    free, clamped = states_by_hand(model, x, MAX_K), states_by_hand(model, x, MAX_K, clamp=True)
+    assert [row['K'] for row in result['per_K']] == [1, 2, 3, 4] and result['tokens_scored'] == STILL_SCORED
+    for K, row in enumerate(result['per_K'], start=1):
+        loss, c_loss = ce_by_hand(model, x, y, K).mean().item(), ce_by_hand(model, x, y, K, clamp=True).mean().item()
+        assert row['loss'] == pytest.approx(loss, rel=1e-5) and row['ppl'] == pytest.approx(math.exp(loss), rel=1e-5)
+        assert_close(row, norm_stats(free[K].norm(dim=-1)))
+        assert row['radial'] == pytest.approx(radial_by_hand(model, free[K], y).mean().item(), rel=1e-5)
+        assert row['angular'] == pytest.approx(one_minus_cos(free[K], free[K - 1]).mean().item(), rel=1e-5, abs=1e-7)
+        c = row['clamp']
+        assert c['loss'] == pytest.approx(c_loss, rel=1e-5) and c['ppl'] == pytest.approx(math.exp(c_loss), rel=1e-5)
+        assert c['delta_loss'] == pytest.approx(c_loss - loss, rel=1e-4, abs=1e-6)
+        assert_close(c, norm_stats(free[1].norm(dim=-1)), rel=1e-4)  # the clamp keeps each token at its loop-1 norm
+        assert c['radial'] == pytest.approx(radial_by_hand(model, clamped[K], y).mean().item(), rel=1e-5)
+        assert c['angular'] == pytest.approx(one_minus_cos(clamped[K], clamped[K - 1]).mean().item(), rel=1e-5, abs=1e-7)
+        # the timed pass: the first batch (8 windows of T) in 0.5 s of the fake clock; MFU of a forward at K
+        assert row['tok_per_s'] == pytest.approx(B * T / 0.5, rel=1e-9)
+        assert row['mfu'] == pytest.approx(model.flops_per_token(K, training=False, T=T) * B * T / 0.5 / PEAK, rel=1e-9)
+    assert abs(result['per_K'][3]['clamp']['loss'] - result['per_K'][3]['loss']) > 1e-4  # (the clamp matters here)
+
+
+def test_the_norm_histogram_counts_each_tokens_norm_at_the_trained_k(still_evaluated, tiny_data):
+    run, result, *_ = still_evaluated
+    model = load(run)
+    x, _ = scored(tiny_data)
+    h = result['final_norm_hist']
+    edges = 10.0 ** (np.arange(161) / 20 - 1)  # 20 bins a decade from 0.1 to 1e7
+    assert h['loop'] == MEAN_K and h['edges'] == pytest.approx(edges.tolist(), rel=1e-12)
+    by_hand = {}
+    for K in (MEAN_K, MAX_K):
+        norms = states_by_hand(model, x, K)[K].norm(dim=-1).numpy()
+        bins = (np.searchsorted(edges, norms, side='right') - 1).clip(0, 159)  # (outside 0.1..1e7: the end bins)
+        by_hand[K] = np.bincount(bins, minlength=160).tolist()
+    assert h['counts'] == by_hand[MEAN_K] != by_hand[MAX_K]
+
+
+def test_lemma_2_is_recomputed_from_the_first_lemma_tokens_states(still_evaluated, tiny_data):
+    run, result, *_ = still_evaluated
+    model = load(run)
+    x, _ = scored(tiny_data, 64)  # --lemma_tokens 64: the first two windows
+    H = states_by_hand(model, x, 4)[1:]
+    s = [h.pow(2).mean(-1).sqrt() for h in H]
+    u = [h / s_k[:, None] for h, s_k in zip(H, s)]
+    lem = result['lemma']
+    assert lem['loops'] == 4 and lem['tokens'] == 64
+    assert lem['s'] == pytest.approx([s_k.mean().item() for s_k in s], rel=1e-6)
+    step = [(u[k + 1] - u[k]).norm(dim=-1) for k in range(3)]
+    assert lem['radial_increment'] == pytest.approx([(u[k] * (H[k + 1] - H[k])).sum(-1).mean().item() for k in range(3)],
+                                                    rel=1e-6)
+    assert lem['angular_step'] == pytest.approx([st.mean().item() for st in step], rel=1e-6)
+    assert lem['s_times_angular'] == pytest.approx([(s[k] * step[k]).mean().item() for k in range(3)], rel=1e-6)
+    assert lem['c'] == pytest.approx(sum(lem['s_times_angular'][1:]) / 2, rel=1e-12)  # the median of loops 2 and 3's
+
+
+def test_the_curve_reads_every_record_at_the_trained_k(still_evaluated, still_run):
+    # random depth logs every loop to the cap (4): the curve is the trained K's (2), the drift figure's
+    _, result, *_ = still_evaluated
+    _, log, _ = still_run
+    evals, trains = [r for r in log if r['kind'] == 'eval'], [r for r in log if r['kind'] == 'train']
+    k = MEAN_K - 1
+    assert result['curve'] == dict(iter=[0, 6], norm_p99=[r['norm_p99'][k] for r in evals],
+                                   val_loss_1=[r['val_loss'][0] for r in evals],
+                                   val_loss_K=[r['val_loss'][k] for r in evals], train_iter=[0, 2, 4, 6],
+                                   norm_mean=[evals[0]['norm_mean'][k]] + [r['h_norm'][k] for r in trains])
+    assert None not in result['curve']['norm_mean']
+
+
+def test_the_run_record_says_what_was_evaluated_and_what_the_model_learned(still_evaluated):
+    run, result, *_ = still_evaluated
+    ckpt = torch.load(run / 'ckpt.pt', weights_only=True)
+    depth = dict(result['depth'])
+    assert depth.pop('draw') == dict(n_loops=MEAN_K, depth_sigma=0.5, max_loops=MAX_K, bptt=BPTT)
+    assert depth == pytest.approx(dict(alpha=1 / (1 + math.exp(-1)), s_ref=3.0), rel=1e-6)  # as the fixture set them
+    assert (result['trained_K'], result['random_depth'], result['seed'], result['split'], result['batch_size'],
+            result['device'], result['dtype'], result['compiled']) == (MEAN_K, True, SEED, 'val', B, 'cpu', 'float32', False)
+    assert (result['model'], result['config']) == (ckpt['model_args'], ckpt['config'])
+    assert (result['name'], result['path']) == ('run', str(run))
+
+
+def table_rows(text, head):
+    """The rows of the markdown table whose header row starts with head, as {column: cell}."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    names = [c.strip() for c in lines[start].strip('|').split('|')]
+    rows = []
+    for line in itertools.takewhile(lambda line: line.startswith('|'), lines[start + 2:]):
+        rows.append(dict(zip(names, (c.strip() for c in line.strip('|').split('|')))))
+    return rows
+
+
+def depth_table_cells(name, r, trained_K):
+    """A row of the depth table as each column's header names its field (one run: no ± std)."""
+    return {'run': name, 'K': f"{r['K']}{'*' if r['K'] == trained_K else ''}", 'ppl': f"{r['ppl']:.3f}",
+            'ppl clamped': f"{r['clamp']['ppl']:.3f}", 'Δ loss clamp': f"{r['clamp']['delta_loss']:+.4f}",
+            'mean ‖H_K‖': f"{r['norm_mean']:.1f}", 'p99 ‖H_K‖': f"{r['norm_p99']:.1f}", 'max ‖H_K‖': f"{r['norm_max']:.1f}",
+            'radial frac': f"{r['radial']:.1e}", '1-cos': f"{r['angular']:.1e}", 'tok/s': f"{r['tok_per_s']:,.0f}"}
+
+
+def test_each_table_column_shows_its_own_field(still_evaluated):
+    run, result, printed, _ = still_evaluated
+    rows = table_rows(printed, '| run | K |')
+    assert rows == [depth_table_cells('run', r, MEAN_K) for r in result['per_K']]
+    # the tiny run's norms agree to the table's one decimal: a row whose every field is its own number
+    row = dict(K=2, ppl=1.5, tok_per_s=2500.0, norm_mean=3.5, norm_median=4.5, norm_p99=5.5, norm_max=6.5, radial=7.5e-3,
+               angular=8.5e-4, clamp=dict(ppl=9.5, delta_loss=0.0105))
+    nan = float('nan')
+    std = dict(ppl=nan, norm_mean=nan, norm_p99=nan, norm_max=nan, clamp=dict(ppl=nan, delta_loss=nan))
+    group = dict(name='g', n=1, mean=dict(per_K=[row], trained_K=2), std=dict(per_K=[std]))
+    assert table_rows(eval_depth.table([group]), '| run | K |') == [depth_table_cells('g', row, 2)]
+    lem = result['lemma']
+    rows = table_rows(printed, '| run | k |')
+    assert [c['k'] for c in rows] == ['1', '2']  # loops 1, 2, 4, .. below the sweep's 4
+    for cells in rows:
+        k = int(cells['k'])
+        assert cells == {'run': 'run', 'k': str(k), 's_k': f"{lem['s'][k - 1]:.4g}",
+                         'a_k': f"{lem['radial_increment'][k - 1]:.4g}",
+                         '‖u_k+1 − u_k‖': f"{lem['angular_step'][k - 1]:.3e}",
+                         's_k ‖u_k+1 − u_k‖': f"{lem['s_times_angular'][k - 1]:.4g}"}
+
+
+# -----------------------------------------------------------------------------
+# every field written, and the test that recomputes it (conftest's FIELDS): a new field fails until it has one
+
+def test_every_field_written_has_a_test_that_recomputes_it(still_run, still_evaluated):
+    out, log, _ = still_run
+    _, result, _, results = still_evaluated
+    written = {
+        'train record': {k for r in log if r['kind'] == 'train' for k in r},
+        'eval record': {k for r in log if r['kind'] == 'eval' for k in r},
+        'checkpoint': set(torch.load(out / 'ckpt.pt', weights_only=True)),
+        'results.json': set(results), 'results.json run': set(result),
+        'results.json per_K row': {k for row in result['per_K'] for k in row},
+        'results.json clamp': {k for row in result['per_K'] for k in row['clamp']},
+        **{f'results.json {key}': set(result[key]) for key in ('final_norm_hist', 'lemma', 'curve')}}
+    for where, keys in written.items():  # a field written that is not listed here has no test recomputing it
+        assert keys == set(FIELDS[where]), where
+    for where, listed in FIELDS.items():
+        for field, test in listed.items():
+            if test:
+                path, name = test.split('::')
+                with open(os.path.join(HERE, path)) as f:
+                    assert f'\ndef {name}(' in f.read(), (where, field, test)

@@ -26,7 +26,7 @@ from beyond.decoder import decode, new_cache
 from beyond.exit_gate import fit
 from model import LoopedGPT, LoopedGPTConfig
 from configurator import UserError
-from conftest import between
+from conftest import FIELDS, between
 from test_model import D
 
 K = 3
@@ -258,3 +258,45 @@ def test_a_trained_gate_is_confident_where_its_label_says_exit():
     with torch.no_grad():
         p = exits.gate_criterion('gate', gate)(h, None)
     assert p[y == 1].mean() > 0.8 and p[y == 0].mean() < 0.2
+
+
+# -----------------------------------------------------------------------------
+# the held-out loss: the gate is trained on other windows than it is scored on, each number recomputed
+
+def test_the_exit_gate_is_trained_on_other_windows_than_it_is_scored_on(monkeypatch):
+    torch.manual_seed(0)
+    K, V, C = 3, 32, 16
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=C, n_loops=K,
+                                      dropout=0.0, readout='raw', init_std=0.3)).eval()
+    # by hand: 20 windows of 8 evenly spaced over the data; the last 4 (holdout 0.2, whole windows) are held out.
+    # Each window starts with a token of its own, so no two windows have a state in common
+    data = np.random.default_rng(0).integers(0, V, 2000)
+    starts = np.linspace(0, len(data) - 9, 20).astype(np.int64)
+    data[starts] = np.arange(20)
+    fitted, real_fit = [], exit_gate.fit
+    monkeypatch.setattr(exit_gate, 'fit', lambda gate, x, y, *a, **kw: fitted.append(x) or real_fit(gate, x, y, *a, **kw))
+    gate, info = exit_gate.train_gate(model, data, 160, 'raw', 'improve', 0.05, 20, 0.01, 64, 0.2, nullcontext(), 'cpu')
+    x = torch.from_numpy(data[starts[:, None] + np.arange(9)])
+    with torch.no_grad():
+        H = torch.stack(model.hidden_states(x[:, :-1], K)[1:K]).float()  # (K-1, windows, 8, C): loops 1..K-1
+        ce = torch.stack([F.cross_entropy(model(x[:, :-1], n_loops=k)[0].transpose(1, 2), x[:, 1:], reduction='none')
+                          for k in range(1, K + 1)])  # (K, windows, 8)
+    labels = (ce[:-1] <= torch.stack([ce[k:].min(0).values for k in range(K - 1)]) + 0.05).float()  # within eps of the best later
+    train_x, test_x = H[:, :16].reshape(-1, C), H[:, 16:].reshape(-1, C)
+    train_y, test_y = labels[:, :16].reshape(-1), labels[:, 16:].reshape(-1)
+    (seen,) = fitted
+    distance = lambda a, b: torch.cdist(a, b, compute_mode='donot_use_mm_for_euclid_dist')  # noqa: E731  (exact)
+    assert distance(seen, test_x).min() > 1e-2  # none of the held-out states
+    assert seen.shape == train_x.shape and distance(seen, train_x).min(1).values.max() < 1e-5  # every other one
+    assert set(info) == set(FIELDS['beyond.exit_gate info'])
+    assert (info['pairs'], info['heldout_pairs']) == (len(train_x), len(test_x))
+    assert info['base_rate'] == pytest.approx(train_y.mean().item(), rel=1e-6)
+    assert info['label_rate_by_loop'] == pytest.approx(labels.mean((1, 2)).tolist(), rel=1e-6)
+    assert gate.scale == pytest.approx(train_x.pow(2).mean(-1).sqrt().mean().item(), rel=1e-5)
+    p = lambda states: torch.sigmoid(gate.linear(states / gate.scale).squeeze(-1)).detach()  # noqa: E731
+    rate = train_y.mean()
+    assert info['heldout_bce'] == pytest.approx(F.binary_cross_entropy(p(test_x), test_y).item(), rel=1e-5)
+    assert info['train_bce'] == pytest.approx(F.binary_cross_entropy(p(train_x), train_y).item(), rel=1e-5)
+    assert info['heldout_bce_base'] == pytest.approx(F.binary_cross_entropy(rate.expand(len(test_y)), test_y).item(),
+                                                     rel=1e-5)
+    assert 0 < rate < 1  # (both labels met)

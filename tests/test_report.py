@@ -18,7 +18,7 @@ import torch
 
 import report
 from beyond.exit_train import ExitTrainConfig
-from conftest import another, describe, hexes, matches_snapshot, sig, strict
+from conftest import another, describe, hexes, matches_snapshot, read_log, sig, strict
 from model import SIZE, LoopedGPTConfig
 from report import settings_of
 
@@ -257,3 +257,42 @@ def test_the_train_line_and_its_record_give_the_mfu_against_the_peak(tmp_path, c
     assert records[0] == dict(kind='train', iter=8, loss=2.0, ce=[2.5, 1.5, None], h_norm=[1.0, 3.0, None], lr=3e-4,
                               ms_per_iter=250.0, tok_per_s=2048.0, mfu=pytest.approx(0.6), peak_mem_gib=None)
     assert records[1]['mfu'] is None
+
+
+# -----------------------------------------------------------------------------
+# train.py's printed lines: each shows its record's numbers in their places (the still run's, conftest's)
+
+def printed_line(r):
+    """train.py's line of the log record r, as each label names its field."""
+    row = lambda key, spec: ' '.join('-' if v is None else format(v, spec) for v in r[key])  # noqa: E731
+    if r['kind'] == 'train':
+        return (f"iter {r['iter']}: loss {r['loss']:.4f} | ce {row('ce', '.3f')} | |H_k| {row('h_norm', '.1f')} | "
+                f"lr {r['lr']:.1e} | {r['ms_per_iter']:.1f} ms/iter | {r['tok_per_s']:,.0f} tok/s | mfu {100 * r['mfu']:.1f}%")
+    return (f"eval {r['iter']}: val loss K=1..{len(r['val_loss'])} {row('val_loss', '.4f')} | ppl {row('val_ppl', '.4g')} | "
+            f"|H_k| mean {row('norm_mean', '.1f')} p99 {row('norm_p99', '.1f')} | radial {row('radial', '.1e')} | "
+            f"angular {row('angular', '.2e')}")
+
+
+def test_each_printed_line_shows_its_records_numbers_in_their_places(still_run):
+    from report import eval_line
+    _, log, printed = still_run
+    lines = printed.splitlines()
+    for r in log:
+        assert printed_line(r) in lines, printed_line(r)
+    # the tiny run's norms agree to one decimal: a record whose every field is its own number
+    ev = dict(val_loss=[1.25], val_ppl=[3.5], norm_mean=[10.5], norm_median=[20.5], norm_p99=[30.5], norm_max=[40.5],
+              radial=[5e-3], angular=[6e-4])
+    assert eval_line(7, ev) == printed_line(dict(kind='eval', iter=7, **ev))
+
+
+# -----------------------------------------------------------------------------
+# peak memory
+
+def test_peak_memory_is_cudas_peak_in_gib(tmp_path, monkeypatch, capsys):
+    from report import log_train
+    monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda device: 3 * 2 ** 30 + 2 ** 29)
+    from report import LogSums
+    sums = LogSums(1, 'cpu')
+    sums.add(torch.tensor(2.0), torch.ones(1), torch.ones(1), flops=0)
+    log_train(str(tmp_path), 1, sums, seconds=1.0, lr=1e-3, tokens_per_iter=1, peak=None, device='cuda')
+    assert read_log(tmp_path)[0]['peak_mem_gib'] == 3.5 and '| 3.5 GiB' in capsys.readouterr().out

@@ -51,3 +51,14 @@ def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, fla
         return io.StringIO(f'processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\nbugs\t\t: none\n')
     monkeypatch.setattr(runtime, 'open', fake_open, raising=False)
     assert runtime.cpu_has_bf16() is native
+
+
+# -----------------------------------------------------------------------------
+# the peak an MFU is against
+
+def test_mfu_is_against_the_16_bit_peak_only_for_a_16_bit_run(monkeypatch):
+    import runtime
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda device=None: 'NVIDIA H100 80GB HBM3')
+    assert runtime.peak_flops('cuda', 'bfloat16') == runtime.peak_flops('cuda', 'float16') == 989e12
+    assert runtime.peak_flops('cuda', 'float32') is None  # (its peak is another: no MFU rather than a wrong one)
+    assert runtime.peak_flops('cpu', 'bfloat16') is None

@@ -17,11 +17,11 @@ import depth
 import train
 from beyond import parity
 from configurator import UserError
-from conftest import (HERE, TINY, assert_one_line_error, assert_options_documented, between, describe, describe_legend, hexes,
-                      matches_snapshot, run_script, sig, strict, train_in_process)
+from conftest import (FIELDS, HERE, TINY, assert_one_line_error, assert_options_documented, between, describe, describe_legend,
+                      hexes, load, matches_snapshot, one_minus_cos, run_script, sig, strict, train_in_process)
 from data import Rows, eval_batches, load_rows, load_splits, train_batches
 from beyond.additions import FieldGPT, FieldGPTConfig
-from model import LoopedGPT
+from model import LoopedGPT, LoopedGPTConfig
 from test_model import tiny
 
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
@@ -677,6 +677,29 @@ def test_the_task_figure_is_saved_at_100_dpi_whatever_the_matplotlib_settings(pl
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('beyond/tasks.py', tasks.main, monkeypatch)
+
+
+# -----------------------------------------------------------------------------
+# the task study's mean ||H_K||, recomputed from the states
+
+def test_the_task_studys_state_norms_are_the_bits_not_the_start_token(tmp_path):
+    torch.manual_seed(0)
+    cfg = LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=2, dropout=0.0)
+    config = dict(data_dir=str(tmp_path), dataset='parity')  # (a parity run's vocabulary; its data not at hand)
+    torch.save(dict(model_args=asdict(cfg), model=LoopedGPT(cfg).state_dict(), config=config), tmp_path / 'ckpt.pt')
+    results = tasks.evaluate([str(tmp_path)], [12], [1, 3], seed=2, rows=8)
+    model = load(tmp_path)
+    x, _ = tasks.test_strings(2, 12, 8)  # (8, 13): the start token, then 12 bits
+    with torch.no_grad():
+        H = model.hidden_states(x, 3)
+    assert {r['K'] for r in results} == {1, 3} and all(r['trained_K'] == 2 for r in results)
+    for r in results:
+        assert set(r) == set(FIELDS['beyond.tasks row'])
+        h, prev = H[r['K']][:, 1:].double(), H[r['K'] - 1][:, 1:].double()  # positions 1..12, the bits
+        assert r['h_norm'] == pytest.approx(h.norm(dim=-1).mean().item(), rel=1e-5)
+        assert r['rms'] == pytest.approx(h.pow(2).mean(-1).sqrt().mean().item(), rel=1e-5)
+        assert r['one_minus_cos'] == pytest.approx(one_minus_cos(h, prev).mean().item(), rel=1e-4, abs=1e-7)
+        assert r['h_norm'] != pytest.approx(H[r['K']].norm(dim=-1).mean().item(), rel=1e-3)  # (with it: another)
 
 
 # -----------------------------------------------------------------------------

@@ -26,9 +26,12 @@ from torch.nn import functional as F
 
 import eval_depth
 import train as train_module
-from conftest import (HERE, SHORT, assert_one_line_error, read_log, run_script, stand_in_python, torchrun_environment,
-                      train_args, train_in_process)
+from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STEP_S, T, assert_close, assert_one_line_error,
+                      ce_by_hand, load, norm_stats, one_minus_cos, radial_by_hand, read_log, run_script, stand_in_python,
+                      states_by_hand, torchrun_environment, train_args, train_in_process)
 from configurator import UserError, check_ranges, configure
+from data import eval_batches, load_tokens, train_batches
+from depth import draw_depth
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
 from runtime import autocast
 from test_model import batch
@@ -1063,6 +1066,119 @@ def test_gradient_accumulation_steps_with_the_gradient_of_the_whole_batch():
         assert loss == pytest.approx(steps[0][0], rel=1e-5)
         for g, want in zip(grads, steps[0][1]):
             assert torch.allclose(g, want, atol=1e-6, rtol=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# the still run (conftest's): each record of log.jsonl recomputed from the model, and the checkpoint kept
+
+DRAWS = [draw_depth(SEED, it, mean=MEAN_K, cap=MAX_K, sigma=0.5) for it in range(6)]  # the still run's K, step by step
+
+
+def test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model(still_run, tiny_data):
+    out, log, _ = still_run
+    model = load(out)
+    data, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'train')
+    steps = []  # per step: {loop: CE} of the loops its loss read (bptt 1: the last), {loop: mean |H_k|} of those it ran
+    for it, K in enumerate(DRAWS):
+        (x,), (y,) = train_batches(data, it, 0, seed=SEED, n_micro=1, batch_size=B, block_size=T, device='cpu')
+        H = states_by_hand(model, x, K)
+        steps.append(({K: ce_by_hand(model, x, y, K).mean().item()},
+                      {k: H[k].norm(dim=-1).mean().item() for k in range(1, K + 1)}))
+    trains = [r for r in log if r['kind'] == 'train']
+    assert DRAWS == [3, 1, 2, 2, 1, 2] and [r['iter'] for r in trains] == [2, 4, 6]
+    for r, pair in zip(trains, (steps[0:2], steps[2:4], steps[4:6])):
+        assert r['loss'] == pytest.approx(np.mean([np.mean(list(ce.values())) for ce, _ in pair]), rel=1e-5)
+        for k in range(1, MAX_K + 1):  # a loop's mean over the steps that read (ran) it; null where none did
+            read = [ce[k] for ce, _ in pair if k in ce]
+            ran = [norms[k] for _, norms in pair if k in norms]
+            assert r['ce'][k - 1] == (pytest.approx(np.mean(read), rel=1e-5) if read else None), (r['iter'], k)
+            assert r['h_norm'][k - 1] == (pytest.approx(np.mean(ran), rel=1e-5) if ran else None), (r['iter'], k)
+    assert trains[0]['ce'][1] is None and trains[0]['h_norm'][2] is not None  # (each rule met: read, ran, neither)
+
+
+def test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop(still_run):
+    out, log, _ = still_run
+    model = load(out)
+    tokens, seconds = B * T, 2 * STEP_S  # a line: two steps on the fake clock
+    for r, Ks in zip([r for r in log if r['kind'] == 'train'], (DRAWS[0:2], DRAWS[2:4], DRAWS[4:6])):
+        assert r['ms_per_iter'] == pytest.approx(1000 * STEP_S, rel=1e-9)
+        assert r['tok_per_s'] == pytest.approx(tokens * 2 / seconds, rel=1e-9)
+        # each step's matmul FLOPs (the estimate test_additions.py counts matmul by matmul): K loops forward,
+        # the last BPTT backward
+        flops = sum(model.flops_per_token(K, backward_loops=BPTT, T=T) for K in Ks) * tokens
+        assert r['mfu'] == pytest.approx(flops / seconds / PEAK, rel=1e-9)
+        assert r['peak_mem_gib'] is None  # (CUDA's; below)
+    assert model.flops_per_token(3, backward_loops=BPTT, T=T) < model.flops_per_token(3, T=T)  # (bptt is seen)
+
+
+def test_each_eval_record_is_the_val_loss_and_diagnostics_recomputed_from_the_states(still_run, tiny_data):
+    out, log, _ = still_run
+    model = load(out)  # saved after the evaluation at iteration 6
+    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 6]
+    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
+    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
+    assert len(ev['val_loss']) == MAX_K  # random depth: evaluated to the cap
+    for K in range(1, MAX_K + 1):
+        loss = torch.cat([ce_by_hand(model, x, y, K) for x, y in zip(xs, ys)]).mean().item()
+        assert ev['val_loss'][K - 1] == pytest.approx(loss, rel=1e-5)
+        assert ev['val_ppl'][K - 1] == pytest.approx(math.exp(loss), rel=1e-5)
+    # the diagnostics, on the first batch (diag_tokens 2048: all its 8 windows), at the evaluated depth
+    H = states_by_hand(model, xs[0], MAX_K)
+    for k in range(1, MAX_K + 1):
+        got = {key: ev[key][k - 1] for key in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}
+        assert_close(got, norm_stats(H[k].norm(dim=-1)))
+        assert got['radial'] == pytest.approx(radial_by_hand(model, H[k], ys[0]).mean().item(), rel=1e-5)
+        assert got['angular'] == pytest.approx(one_minus_cos(H[k], H[k - 1]).mean().item(), rel=1e-5, abs=1e-7)
+    assert ev['norm_p99'][1] != pytest.approx(np.percentile(H[2].norm(dim=-1).numpy(), 90), rel=1e-4)  # (p90 is another)
+
+
+def test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth(tiny_data, tmp_path):
+    # config/random_depth.py: K drawn with mean n_loops, evaluated to max_loops; the val loss that
+    # decides (and that the checkpoint records) is the trained K's, n_loops, not the deepest evaluated
+    train_in_process(tiny_data, tmp_path, *DEPTH, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
+                     '--always_save_checkpoint=False')
+    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval' and r['iter'] > 0]  # (iteration 0 is never saved)
+    at_k = [r['val_loss'][MEAN_K - 1] for r in evals]
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert ckpt['best_val_loss'] == min(at_k) != min(r['val_loss'][-1] for r in evals)
+    assert ckpt['iter_num'] == evals[at_k.index(min(at_k))]['iter']
+    model = load(tmp_path)  # and the weights kept score it
+    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
+    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
+    loss = torch.cat([ce_by_hand(model, x, y, MEAN_K) for x, y in zip(xs, ys)]).mean().item()
+    assert ckpt['best_val_loss'] == pytest.approx(loss, rel=1e-5)
+
+
+SCRIPTED = []  # the scores scripted_select hands out, one an evaluation
+
+
+def scripted_select(model, settings):
+    """A task's score as train.py's select calls it: the next scripted value first, then what it was handed."""
+    return dict(score=SCRIPTED.pop(0), training=float(model.training), lr=settings['learning_rate'])
+
+
+def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_kept(tiny_data, tmp_path, capsys):
+    # select names a task's own score: the lowest first value decides, not the val loss; keep_checkpoints keeps
+    # each evaluation's checkpoint beside it (iteration 0 is never saved)
+    SCRIPTED[:] = [0.5, 3.0, 1.0, 2.0]  # evaluations at 0, 2, 4, 6
+    train_in_process(tiny_data, tmp_path, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
+                     '--always_save_checkpoint=False', '--keep_checkpoints=True',
+                     f'--select={__name__}.scripted_select')
+    assert SCRIPTED == []
+    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval']
+    assert [r['select'] for r in evals] == [dict(score=v, training=0.0, lr=3e-3) for v in (0.5, 3.0, 1.0, 2.0)]
+    at_k = [r['val_loss'][-1] for r in evals]
+    assert at_k.index(min(at_k)) != 2  # (the val loss would have kept another)
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert (ckpt['iter_num'], ckpt['best_val_loss']) == (4, 1.0)
+    kept = {p.name: torch.load(p, weights_only=True) for p in tmp_path.glob('ckpt-*.pt')}
+    assert sorted(kept) == ['ckpt-2.pt', 'ckpt-4.pt', 'ckpt-6.pt']
+    assert [kept[f'ckpt-{i}.pt']['iter_num'] for i in (2, 4, 6)] == [2, 4, 6]
+    same = [all(torch.equal(v, ckpt['model'][k]) for k, v in kept[f'ckpt-{i}.pt']['model'].items()) for i in (2, 4, 6)]
+    assert same == [False, True, False]  # each its own iteration's weights; ckpt.pt is iteration 4's
+    assert all(k['config'] == ckpt['config'] for k in kept.values()) and ckpt['config']['select'].endswith('scripted_select')
+    assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
+    assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
