@@ -456,6 +456,28 @@ def test_clamp_restores_loop1_norms_and_keeps_directions():
     assert torch.allclose(F.cosine_similarity(free[2], clamped[2], dim=-1), torch.ones_like(n1), atol=1e-5)
 
 
+def test_the_alpha_readout_spans_the_normalized_readout_to_the_raw_one():
+    model = tiny(readout='alpha')
+    x, y = batch()
+    with torch.no_grad():
+        states = model.hidden_states(x)
+        h = states[-1]
+        model.alpha_logit.fill_(60.0)  # alpha = 1: the raw readout, exactly H
+        assert torch.allclose(model.readout(h, True), h, rtol=1e-6)
+        model.alpha_logit.fill_(-60.0)  # alpha = 0: RMS s_ref whatever the scale, the normalized readout
+        model.log_s_ref.fill_(math.log(3.0))
+        r = model.readout(h, True)
+        assert torch.allclose(r.pow(2).mean(-1).sqrt(), torch.full(h.shape[:-1], 3.0), rtol=1e-5)
+        assert torch.allclose(model.readout(100 * h, True), r, rtol=1e-5)
+    radial = {}
+    for logit in (-60.0, 0.0, 60.0):
+        with torch.no_grad():
+            model.alpha_logit.fill_(logit)
+        radial[logit] = token_diagnostics(model, states, y)['radial'][-1].nanmean().item()
+    # what the loss can see of the scale: nothing at alpha = 0 (the blind spot), more as alpha grows
+    assert radial[-60.0] < 1e-6 < radial[0.0] < radial[60.0]
+
+
 # ---------------------------------------------------------------------------------------
 # K at call time, learning, determinism, loading
 

@@ -26,6 +26,25 @@ from test_model import D, T, batch, tiny
 # -----------------------------------------------------------------------------
 # the scale controls
 
+def test_sandwich_norm_bounds_every_update_whatever_the_weights():
+    # a pre-norm block's update is already blind to the state's scale (its input is normalized) but
+    # grows with its output weights, which training is free to grow; the sandwich norm bounds it
+    b, plain = tiny(FieldGPT, sandwich_norm=True).transformer.h[0], tiny().transformer.h[0]
+    with torch.no_grad():
+        for m in (b, plain):
+            m.attn.c_proj.weight.mul_(100)
+            m.mlp.w_down.weight.mul_(100)
+    x = torch.randn(2, 8, 32)
+    update = (b(x) - x).pow(2).mean(-1).sqrt()  # two normalized updates of unit gain: RMS at most 2
+    assert update.max() < 2.0 + 1e-3
+    assert (plain(x) - x).pow(2).mean(-1).sqrt().min() > 10  # without it, the update is the weights' size
+    plain.load_state_dict(b.state_dict(), strict=False)  # the same weights, less the sublayers' output norms
+    assert not torch.equal(b(x), plain(x))
+    for sub in (b.attn, b.mlp):
+        sub._forward_hooks.clear()
+    assert torch.equal(b(x), plain(x))  # the norms, hooked on the sublayers, are all that the setting adds
+
+
 def test_the_sandwich_norms_gain_by_hand():
     # RMSNorm(y) * gain of a sublayer's output y: (3, 4), its RMS sqrt(12.5), the gain (2, 0.5)
     sub = torch.nn.Module()
@@ -48,6 +67,14 @@ def test_the_sandwich_norms_gain_by_hand():
         update = block(h) - h
     assert torch.allclose(update.pow(2).mean(-1).sqrt(), torch.full((1, 8), 3.0), rtol=1e-4)
 
+
+def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
+    h, e = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    damped = tiny(FieldGPT, damping=True)
+    assert torch.equal(damped.loop_input(h, 0, e), h)  # loop 1 reads the embedding as it is
+    assert torch.allclose(damped.loop_input(h, 1, e), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
+    injected = tiny(FieldGPT, inject=True)
+    assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
 
 # -----------------------------------------------------------------------------
 # every pair of model additions the config allows (the paper's and beyond/'s) trains a step and feeds each loop
@@ -223,6 +250,36 @@ def test_every_parameter_of_every_scale_control_reaches_the_logits(control):
 # truncated backprop: the loss reads and penalises only the loops that run with a graph, and the FLOPs estimate
 # of a step is the counted one
 
+@pytest.mark.parametrize('inject', [False, True])
+def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
+    model = tiny(FieldGPT, readout='raw', n_loops=4, inject=inject)
+    x, y = batch()
+    _, loss = model(x, y, bptt=2)
+    stats = model.stats
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
+    with torch.no_grad():
+        h0 = model.embed(x)
+        h2 = model.loop(model.loop_input(model.loop(h0), 1, h0))
+    e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
+    h3 = model.loop(model.loop_input(h2, 2, e))
+    h4 = model.loop(model.loop_input(h3, 3, e))
+    want = sum(F.cross_entropy(model.lm_head(model.readout(h, False)).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
+    want.backward()
+    assert torch.allclose(loss, want, atol=1e-5)
+    for n, p in model.named_parameters():
+        assert (p.grad is None) == (n not in got), n
+        if p.grad is not None:
+            assert torch.allclose(got[n], p.grad, atol=1e-5), n
+    assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
+    assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in (model.loop(h0), h2, h3, h4)]))
+    # the position embedding reaches the loss only through the loops: through the truncated ones
+    # not at all, through injection into the trained ones, yes
+    assert ('transformer.wpe.weight' in got) == inject
+
+
 def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
     # what the loss reports is what trains: the loops without a graph are in neither the CE nor the penalty
     lam = 0.1
@@ -237,7 +294,6 @@ def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
     assert loss.item() == pytest.approx(want.item(), rel=1e-5)
     every = want + lam * (sum(s.pow(2).mean() for s in h[1:]) / 4 - sum(s.pow(2).mean() for s in read) / 2)
     assert abs(every.item() - want.item()) > 1e-3  # (the penalty over all four loops would be another number)
-
 
 @pytest.mark.parametrize('loss', ['perloop', 'terminal'])
 def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(loss):

@@ -1,24 +1,25 @@
 """
-Depth both ways (docs/depth.md): random-depth training's draw and truncated backprop, and the
-field's scale controls (beyond/additions.py's sandwich norm, input injection, damping; model.py's
-AlphaReadout), each stated as the property it is there for. (Decoding every control as the forward: test_decoder.py.)
+Random depth (depth.py; docs/depth.md): the K each training step runs, drawn from (seed, iteration) alone,
+Poisson's draw with its mean, cap and tail, and the progressive draw with its late-state share; a run with
+random depth resumes as the uninterrupted one and logs the loops it ran, and one compiled loop serves every K.
+(The truncated backprop the draws train with is beyond/additions.py's: tests/test_additions.py.)
 
     python -m pytest -q tests/test_depth.py
 """
 
-import math
-
 import numpy as np
 import pytest
 import torch
-from torch.nn import functional as F
 
+import depth
 from beyond.additions import FieldGPT
 from conftest import read_log, train_in_process
-from model import token_diagnostics
-from test_model import batch, tiny
 from depth import draw_depth
+from test_model import batch, tiny
 
+
+# -----------------------------------------------------------------------------
+# the draws
 
 def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():
     def draws(rule, n=4000, **kw):
@@ -37,85 +38,55 @@ def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():
     assert all(draws(draw_depth, n=50, mean=1, cap=16, sigma=0.5) == 1)  # mean 1: always one loop
 
 
-@pytest.mark.parametrize('inject', [False, True])
-def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
-    model = tiny(FieldGPT, readout='raw', n_loops=4, inject=inject)
-    x, y = batch()
-    _, loss = model(x, y, bptt=2)
-    stats = model.stats
-    loss.backward()
-    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
-    with torch.no_grad():
-        h0 = model.embed(x)
-        h2 = model.loop(model.loop_input(model.loop(h0), 1, h0))
-    e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
-    h3 = model.loop(model.loop_input(h2, 2, e))
-    h4 = model.loop(model.loop_input(h3, 3, e))
-    want = sum(F.cross_entropy(model.lm_head(model.readout(h, False)).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
-    want.backward()
-    assert torch.allclose(loss, want, atol=1e-5)
-    for n, p in model.named_parameters():
-        assert (p.grad is None) == (n not in got), n
-        if p.grad is not None:
-            assert torch.allclose(got[n], p.grad, atol=1e-5), n
-    assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
-    assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in (model.loop(h0), h2, h3, h4)]))
-    # the position embedding reaches the loss only through the loops: through the truncated ones
-    # not at all, through injection into the trained ones, yes
-    assert ('transformer.wpe.weight' in got) == inject
+def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
+    cap = 8
+    draws = np.array([depth.draw_progressive(5, it, cap=cap) for it in range(4000)])
+    K, k = draws[:, 0], draws[:, 1]
+
+    def follows_the_rule(K, k):  # n = K - k ~ U[0, cap), then k ~ U[1, cap - n]
+        n = K - k
+        if (k < 1).any() or (K > cap).any():
+            return False
+        freq = np.bincount(n, minlength=cap) / len(n)
+        if len(freq) > cap or (freq == 0).any():
+            return False
+        k_mean = np.array([k[n == v].mean() for v in range(cap)])
+        return (np.abs(freq - 1 / cap).max() < 0.03 and np.abs(k_mean - (cap - np.arange(cap) + 1) / 2).max() < 0.5)
+
+    assert follows_the_rule(K, k)
+    assert not follows_the_rule(K, K)                                  # a wrong rule: every loop with a graph
+    rng = np.random.default_rng(0)
+    assert not follows_the_rule(rng.integers(1, cap + 1, 4000), np.ones(4000, dtype=int))  # or one graph loop alone
+    assert depth.draw_progressive(5, 17, cap=cap) == depth.draw_progressive(5, 17, cap=cap)
 
 
-def test_sandwich_norm_bounds_every_update_whatever_the_weights():
-    # a pre-norm block's update is already blind to the state's scale (its input is normalized) but
-    # grows with its output weights, which training is free to grow; the sandwich norm bounds it
-    b, plain = tiny(FieldGPT, sandwich_norm=True).transformer.h[0], tiny().transformer.h[0]
-    with torch.no_grad():
-        for m in (b, plain):
-            m.attn.c_proj.weight.mul_(100)
-            m.mlp.w_down.weight.mul_(100)
-    x = torch.randn(2, 8, 32)
-    update = (b(x) - x).pow(2).mean(-1).sqrt()  # two normalized updates of unit gain: RMS at most 2
-    assert update.max() < 2.0 + 1e-3
-    assert (plain(x) - x).pow(2).mean(-1).sqrt().min() > 10  # without it, the update is the weights' size
-    plain.load_state_dict(b.state_dict(), strict=False)  # the same weights, less the sublayers' output norms
-    assert not torch.equal(b(x), plain(x))
-    for sub in (b.attn, b.mlp):
-        sub._forward_hooks.clear()
-    assert torch.equal(b(x), plain(x))  # the norms, hooked on the sublayers, are all that the setting adds
+def test_late_state_ce_draws_a_share_of_prefixes_past_the_cap_and_leaves_the_other_draws_as_they_were():
+    cap, late, share, seed = 8, 40, 0.25, 5
+    draws = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=share, late_loops=late) for it in range(4000)])
+    plain = np.array([depth.draw_progressive(seed, it, cap=cap) for it in range(4000)])
+
+    def follows_the_rule(draws):  # late on a share: n ~ U[cap, late], k ~ U[1, cap]; else the progressive draw itself
+        K, k = draws[:, 0], draws[:, 1]
+        n = K - k
+        is_late = n >= cap
+        if not (np.array_equal(draws[~is_late], plain[~is_late]) and abs(is_late.mean() - share) < 0.03):
+            return False
+        nl, kl = n[is_late], k[is_late]
+        freq = np.bincount(nl - cap, minlength=late - cap + 1) / len(nl)
+        return (len(freq) == late - cap + 1 and freq.min() > 0 and nl.max() == late and kl.min() == 1
+                and kl.max() == cap and abs(kl.mean() - (cap + 1) / 2) < 0.2 and abs(nl.mean() - (cap + late) / 2) < 1)
+
+    assert follows_the_rule(draws)
+    assert not follows_the_rule(plain)                                   # a wrong rule: no late draws
+    wrong = draws.copy()
+    wrong[:, 0] = np.where(draws[:, 0] - draws[:, 1] >= cap, draws[:, 1] + late, draws[:, 0])  # every prefix the deepest
+    assert not follows_the_rule(wrong)
+    half = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=0.5, late_loops=late) for it in range(4000)])
+    assert not follows_the_rule(half)                                    # or the wrong share
 
 
-def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
-    h, e = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
-    damped = tiny(FieldGPT, damping=True)
-    assert torch.equal(damped.loop_input(h, 0, e), h)  # loop 1 reads the embedding as it is
-    assert torch.allclose(damped.loop_input(h, 1, e), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
-    injected = tiny(FieldGPT, inject=True)
-    assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
-
-
-def test_the_alpha_readout_spans_the_normalized_readout_to_the_raw_one():
-    model = tiny(readout='alpha')
-    x, y = batch()
-    with torch.no_grad():
-        states = model.hidden_states(x)
-        h = states[-1]
-        model.alpha_logit.fill_(60.0)  # alpha = 1: the raw readout, exactly H
-        assert torch.allclose(model.readout(h, True), h, rtol=1e-6)
-        model.alpha_logit.fill_(-60.0)  # alpha = 0: RMS s_ref whatever the scale, the normalized readout
-        model.log_s_ref.fill_(math.log(3.0))
-        r = model.readout(h, True)
-        assert torch.allclose(r.pow(2).mean(-1).sqrt(), torch.full(h.shape[:-1], 3.0), rtol=1e-5)
-        assert torch.allclose(model.readout(100 * h, True), r, rtol=1e-5)
-    radial = {}
-    for logit in (-60.0, 0.0, 60.0):
-        with torch.no_grad():
-            model.alpha_logit.fill_(logit)
-        radial[logit] = token_diagnostics(model, states, y)['radial'][-1].nanmean().item()
-    # what the loss can see of the scale: nothing at alpha = 0 (the blind spot), more as alpha grows
-    assert radial[-60.0] < 1e-6 < radial[0.0] < radial[60.0]
-
+# -----------------------------------------------------------------------------
+# random depth in a run: resumed, logged, compiled
 
 @pytest.mark.parametrize('extra', [(), ('--random_depth=True', '--max_loops=6', '--bptt=2',
                                          '--model_class=beyond.additions.FieldGPT')])
@@ -171,37 +142,3 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
     first, then = graphs[True]
     assert first <= 4 and then == first
     assert graphs[False][1] >= graphs[False][0] + 2  # the whole model compiled: a graph for each new K
-
-
-def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
-    from beyond import depth_table
-    from configurator import UserError
-
-    def group(name, radial, norms, lemma_s=None):  # norms: mean ||H_k|| at k = 1..16; lemma_s: Lemma 2's s, loops 1..30
-        per_k = [dict(K=k, ppl=10.0 - k / 10 if k <= 4 else 9.6 + (k - 4) / 10, norm_mean=n, norm_p99=2 * n,
-                      radial=radial, angular=1e-3) for k, n in enumerate(norms, 1)]
-        mean = dict(trained_K=4, per_K=per_k, config=dict(n_embd=100), lemma=dict(s=lemma_s) if lemma_s else None)
-        return dict(name=name, n=1, mean=mean, std={})
-
-    small, large = [50.0] * 16, [1500.0] * 16  # RMS 5 and 150 at d = 100
-    growing = [100.0 + 2 * k for k in range(30)]  # s grows 1.49x from loop 4 to loop 30
-    still = [100.0] * 3 + [110.0] * 26 + [113.0]  # s from loop 4 to 30 within 5% (2.7%)
-    out = depth_table.table({'groups': [group('raw', 2e-2, large, still), group('norm', 1e-17, large, growing),
-                                        group('sandwich', 1e-17, small), group('interloop', 1e-17, large, still)]})
-    rows = {line.split(' | ')[0][2:]: line for line in out.splitlines()[2:]}
-    assert rows['raw'].endswith('| visible |') and rows['norm'].endswith('| hidden, drifted |')
-    assert rows['sandwich'].endswith('| hidden, held |')  # (no sweep: nothing says the scale stays put)
-    assert rows['interloop'].endswith('| removed |')  # hidden from the loss, and the loops leave it alone
-    edge = depth_table.table({'groups': [group('above', 2 * depth_table.VISIBLE, large, growing),
-                                         group('below', depth_table.VISIBLE / 2, large, growing)]})
-    assert '| visible |' in edge.splitlines()[2] and '| hidden, drifted |' in edge.splitlines()[3]  # at the threshold
-    assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
-    drawn = group('raw', 2e-2, large, still)
-    drawn['mean'].update(random_depth=True, depth=dict(draw=dict(n_loops=4, depth_sigma=1.5)))
-    assert '| raw | random, mean 4, σ 1.5 | 9.900 |' in depth_table.table({'groups': [drawn]})  # the draw, named
-    deep = group('raw', 2e-2, large, still)  # a mean of 8 loops: the best is over K <= 8, K=16 is past it
-    deep['mean'].update(trained_K=8, random_depth=True, depth=dict(draw=dict(n_loops=8, depth_sigma=1.0)))
-    deep['mean']['per_K'][7]['ppl'] = 9.0
-    assert '| 9.000 | +0.0% | +20.0% |' in depth_table.table({'groups': [deep]})  # K <= 4 would give 9.6
-    with pytest.raises(UserError, match='max_loops 16'):
-        depth_table.table({'groups': [group('short', 1e-9, small[:8])]})

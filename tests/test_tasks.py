@@ -142,51 +142,8 @@ def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_
         train.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
 
 
-def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
-    cap = 8
-    draws = np.array([depth.draw_progressive(5, it, cap=cap) for it in range(4000)])
-    K, k = draws[:, 0], draws[:, 1]
-
-    def follows_the_rule(K, k):  # n = K - k ~ U[0, cap), then k ~ U[1, cap - n]
-        n = K - k
-        if (k < 1).any() or (K > cap).any():
-            return False
-        freq = np.bincount(n, minlength=cap) / len(n)
-        if len(freq) > cap or (freq == 0).any():
-            return False
-        k_mean = np.array([k[n == v].mean() for v in range(cap)])
-        return (np.abs(freq - 1 / cap).max() < 0.03 and np.abs(k_mean - (cap - np.arange(cap) + 1) / 2).max() < 0.5)
-
-    assert follows_the_rule(K, k)
-    assert not follows_the_rule(K, K)                                  # a wrong rule: every loop with a graph
-    rng = np.random.default_rng(0)
-    assert not follows_the_rule(rng.integers(1, cap + 1, 4000), np.ones(4000, dtype=int))  # or one graph loop alone
-    assert depth.draw_progressive(5, 17, cap=cap) == depth.draw_progressive(5, 17, cap=cap)
 
 
-def test_late_state_ce_draws_a_share_of_prefixes_past_the_cap_and_leaves_the_other_draws_as_they_were():
-    cap, late, share, seed = 8, 40, 0.25, 5
-    draws = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=share, late_loops=late) for it in range(4000)])
-    plain = np.array([depth.draw_progressive(seed, it, cap=cap) for it in range(4000)])
-
-    def follows_the_rule(draws):  # late on a share: n ~ U[cap, late], k ~ U[1, cap]; else the progressive draw itself
-        K, k = draws[:, 0], draws[:, 1]
-        n = K - k
-        is_late = n >= cap
-        if not (np.array_equal(draws[~is_late], plain[~is_late]) and abs(is_late.mean() - share) < 0.03):
-            return False
-        nl, kl = n[is_late], k[is_late]
-        freq = np.bincount(nl - cap, minlength=late - cap + 1) / len(nl)
-        return (len(freq) == late - cap + 1 and freq.min() > 0 and nl.max() == late and kl.min() == 1
-                and kl.max() == cap and abs(kl.mean() - (cap + 1) / 2) < 0.2 and abs(nl.mean() - (cap + late) / 2) < 1)
-
-    assert follows_the_rule(draws)
-    assert not follows_the_rule(plain)                                   # a wrong rule: no late draws
-    wrong = draws.copy()
-    wrong[:, 0] = np.where(draws[:, 0] - draws[:, 1] >= cap, draws[:, 1] + late, draws[:, 0])  # every prefix the deepest
-    assert not follows_the_rule(wrong)
-    half = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=0.5, late_loops=late) for it in range(4000)])
-    assert not follows_the_rule(half)                                    # or the wrong share
 
 
 def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
