@@ -77,6 +77,47 @@ def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
     assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
 
 # -----------------------------------------------------------------------------
+# bounded work per loop, for tasks whose longer instances need more loops (docs/tasks.md): a window, no positions
+
+def test_a_token_outside_the_window_has_no_influence():
+    torch.manual_seed(0)
+    cfg = FieldGPTConfig(vocab_size=4, n_layer=2, n_head=2, n_embd=32, n_loops=2, dropout=0.0, window=2,
+                          positions='none', init_std=0.1)
+    model = FieldGPT(cfg).eval()
+    x = torch.randint(0, 4, (1, 20))
+    t = 15  # 2 layers x 2 loops, each moving information one position: t sees t-4 .. t
+    with torch.no_grad():
+        base = model(x)[0][0, t]
+        for s, moves in ((t - 5, False), (t - 9, False), (t - 4, True), (t - 1, True)):
+            y = x.clone()
+            y[0, s] = (y[0, s] + 1) % 4
+            assert (not torch.allclose(model(y)[0][0, t], base, atol=1e-6)) == moves, s
+    # a window as long as the sequence is the full causal attention; window 0 is that attention
+    full = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 0}))
+    full.load_state_dict(model.state_dict())
+    wide = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 20}))
+    wide.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(full.eval()(x)[0], wide.eval()(x)[0], atol=1e-5)
+        assert not torch.allclose(full(x)[0], model(x)[0], atol=1e-3)
+
+
+def test_without_positions_any_length_runs_and_learned_positions_refuse():
+    cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
+    nope = FieldGPT(FieldGPTConfig(**cfg, positions='none')).eval()
+    assert nope(torch.zeros(1, 50, dtype=torch.long))[0].shape == (1, 50, 4)
+    learned = FieldGPT(FieldGPTConfig(**cfg)).eval()
+    assert learned(torch.zeros(1, 8, dtype=torch.long))[0].shape == (1, 8, 4)  # block_size itself runs
+    for n in (9, 50):  # one past it, and far past it: the clear error, not a broadcast one
+        with pytest.raises(ValueError, match=f'sequence of length {n} exceeds block_size 8'):
+            learned(torch.zeros(1, n, dtype=torch.long))
+    with pytest.raises(ValueError, match="'positions' must be one of"):
+        FieldGPTConfig(**cfg, positions='rope')
+    with pytest.raises(ValueError, match="'window' must be >= 0"):
+        FieldGPTConfig(**cfg, window=-1)
+
+
+# -----------------------------------------------------------------------------
 # every pair of model additions the config allows (the paper's and beyond/'s) trains a step and feeds each loop
 # the input its documented rule gives, computed here by hand from the state before it and the embedding (a rule
 # that is right alone can be wrong beside another: damping that also damps the injected embedding passes every

@@ -19,7 +19,7 @@ import sample
 import train
 from configurator import UserError
 from conftest import HERE
-from data import ByteTokenizer, Rows, Scoring, get_tokenizer, load_run, score_windows, train_batches
+from data import ByteTokenizer, Rows, Scoring, eval_batches, get_tokenizer, load_run, load_splits, score_windows, train_batches
 
 
 # -----------------------------------------------------------------------------
@@ -186,3 +186,21 @@ def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
     x, y = data.eval_batches(rows, eval_iters=2, batch_size=3, block_size=4, device='cpu')  # (on the CPU: the rows)
     assert torch.equal(x.reshape(6, 4), torch.from_numpy(rows.x).long())
     assert torch.equal(y.reshape(6, 4), torch.from_numpy(rows.y).long())
+
+
+# -----------------------------------------------------------------------------
+# a task in rows: whole rows drawn from seed, rank and iteration, evaluated in the split's order
+
+def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):
+    train_data, val_data, meta = load_splits(str(parity_data), 'parity', 32)
+    assert isinstance(train_data, Rows)
+    kw = dict(seed=1, n_micro=2, batch_size=8, block_size=32, device='cpu')
+    xs, ys = train_batches(train_data, 5, 0, **kw)
+    assert xs.shape == ys.shape == (2, 8, 9)
+    rows = {(tuple(x), tuple(y)) for x, y in zip(train_data.x.tolist(), train_data.y.tolist())}
+    assert all((tuple(x), tuple(y)) in rows for x, y in zip(xs.reshape(-1, 9).tolist(), ys.reshape(-1, 9).tolist()))
+    again = train_batches(train_data, 5, 0, **kw)
+    assert torch.equal(xs, again[0]) and not torch.equal(xs, train_batches(train_data, 6, 0, **kw)[0])
+    vx, vy = eval_batches(val_data, eval_iters=10, batch_size=16, block_size=32, device='cpu')
+    assert vx.shape == (2, 16, 13)  # no more batches than the split's 40 rows hold
+    assert torch.equal(vx.reshape(-1, 13), torch.from_numpy(val_data.x[:32].astype(np.int64)))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from beyond import parity
-from conftest import PARITY_SPLITS, assert_options_documented
+from conftest import PARITY_SPLITS, TASK, assert_one_line_error, assert_options_documented, run_script
 from data import load_rows
 
 
@@ -75,3 +75,64 @@ def test_parity_rows_hold_both_bits_and_both_targets_each_the_running_xor_by_han
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('beyond/parity.py', parity.main, monkeypatch)
+
+
+# -----------------------------------------------------------------------------
+# python -m beyond.parity: the rows written and decoded back, the splits' lengths and the probe's, meta.json,
+# bad input in one line (conftest's parity_data is its output on TASK)
+
+def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
+    # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
+    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
+    parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
+    parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
+                 '--probe_rows', '4', '--probe_lengths', '24'])
+    meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
+    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
+    assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
+    probe = load_rows(str(tmp_path / 'p'), 'probe')
+    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
+    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
+        a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
+        assert (a.x == b.x).all() and (a.y == b.y).all()
+
+
+def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
+    folder = parity_data / 'parity'
+    meta = json.loads((folder / 'meta.json').read_text())
+    assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
+    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12], 'probe': [3, 3]}
+    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13, 'probe': 4}
+    V = parity.VOCAB
+    for split in ('train', 'val', 'test', 'probe'):
+        rows = load_rows(str(folder), split)
+        assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
+        seen = set()
+        for x, y in zip(rows.x, rows.y):
+            bits = [int(t) for t in x[1:] if t != V['pad']]
+            n = len(bits)
+            seen.add(n)
+            assert x[0] == V['bos'] and set(bits) <= {0, 1} and all(x[1 + n:] == V['pad'])  # bos, bits, then pads
+            assert list(y[1:1 + n]) == list(np.cumsum(bits) % 2)  # each target: the XOR of the bits so far
+            assert y[0] == -1 and all(y[1 + n:] == -1)  # nothing scored at bos or a pad
+        assert min(seen) >= meta['lengths'][split][0] and max(seen) == meta['lengths'][split][1]
+    # the seed decides the strings: another seed, other strings
+    parity.main(['--out_dir', str(parity_data / 'other'), '--seed', '4', *TASK])
+    assert not np.array_equal(load_rows(str(parity_data / 'other'), 'train').x, load_rows(str(folder), 'train').x)
+
+
+def test_bad_task_input_is_one_line_and_leaves_no_data(tmp_path):
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--val_lengths', '12-6'),
+                          'beyond.parity', '--val_lengths', 'the low end first')
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--train_lengths', 'eight'),
+                          'beyond.parity', '--train_lengths', 'a range (1-16)')
+    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--test_rows', '0'),
+                          'beyond.parity', '--test_rows must be >= 1')
+    assert not (tmp_path / 'x' / 'meta.json').exists()
+
+
+def test_meta_json_describes_the_rows_it_holds(parity_data):
+    # the row layout the first test decodes, said in meta.json for whoever reads the data folder
+    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
+    assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
+                            '-1 at bos and pads')

@@ -2,7 +2,8 @@
 Every study's script, assets/<study>/run.sh, run as a user runs it (`bash assets/<study>/run.sh`)
 at a tiny size: tiny byte data, tiny shapes, two iterations, one seed; each must exit 0 and write
 what its README.md says it writes. The studies that read another study's runs get tiny ones made
-here once (in-process). beyond.exit_tables and beyond.depth_costs run in-process on tiny inputs.
+here once (in-process: conftest's shared_runs). And what the studies keep: every study's tables.md is what
+its stored results render to today, and the parity studies' rules pick as they say.
 
     python -m pytest -q tests/test_studies.py
 
@@ -11,16 +12,21 @@ which forks each from a server that imported torch once. STUDIES_PYTHON=real giv
 real interpreter instead (minutes).
 """
 
+import glob
 import json
 import os
 import re
 import subprocess
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
-from conftest import HERE, TINY, stand_in_python, train_in_process
+import eval_depth
+from beyond import eval_decode
+from beyond.eval_decode import DecodingStudies
+from configurator import UserError
+from conftest import HERE, TINY, stand_in_python
 
 TRAIN = ' '.join(TINY + ['--max_iters=2', '--eval_interval=1'])
 SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes the ones it uses)
@@ -33,11 +39,6 @@ SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes th
     COST_ARGS='--prompt 16 --reps 2 --new_tokens 4 --accept_tokens 128',
     BENCH_ARGS='--peak_size=128 --device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
                '--steps=1 --warmup=0')
-# the runs other studies read, as assets/cpu-demo and assets/cpu-long name them
-SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
-          **{f'{c}-cpu-long-s1': extra for c, extra in (('norm_perloop', []), ('raw_perloop', ['--readout=raw']),
-                                                        ('penalty_perloop', ['--norm_penalty=0.01']),
-                                                        ('finalnorm_perloop', ['--readout=final_norm']))}}
 # study: (its settings here, whether it reads the shared runs, what its README says run.sh writes); they
 # run two at a time, the longest first, but speed first of all: it reads no shared runs, so it runs
 # while they train
@@ -137,26 +138,8 @@ STUDIES = {
 # -----------------------------------------------------------------------------
 # the studies
 
-class SharedRuns:
-    """The CPU demo's and the 4-epoch study's runs that other studies read, trained tiny and
-    in-process on first use (from any thread: the first studies run meanwhile)."""
-
-    def __init__(self, root, data_dir):
-        self.root, self.data_dir, self.lock, self.trained = root, data_dir, threading.Lock(), False
-
-    def folder(self):
-        with self.lock:
-            if not self.trained:
-                for name, extra in SHARED.items():
-                    train_in_process(self.data_dir, self.root / f'out-{name}', '--max_iters=2', '--eval_interval=1',
-                                     *extra)
-                self.trained = True
-        return self.root
 
 
-@pytest.fixture(scope='session')
-def shared_runs(tiny_data, tmp_path_factory):
-    return SharedRuns(tmp_path_factory.mktemp('shared-runs'), tiny_data)
 
 
 @pytest.fixture(scope='session')
@@ -236,85 +219,84 @@ def test_the_scripts_write_nothing_into_assets(studies):
 
 
 # -----------------------------------------------------------------------------
-# the scripts the studies call that live in beyond/, in-process
+# every study's tables.md is what its stored results render to today: re-rendered here from the results files
+# (python -m beyond.eval_decode --from_results, without the figures), so a rerun that was not re-rendered, or a
+# change to a table's code, fails until tables.md is written again
 
-def frontier(at_01, at_05):
-    """An exit_frontier record: criterion -> (loops, oracle_gap) at +1% and +5%."""
-    return {'at': {t: {c: {'loops': loops, 'oracle_gap': gap} for c, (loops, gap) in at.items()}
-                   for t, at in (('0.01', at_01), ('0.05', at_05))}}
-
-
-def pick(criterion, target, stand_in, loops, ppl, speedup):
-    return dict(criterion=criterion, target=target, stand_in=stand_in, mean_loops=loops, ppl=ppl, full_ppl=10.0,
-                speedup=speedup)
+ASSETS = os.path.join(HERE, 'assets')
 
 
-def test_exit_tables_averages_seeds_and_keeps_the_stand_in_that_needs_fewer_loops(tmp_path, capsys):
-    from beyond import exit_tables
-    runs = [
-        dict(name='out-raw_perloop-cpu-long-s1', exit_frontier=frontier({'oracle': (1.0, 0.0), 'latent': (2.0, 1.0)},
-                                                                        {'oracle': (1.0, 0.0), 'latent': (1.5, 0.5)}),
-             calibrated=[pick('latent', 0.01, 'copy', 2, 10.1, 1.0), pick('latent', 0.01, 'project', 3, 10.2, 2.0),
-                         pick('latent', 0.05, 'copy', 1, 10.5, 3.0)]),
-        dict(name='out-raw_perloop-cpu-long-s2', exit_frontier=frontier({'oracle': (1.5, 0.0), 'latent': (3.0, 1.5)},
-                                                                        {'oracle': (1.0, 0.0), 'latent': (2.5, 1.5)}),
-             calibrated=[pick('latent', 0.01, 'copy', 4, 10.3, 2.0), pick('latent', 0.01, 'project', 3, 10.4, 2.0),
-                         pick('latent', 0.05, 'copy', 2, 10.3, 1.0)]),
-        dict(name='out-norm_perloop-cpu-long-s1', exit_frontier=frontier({'oracle': (1.0, 0.0), 'latent': (None, None)},
-                                                                         {'oracle': (1.0, 0.0), 'latent': (1.0, 0.0)})),
-    ]
-    groups = [dict(name='out-raw_perloop-cpu-long', runs=[r['name'] for r in runs[:2]]),
-              dict(name='out-norm_perloop-cpu-long-s1', runs=[runs[2]['name']])]
-    (tmp_path / 'results.json').write_text(json.dumps(dict(runs=runs, groups=groups)))
-    exit_tables.main([str(tmp_path / 'results.json')])
-    lines = capsys.readouterr().out.splitlines()
-    assert '| criterion | raw_perloop (n=2) +1% | +5% | norm_perloop (n=1) +1% | +5% |' in lines
-    assert '| oracle | 1.25 | 1.00 | 1.00 | 1.00 |' in lines
-    assert '| latent | 2.50 (+1.25) | 2.00 (+1.00) | — | 1.00 (+0.00) |' in lines  # (norm: no pick at +1%)
-    # +1%: copy and project both need 3 loops on average, project is faster; +5%: copy alone
-    assert '| criterion | raw_perloop +1% | raw_perloop +5% |' in lines
-    assert '| latent | 3.00, +3.0%, 2.00x (p) | 1.50 ± 0.71, +4.0%, 2.00x ± 1.41 (c) |' in lines
+def sources(folder):
+    """The results a study's tables.md renders: its results.json, or the parts it merged."""
+    one = os.path.join(folder, 'results.json')
+    parts = sorted(glob.glob(os.path.join(folder, 'results-*.json')))
+    return ','.join(parts) if parts else one
 
 
-def test_exit_tables_makes_the_committed_tables_again(capsys):
-    from beyond import exit_tables
-    exit_tables.main([os.path.join(HERE, 'assets/cpu-long-criteria/results.json')])
-    with open(os.path.join(HERE, 'assets/cpu-long-criteria/exit_tables.md')) as f:
+TABLES = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, '**', 'tables.md'),
+                                                                               recursive=True)
+                 if glob.glob(os.path.join(os.path.dirname(p), 'results*.json')))  # (cpu-long/calibrated too)
+
+
+def rendered(folder):
+    runs, groups, _ = eval_depth.from_results(sources(folder), [])
+    return eval_depth.render(groups, runs, [DecodingStudies()])
+
+
+def test_every_study_with_results_is_here():
+    assert {'cpu-demo', 'cpu-long', 'cpu-long/calibrated', 'cpu-44m', 'cpu-long-more', 'depth', 'cpu-long-exits'} <= set(TABLES)
+
+
+@pytest.mark.parametrize('study', TABLES)
+def test_tables_md_is_its_results_rendered(study):
+    folder = os.path.join(ASSETS, study)
+    with open(os.path.join(folder, 'tables.md')) as f:
+        stored = f.read()
+    assert rendered(folder) == stored, (
+        f"assets/{study}/tables.md is not what its results render to: write it again with "
+        f"python -m beyond.eval_decode --from_results {os.path.relpath(sources(folder), HERE)} --out /tmp/x "
+        f"> assets/{study}/tables.md")
+
+
+def test_the_command_named_prints_tables_md_to_its_last_byte(tmp_path, monkeypatch, capsys):
+    # the command the failure above names, redirected into tables.md, writes the file stored: no line
+    # more at its end (the figures it also draws are not read here)
+    folder = os.path.join(ASSETS, 'cpu-long-speculative')
+    monkeypatch.setattr(eval_depth, 'all_plots', lambda *args, **kwargs: [])
+    eval_decode.main(['--from_results', sources(folder), '--out', str(tmp_path)])
+    with open(os.path.join(folder, 'tables.md')) as f:
         assert capsys.readouterr().out == f.read()
 
 
-def test_depth_costs_parts_add_up_to_its_fixed_k_token_and_its_exits(shared_runs, capsys):
-    import torch
-    from beyond import depth_costs, exits
-    run = shared_runs.folder() / 'out-raw_perloop-cpu-long-s1'
-    capsys.readouterr()  # the shared runs' training, where this test is the first to need them
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        depth_costs.main([str(run), '--prompt', '16', '--reps', '2',
-                          '--new_tokens', '4', '--accept_tokens', '128'])
-    finally:
-        torch.set_num_threads(threads)
-    out = capsys.readouterr().out
-    K = 2  # conftest.TINY's n_loops
-    assert out.startswith('# out-raw_perloop-cpu-long-s1: d=32, 1 layers, K=2, vocab 256, float32')
-    ms = dict(re.findall(r'^\| ([^|]+?) \| ([\d.]+) \|$', out, re.M))
-    for name, c in exits.CRITERIA.items():
-        assert f"exit decision: {name}{'' if c.readout else ' (no readout)'}" in ms, name
-    loop, readout, draw = (float(ms[k]) for k in ('one loop (the 1-layer stack, one token)', 'one readout (32 x 256)',
-                                                  'sampling from the readout'))
-    assert [k for k in ms if k.startswith('verify pass')] == ['verify pass, loops 2..2 over 4 tokens, per token']
-    assert re.findall(r'^\| (\d) \| [\d,.]+ \|$', out, re.M) == ['1', '2']  # fixed K = 1..K, tok/s
-    token = float(re.search(r'= ([\d.]+) ms \(', out).group(1))
-    # each number is printed to 3 decimals, so each is off by up to half a unit: a sum of printed parts
-    # is off from the printed total by up to that times how many printed values enter it (K loops count K)
-    rounding = lambda n: n * 0.5e-3 + 1e-9  # noqa: E731
-    assert token == pytest.approx(K * loop + readout + draw, abs=rounding(K + 3))
-    # an exit after loop 1 with a readout (and a max_prob decision) every loop, and decided from the state
-    row = re.search(r'^\| 1 \| ([\d.]+) ms \| ([\d.]+)x \| ([\d.]+) ms \| ([\d.]+)x \|', out, re.M).groups()
-    assert float(row[0]) == pytest.approx(loop + readout + float(ms['exit decision: max_prob']) + draw, abs=rounding(5))
-    angular = float(ms['exit decision: angular (no readout)'])
-    assert float(row[2]) == pytest.approx(loop + angular + readout + draw, abs=rounding(5))
-    assert float(row[1]) == pytest.approx(token / float(row[0]), rel=0.02)
-    agree, accept = re.search(r'^\| 1 \| ([\d.]+) \| ([\d.]+) \|', out.split('Speculative decoding')[1], re.M).groups()
-    assert 0 <= float(agree) <= 1 and 0 <= float(accept) <= 1
+def test_a_changed_number_fails(tmp_path):
+    # the comparison sees one digit: a results.json whose first ppl moved renders another table
+    import json
+    folder = os.path.join(ASSETS, 'cpu-long-speculative')
+    results = json.load(open(os.path.join(folder, 'results.json')))
+    results['groups'][0]['mean']['per_K'][0]['ppl'] *= 1.001
+    (tmp_path / 'results.json').write_text(json.dumps(results))
+    assert rendered(str(tmp_path)) != rendered(folder)
+
+
+# -----------------------------------------------------------------------------
+# assets/parity-seeds/rules.py, the rules the parity studies pick a checkpoint by
+
+def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth(tmp_path):
+    # assets/parity-seeds/rules.py's picks, from a run's log.jsonl (an evaluation every 25 steps): each rule's lowest,
+    # the earliest of equals; --every N the probe's rule over the evaluations at multiples of N only
+    import runpy
+    rules = runpy.run_path(f'{HERE}/assets/parity-seeds/rules.py')
+    errors = {25: 0.5, 50: 0.3, 75: 0.0, 100: 0.2, 125: 0.0, 150: 0.1, 175: 0.0, 200: 0.1}
+    losses = {25: 0.9, 50: 0.4, 75: 0.6, 100: 0.4, 125: 0.7, 150: 0.8, 175: 0.5, 200: 0.6}
+    with open(tmp_path / 'log.jsonl', 'w') as f:
+        for it, err in errors.items():
+            f.write(json.dumps(dict(kind='eval', iter=it, val_loss=[9.0, losses[it]], select=dict(
+                probe_error=err, probe_disagreement=1 - err, probe_turn=it / 1000))) + '\n')
+            torch.save(dict(model_args=dict(n_loops=2)), tmp_path / f'ckpt-{it}.pt')
+    got = rules['picks'](str(tmp_path), [50, 100])
+    assert got == {'val_loss': 50, 'probe_error': 75, 'probe_disagreement': 25, 'probe_turn': 25, 'last': 200,
+                   'probe_error, every 50 steps': 150, 'probe_error, every 100 steps': 200}
+    for steps in (30, 400):  # not a multiple of the logged 25; no evaluation at a multiple of 400
+        with pytest.raises(UserError, match=rf'^--every {steps}: .* evaluated every 25 steps, and {steps} is not a '
+                                            r'multiple of that with an evaluation at it$'):
+            rules['picks'](str(tmp_path), [steps])

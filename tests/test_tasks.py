@@ -1,6 +1,8 @@
 """
-A task in rows (python -m beyond.parity), train.py reading it, the model's bounded work per loop (window,
-positions) and the progressive loss, and beyond/tasks.py's evaluation by depth (docs/tasks.md).
+beyond/tasks.py, a task's evaluation by depth (docs/tasks.md): each length and K scored as the model reads
+them, the interventions (the clamp, the cap, under-relaxation), the probe train.py selects a parity run's
+checkpoint by (screened), a design's seeds averaged and the bars and shares they pass, merged scorings, the
+tables and accuracy.png, and what it writes (strict JSON) and refuses in one line.
 
     python -m pytest -q tests/test_tasks.py
 """
@@ -13,202 +15,20 @@ import pytest
 import torch
 
 import beyond.tasks as tasks
-import depth
 import train
 from beyond import parity
 from configurator import UserError
-from conftest import (FIELDS, HERE, TINY, assert_one_line_error, assert_options_documented, between, describe, describe_legend,
-                      hexes, load, matches_snapshot, one_minus_cos, run_script, sig, strict, train_in_process)
-from data import Rows, eval_batches, load_rows, load_splits, train_batches
+from conftest import (FIELDS, assert_one_line_error, assert_options_documented, between, describe, describe_legend, hexes,
+                      load, matches_snapshot, one_minus_cos, parity_args, run_script, sig, strict, train_in_process)
+from data import load_rows
 from beyond.additions import FieldGPT, FieldGPTConfig
 from model import LoopedGPT, LoopedGPTConfig
 from test_model import tiny
 
-TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
-        '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']
-
-
-@pytest.fixture(scope='module')
-def parity_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp('parity')
-    parity.main(['--out_dir', str(root / 'parity'), '--seed', '3', *TASK])
-    return root
-
-
-def parity_args(root, out, *extra):
-    return [f'--data_dir={root}', '--dataset=parity', f'--out_dir={out}', *TINY, '--model_class=beyond.additions.FieldGPT',
-            '--positions=none', '--window=2', '--inject=True', '--readout=raw', *extra]
-
 
 # -----------------------------------------------------------------------------
-# the rows: written, decoded back, read whole
-
-def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
-    # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
-    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
-    parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
-    parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
-                 '--probe_rows', '4', '--probe_lengths', '24'])
-    meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
-    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
-    assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
-    probe = load_rows(str(tmp_path / 'p'), 'probe')
-    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
-    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
-        a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
-        assert (a.x == b.x).all() and (a.y == b.y).all()
-
-
-def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
-    folder = parity_data / 'parity'
-    meta = json.loads((folder / 'meta.json').read_text())
-    assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
-    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12], 'probe': [3, 3]}
-    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13, 'probe': 4}
-    V = parity.VOCAB
-    for split in ('train', 'val', 'test', 'probe'):
-        rows = load_rows(str(folder), split)
-        assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
-        seen = set()
-        for x, y in zip(rows.x, rows.y):
-            bits = [int(t) for t in x[1:] if t != V['pad']]
-            n = len(bits)
-            seen.add(n)
-            assert x[0] == V['bos'] and set(bits) <= {0, 1} and all(x[1 + n:] == V['pad'])  # bos, bits, then pads
-            assert list(y[1:1 + n]) == list(np.cumsum(bits) % 2)  # each target: the XOR of the bits so far
-            assert y[0] == -1 and all(y[1 + n:] == -1)  # nothing scored at bos or a pad
-        assert min(seen) >= meta['lengths'][split][0] and max(seen) == meta['lengths'][split][1]
-    # the seed decides the strings: another seed, other strings
-    parity.main(['--out_dir', str(parity_data / 'other'), '--seed', '4', *TASK])
-    assert not np.array_equal(load_rows(str(parity_data / 'other'), 'train').x, load_rows(str(folder), 'train').x)
-
-
-def test_bad_task_input_is_one_line_and_leaves_no_data(tmp_path):
-    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--val_lengths', '12-6'),
-                          'beyond.parity', '--val_lengths', 'the low end first')
-    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--train_lengths', 'eight'),
-                          'beyond.parity', '--train_lengths', 'a range (1-16)')
-    assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--test_rows', '0'),
-                          'beyond.parity', '--test_rows must be >= 1')
-    assert not (tmp_path / 'x' / 'meta.json').exists()
-
-
-def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):
-    train_data, val_data, meta = load_splits(str(parity_data), 'parity', 32)
-    assert isinstance(train_data, Rows)
-    kw = dict(seed=1, n_micro=2, batch_size=8, block_size=32, device='cpu')
-    xs, ys = train_batches(train_data, 5, 0, **kw)
-    assert xs.shape == ys.shape == (2, 8, 9)
-    rows = {(tuple(x), tuple(y)) for x, y in zip(train_data.x.tolist(), train_data.y.tolist())}
-    assert all((tuple(x), tuple(y)) in rows for x, y in zip(xs.reshape(-1, 9).tolist(), ys.reshape(-1, 9).tolist()))
-    again = train_batches(train_data, 5, 0, **kw)
-    assert torch.equal(xs, again[0]) and not torch.equal(xs, train_batches(train_data, 6, 0, **kw)[0])
-    vx, vy = eval_batches(val_data, eval_iters=10, batch_size=16, block_size=32, device='cpu')
-    assert vx.shape == (2, 16, 13)  # no more batches than the split's 40 rows hold
-    assert torch.equal(vx.reshape(-1, 13), torch.from_numpy(val_data.x[:32].astype(np.int64)))
-
-
-def test_val_loss_reads_only_scored_positions(parity_data):
-    _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
-    torch.manual_seed(0)
-    model = FieldGPT(FieldGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
-                                      positions='none', window=2, inject=True, init_std=0.02))
-    batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
-    val_loss = train.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
-    xs, ys = batches
-    with torch.no_grad():  # by hand: each K's logits, CE over the positions with a target, nothing else
-        logits = [model(x, n_loops=k)[0] for x in xs for k in (1, 2, 3)]
-    ce = lambda rule: [torch.cat([torch.nn.functional.cross_entropy(  # noqa: E731
-        logits[3 * b + k].flatten(0, 1), rule(ys[b]).flatten(), ignore_index=-1, reduction='none')[
-            rule(ys[b]).flatten() >= 0] for b in range(2)]).mean().item() for k in range(3)]
-    assert val_loss == pytest.approx(ce(lambda y: y), rel=1e-4)
-    # the wrong rule, pads scored as if their target were a bit, gives another number
-    assert val_loss != pytest.approx(ce(lambda y: y.clamp(min=0)), rel=1e-2)
-
-
-def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_path):
-    out = tmp_path / 'run'
-    try:
-        train.main(parity_args(parity_data, out, '--random_depth=True', '--depth_draw=progressive', '--max_loops=4',
-                               '--n_loops=4', '--max_iters=3', '--eval_interval=3'))
-    finally:
-        torch.set_flush_denormal(False)
-    evals = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines() if '"eval"' in l]
-    assert len(evals[-1]['val_loss']) == 4 and all(np.isfinite(evals[-1]['val_loss']))
-    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
-    assert ckpt['model_args']['window'] == 2 and ckpt['model_args']['positions'] == 'none'
-    # learned positions cannot read rows longer than block_size: one line, before any training
-    with pytest.raises(train.UserError, match='block_size 8'):
-        train.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
-
-
-
-
-
-
-def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
-    out = tmp_path / 'run'
-    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
-    try:
-        train.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
-                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
-    finally:
-        torch.set_flush_denormal(False)
-    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
-    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
-    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
-    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
-    assert late  # (the run's seed draws some late iterations: the branch ran)
-    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
-    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
-                [*progressive, '--late_share=0.2', '--late_loops=3']):
-        with pytest.raises(UserError, match='late_share'):
-            train.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
-
-
-# -----------------------------------------------------------------------------
-# the model: bounded work per loop
-
-def test_a_token_outside_the_window_has_no_influence():
-    torch.manual_seed(0)
-    cfg = FieldGPTConfig(vocab_size=4, n_layer=2, n_head=2, n_embd=32, n_loops=2, dropout=0.0, window=2,
-                          positions='none', init_std=0.1)
-    model = FieldGPT(cfg).eval()
-    x = torch.randint(0, 4, (1, 20))
-    t = 15  # 2 layers x 2 loops, each moving information one position: t sees t-4 .. t
-    with torch.no_grad():
-        base = model(x)[0][0, t]
-        for s, moves in ((t - 5, False), (t - 9, False), (t - 4, True), (t - 1, True)):
-            y = x.clone()
-            y[0, s] = (y[0, s] + 1) % 4
-            assert (not torch.allclose(model(y)[0][0, t], base, atol=1e-6)) == moves, s
-    # a window as long as the sequence is the full causal attention; window 0 is that attention
-    full = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 0}))
-    full.load_state_dict(model.state_dict())
-    wide = FieldGPT(FieldGPTConfig(**{**cfg.__dict__, 'window': 20}))
-    wide.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        assert torch.allclose(full.eval()(x)[0], wide.eval()(x)[0], atol=1e-5)
-        assert not torch.allclose(full(x)[0], model(x)[0], atol=1e-3)
-
-
-def test_without_positions_any_length_runs_and_learned_positions_refuse():
-    cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
-    nope = FieldGPT(FieldGPTConfig(**cfg, positions='none')).eval()
-    assert nope(torch.zeros(1, 50, dtype=torch.long))[0].shape == (1, 50, 4)
-    learned = FieldGPT(FieldGPTConfig(**cfg)).eval()
-    assert learned(torch.zeros(1, 8, dtype=torch.long))[0].shape == (1, 8, 4)  # block_size itself runs
-    for n in (9, 50):  # one past it, and far past it: the clear error, not a broadcast one
-        with pytest.raises(ValueError, match=f'sequence of length {n} exceeds block_size 8'):
-            learned(torch.zeros(1, n, dtype=torch.long))
-    with pytest.raises(ValueError, match="'positions' must be one of"):
-        FieldGPTConfig(**cfg, positions='rope')
-    with pytest.raises(ValueError, match="'window' must be >= 0"):
-        FieldGPTConfig(**cfg, window=-1)
-
-
-# -----------------------------------------------------------------------------
-# evaluation by depth
+# evaluation by depth: each length and K scored as the model reads them, the trained K a run is scored against,
+# the device asked, and the study's mean ||H_K|| recomputed from the states
 
 def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_data, tmp_path):
     import beyond.tasks as tasks
@@ -254,6 +74,63 @@ def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data,
         assert {r['trained_K'] for r in rows} == {want}, name
 
 
+def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
+    # --rows must be >= 1: one test string a length is scored (its exact match 0% or 100%), none is refused
+    import dataclasses
+    import beyond.tasks as tasks
+    torch.manual_seed(0)
+    cfg = FieldGPTConfig(vocab_size=len(parity.VOCAB), block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2,
+                         dropout=0.0)
+    path = tmp_path / 'ckpt.pt'
+    torch.save(dict(model_args=dataclasses.asdict(cfg), model_class='beyond.additions.FieldGPT',
+                    model=FieldGPT(cfg).state_dict(), config=dict(dataset='parity', data_dir=str(parity_data))), path)
+    tasks.main([f'--runs={path}', '--lengths=6', '--loops=1', '--rows=1', f'--out={tmp_path / "eval"}'])
+    saved = json.loads((tmp_path / 'eval' / 'results.json').read_text())
+    assert saved['rows'] == 1 and [r['exact'] in (0.0, 1.0) for r in saved['results']] == [True]
+    with pytest.raises(SystemExit):
+        tasks.main([f'--runs={path}', '--rows=0', f'--out={tmp_path / "none"}'])
+
+
+def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
+    asked = []
+
+    def evaluate(runs, lengths, loops, seed, rows, interventions, device):  # (no model: rows of 50 %)
+        asked.append(device)
+        return [dict(run=run, length=n, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
+                     rms=1.0, one_minus_cos=0.0) for run in runs for n in lengths for k in loops]
+    monkeypatch.setattr(tasks, 'evaluate', evaluate)
+    monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
+    tasks.main(['--runs=out/b-s2,out/a,out/b-s1', '--lengths=4,8', '--loops=1,2', '--device=cuda:1',
+                f'--out={tmp_path}'])
+    assert asked == ['cuda:1']
+    results = json.loads((tmp_path / 'results.json').read_text())
+    assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
+    assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
+
+
+def test_the_task_studys_state_norms_are_the_bits_not_the_start_token(tmp_path):
+    torch.manual_seed(0)
+    cfg = LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=2, dropout=0.0)
+    config = dict(data_dir=str(tmp_path), dataset='parity')  # (a parity run's vocabulary; its data not at hand)
+    torch.save(dict(model_args=asdict(cfg), model=LoopedGPT(cfg).state_dict(), config=config), tmp_path / 'ckpt.pt')
+    results = tasks.evaluate([str(tmp_path)], [12], [1, 3], seed=2, rows=8)
+    model = load(tmp_path)
+    x, _ = tasks.test_strings(2, 12, 8)  # (8, 13): the start token, then 12 bits
+    with torch.no_grad():
+        H = model.hidden_states(x, 3)
+    assert {r['K'] for r in results} == {1, 3} and all(r['trained_K'] == 2 for r in results)
+    for r in results:
+        assert set(r) == set(FIELDS['beyond.tasks row'])
+        h, prev = H[r['K']][:, 1:].double(), H[r['K'] - 1][:, 1:].double()  # positions 1..12, the bits
+        assert r['h_norm'] == pytest.approx(h.norm(dim=-1).mean().item(), rel=1e-5)
+        assert r['rms'] == pytest.approx(h.pow(2).mean(-1).sqrt().mean().item(), rel=1e-5)
+        assert r['one_minus_cos'] == pytest.approx(one_minus_cos(h, prev).mean().item(), rel=1e-4, abs=1e-7)
+        assert r['h_norm'] != pytest.approx(H[r['K']].norm(dim=-1).mean().item(), rel=1e-3)  # (with it: another)
+
+
+# -----------------------------------------------------------------------------
+# the interventions past the trained K: the clamp, the cap, under-relaxation
+
 def tiny_task_model(n_loops):
     """A one-layer FieldGPT on parity's vocabulary (seed 0) and two inputs of 16 tokens."""
     torch.manual_seed(0)
@@ -261,6 +138,56 @@ def tiny_task_model(n_loops):
                                     dropout=0.0)).eval()
     return model, torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(1))
 
+
+def test_the_clamp_intervention_is_the_models_own_clamp():
+    from beyond.tasks import trajectory
+    model, x = tiny_task_model(3)
+    with torch.no_grad():
+        clamped = list(trajectory(model, x, 3, 'clamp'))
+        want = list(model.loop_states(x, 3, clamp=True))
+        free = list(trajectory(model, x, 3))
+    assert all(torch.equal(a, b) for a, b in zip(clamped, want))
+    assert torch.allclose(clamped[3].norm(dim=-1), clamped[1].norm(dim=-1))  # each token held at its loop-1 norm
+    assert not torch.allclose(free[3].norm(dim=-1), free[1].norm(dim=-1))
+
+
+def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
+    from beyond.tasks import trajectory
+    model, x = tiny_task_model(4)
+    with torch.no_grad():
+        free = [h.pow(2).mean(-1).sqrt() for h in trajectory(model, x, 4)][1:]  # each loop's RMS, (B, T)
+        rms = between(torch.cat([r.flatten() for r in free]))  # some states above it, some below, none on it
+        capped = list(trajectory(model, x, 4, 'cap', rms))[1:]
+    first = capped[0].pow(2).mean(-1).sqrt()
+    assert (first <= rms * (1 + 1e-5)).all()
+    below = free[0] < rms  # loop 1 from the same H_0: the tokens under the cap are left as they are
+    assert below.any() and (~below).any()
+    assert torch.allclose(first[below], free[0][below]) and torch.allclose(first[~below], torch.full_like(first[~below], rms))
+    for h in capped[1:]:
+        assert (h.pow(2).mean(-1).sqrt() <= rms * (1 + 1e-5)).all()
+
+
+def test_under_relaxation_blends_each_loop_past_the_trained_k():
+    from beyond.tasks import RELAX, trajectory
+    model, x = tiny_task_model(4)
+    with torch.no_grad():
+        got = list(trajectory(model, x, 5, 'relax', trained_k=2))
+        h = e = model.embed(x)
+        want = [h]
+        for k in range(5):  # by hand: the model's loop, then from the third on 0.75 of the old state and 0.25 of the new
+            new = model.loop(model.loop_input(h, k, e))
+            h = new if k < 2 else 0.75 * h + 0.25 * new
+            want.append(h)
+        plain = list(trajectory(model, x, 5))
+    assert RELAX == 0.25 and len(got) == 6
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert all(torch.equal(g, p) for g, p in zip(got[:3], plain[:3])) and not torch.allclose(got[5], plain[5])
+
+
+# -----------------------------------------------------------------------------
+# the probe, train.py's select for parity (config/parity.py): read at twice and four times the length, screened on
+# the first halves
 
 def test_the_probe_reads_its_own_split_at_twice_and_four_times_its_length(parity_data, tmp_path):
     # train.py's select for parity (config/parity.py): the probe split at K = 2n and 4n, recomputed here from
@@ -345,42 +272,8 @@ def test_the_screen_reads_the_states_the_whole_strings_hold_on_their_first_halve
     assert screen['probe_disagreement'] == halves['probe_disagreement']
 
 
-def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth(tmp_path):
-    # assets/parity-seeds/rules.py's picks, from a run's log.jsonl (an evaluation every 25 steps): each rule's lowest,
-    # the earliest of equals; --every N the probe's rule over the evaluations at multiples of N only
-    import runpy
-    rules = runpy.run_path(f'{HERE}/assets/parity-seeds/rules.py')
-    errors = {25: 0.5, 50: 0.3, 75: 0.0, 100: 0.2, 125: 0.0, 150: 0.1, 175: 0.0, 200: 0.1}
-    losses = {25: 0.9, 50: 0.4, 75: 0.6, 100: 0.4, 125: 0.7, 150: 0.8, 175: 0.5, 200: 0.6}
-    with open(tmp_path / 'log.jsonl', 'w') as f:
-        for it, err in errors.items():
-            f.write(json.dumps(dict(kind='eval', iter=it, val_loss=[9.0, losses[it]], select=dict(
-                probe_error=err, probe_disagreement=1 - err, probe_turn=it / 1000))) + '\n')
-            torch.save(dict(model_args=dict(n_loops=2)), tmp_path / f'ckpt-{it}.pt')
-    got = rules['picks'](str(tmp_path), [50, 100])
-    assert got == {'val_loss': 50, 'probe_error': 75, 'probe_disagreement': 25, 'probe_turn': 25, 'last': 200,
-                   'probe_error, every 50 steps': 150, 'probe_error, every 100 steps': 200}
-    for steps in (30, 400):  # not a multiple of the logged 25; no evaluation at a multiple of 400
-        with pytest.raises(UserError, match=rf'^--every {steps}: .* evaluated every 25 steps, and {steps} is not a '
-                                            r'multiple of that with an evaluation at it$'):
-            rules['picks'](str(tmp_path), [steps])
-
-
-def test_the_cap_holds_every_carried_state_at_most_at_its_rms_and_leaves_smaller_ones():
-    from beyond.tasks import trajectory
-    model, x = tiny_task_model(4)
-    with torch.no_grad():
-        free = [h.pow(2).mean(-1).sqrt() for h in trajectory(model, x, 4)][1:]  # each loop's RMS, (B, T)
-        rms = between(torch.cat([r.flatten() for r in free]))  # some states above it, some below, none on it
-        capped = list(trajectory(model, x, 4, 'cap', rms))[1:]
-    first = capped[0].pow(2).mean(-1).sqrt()
-    assert (first <= rms * (1 + 1e-5)).all()
-    below = free[0] < rms  # loop 1 from the same H_0: the tokens under the cap are left as they are
-    assert below.any() and (~below).any()
-    assert torch.allclose(first[below], free[0][below]) and torch.allclose(first[~below], torch.full_like(first[~below], rms))
-    for h in capped[1:]:
-        assert (h.pow(2).mean(-1).sqrt() <= rms * (1 + 1e-5)).all()
-
+# -----------------------------------------------------------------------------
+# designs, bars and shares; merged scorings; the tables
 
 def test_designs_average_a_design_over_its_seeds_only():
     from beyond.tasks import designs
@@ -451,42 +344,6 @@ def test_merged_scorings_table_together_and_must_share_their_test_strings(tmp_pa
     assert 'one of them' in str(e.value.code)
 
 
-def test_under_relaxation_blends_each_loop_past_the_trained_k():
-    from beyond.tasks import RELAX, trajectory
-    model, x = tiny_task_model(4)
-    with torch.no_grad():
-        got = list(trajectory(model, x, 5, 'relax', trained_k=2))
-        h = e = model.embed(x)
-        want = [h]
-        for k in range(5):  # by hand: the model's loop, then from the third on 0.75 of the old state and 0.25 of the new
-            new = model.loop(model.loop_input(h, k, e))
-            h = new if k < 2 else 0.75 * h + 0.25 * new
-            want.append(h)
-        plain = list(trajectory(model, x, 5))
-    assert RELAX == 0.25 and len(got) == 6
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w)
-    assert all(torch.equal(g, p) for g, p in zip(got[:3], plain[:3])) and not torch.allclose(got[5], plain[5])
-
-
-def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
-    with pytest.raises(UserError) as e:  # (beyond/ is here: only the function is missing)
-        train.setup([f'{HERE}/config/parity.py', '--select=beyond.tasks.nope'])
-    assert str(e.value) == ("select 'beyond.tasks.nope' cannot be loaded: AttributeError: module 'beyond.tasks' has no "
-                            "attribute 'nope'")
-    with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
-                                        r"needs only the top level\): ModuleNotFoundError"):
-        train.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
-    assert train.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
-
-
-def test_the_recipe_config_loads_with_its_twin():
-    c = train.setup([f'{HERE}/config/parity.py'])
-    assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
-        'none', 2, True, 'norm', True, 'progressive')
-    assert train.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
-
-
 def test_the_tables_print_one_header_and_one_line_a_row():
     from beyond.tasks import render, render_designs
     row = dict(run='/x/out-parity-s1/', length=8, K=4, intervention='clamp', accuracy=0.875, exact=0.5, h_norm=12.345,
@@ -502,42 +359,6 @@ def test_the_tables_print_one_header_and_one_line_a_row():
         '| design | seeds | length | K | intervention | accuracy | exact match | mean ‖H_K‖ |',
         '|---|---|---|---|---|---|---|---|',
         '| out-parity | 2 | 8 | 4 | none | 87.5 ± 12.5% | 50.0 ± 25.0% | 12.3 ± 0.5 |']
-
-
-def test_the_clamp_intervention_is_the_models_own_clamp():
-    from beyond.tasks import trajectory
-    model, x = tiny_task_model(3)
-    with torch.no_grad():
-        clamped = list(trajectory(model, x, 3, 'clamp'))
-        want = list(model.loop_states(x, 3, clamp=True))
-        free = list(trajectory(model, x, 3))
-    assert all(torch.equal(a, b) for a, b in zip(clamped, want))
-    assert torch.allclose(clamped[3].norm(dim=-1), clamped[1].norm(dim=-1))  # each token held at its loop-1 norm
-    assert not torch.allclose(free[3].norm(dim=-1), free[1].norm(dim=-1))
-
-
-def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
-    # --rows must be >= 1: one test string a length is scored (its exact match 0% or 100%), none is refused
-    import dataclasses
-    import beyond.tasks as tasks
-    torch.manual_seed(0)
-    cfg = FieldGPTConfig(vocab_size=len(parity.VOCAB), block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2,
-                         dropout=0.0)
-    path = tmp_path / 'ckpt.pt'
-    torch.save(dict(model_args=dataclasses.asdict(cfg), model_class='beyond.additions.FieldGPT',
-                    model=FieldGPT(cfg).state_dict(), config=dict(dataset='parity', data_dir=str(parity_data))), path)
-    tasks.main([f'--runs={path}', '--lengths=6', '--loops=1', '--rows=1', f'--out={tmp_path / "eval"}'])
-    saved = json.loads((tmp_path / 'eval' / 'results.json').read_text())
-    assert saved['rows'] == 1 and [r['exact'] in (0.0, 1.0) for r in saved['results']] == [True]
-    with pytest.raises(SystemExit):
-        tasks.main([f'--runs={path}', '--rows=0', f'--out={tmp_path / "none"}'])
-
-
-def test_meta_json_describes_the_rows_it_holds(parity_data):
-    # the row layout the first test decodes, said in meta.json for whoever reads the data folder
-    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
-    assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
-                            '-1 at bos and pads')
 
 
 # -----------------------------------------------------------------------------
@@ -630,38 +451,7 @@ def test_the_task_figure_is_saved_at_100_dpi_whatever_the_matplotlib_settings(pl
 
 
 # -----------------------------------------------------------------------------
-# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
-
-def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
-    assert_options_documented('beyond/tasks.py', tasks.main, monkeypatch)
-
-
-# -----------------------------------------------------------------------------
-# the task study's mean ||H_K||, recomputed from the states
-
-def test_the_task_studys_state_norms_are_the_bits_not_the_start_token(tmp_path):
-    torch.manual_seed(0)
-    cfg = LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=2, dropout=0.0)
-    config = dict(data_dir=str(tmp_path), dataset='parity')  # (a parity run's vocabulary; its data not at hand)
-    torch.save(dict(model_args=asdict(cfg), model=LoopedGPT(cfg).state_dict(), config=config), tmp_path / 'ckpt.pt')
-    results = tasks.evaluate([str(tmp_path)], [12], [1, 3], seed=2, rows=8)
-    model = load(tmp_path)
-    x, _ = tasks.test_strings(2, 12, 8)  # (8, 13): the start token, then 12 bits
-    with torch.no_grad():
-        H = model.hidden_states(x, 3)
-    assert {r['K'] for r in results} == {1, 3} and all(r['trained_K'] == 2 for r in results)
-    for r in results:
-        assert set(r) == set(FIELDS['beyond.tasks row'])
-        h, prev = H[r['K']][:, 1:].double(), H[r['K'] - 1][:, 1:].double()  # positions 1..12, the bits
-        assert r['h_norm'] == pytest.approx(h.norm(dim=-1).mean().item(), rel=1e-5)
-        assert r['rms'] == pytest.approx(h.pow(2).mean(-1).sqrt().mean().item(), rel=1e-5)
-        assert r['one_minus_cos'] == pytest.approx(one_minus_cos(h, prev).mean().item(), rel=1e-4, abs=1e-7)
-        assert r['h_norm'] != pytest.approx(H[r['K']].norm(dim=-1).mean().item(), rel=1e-3)  # (with it: another)
-
-
-# -----------------------------------------------------------------------------
-# what beyond/tasks.py writes and what it refuses: strict JSON when a run diverges, and a run trained on text in
-# one line
+# what it writes and what it refuses: strict JSON when a run diverges, a run trained on text in one line
 
 def test_a_tasks_results_json_is_strict_json_when_a_run_diverges(tmp_path, monkeypatch):
     # beyond.tasks writes through report.write_json: a diverged run's inf and NaN are null
@@ -694,18 +484,8 @@ def test_beyond_tasks_refuses_a_run_trained_on_text(tiny_data, tmp_path):
     tasks.check_parity_run('four', model, dict(ckpt, config=dict(data_dir=str(tmp_path), dataset='parity')))
 
 
-def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
-    asked = []
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
 
-    def evaluate(runs, lengths, loops, seed, rows, interventions, device):  # (no model: rows of 50 %)
-        asked.append(device)
-        return [dict(run=run, length=n, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
-                     rms=1.0, one_minus_cos=0.0) for run in runs for n in lengths for k in loops]
-    monkeypatch.setattr(tasks, 'evaluate', evaluate)
-    monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
-    tasks.main(['--runs=out/b-s2,out/a,out/b-s1', '--lengths=4,8', '--loops=1,2', '--device=cuda:1',
-                f'--out={tmp_path}'])
-    assert asked == ['cuda:1']
-    results = json.loads((tmp_path / 'results.json').read_text())
-    assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
-    assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('beyond/tasks.py', tasks.main, monkeypatch)

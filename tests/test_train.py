@@ -27,10 +27,12 @@ from torch.nn import functional as F
 import eval_depth
 import train as train_module
 from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STEP_S, T, assert_close, assert_one_line_error,
-                      ce_by_hand, load, norm_stats, one_minus_cos, radial_by_hand, read_log, run_script, stand_in_python,
+                      ce_by_hand, load, norm_stats, one_minus_cos, parity_args, radial_by_hand, read_log, run_script, stand_in_python,
                       states_by_hand, torchrun_environment, train_args, train_in_process)
 from configurator import UserError, check_ranges, configure
-from data import eval_batches, load_tokens, train_batches
+import depth
+from beyond.additions import FieldGPT, FieldGPTConfig
+from data import eval_batches, load_splits, load_tokens, train_batches
 from depth import draw_depth
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
 from runtime import autocast
@@ -1179,6 +1181,82 @@ def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_
     assert all(k['config'] == ckpt['config'] for k in kept.values()) and ckpt['config']['select'].endswith('scripted_select')
     assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
     assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
+
+
+# -----------------------------------------------------------------------------
+# a task in rows (conftest's parity_data): the val loss reads only scored positions, a run trains on rows with the
+# progressive loss and late-state CE, config/parity.py and its select
+
+def test_val_loss_reads_only_scored_positions(parity_data):
+    _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
+                                      positions='none', window=2, inject=True, init_std=0.02))
+    batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
+    val_loss = train_module.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
+    xs, ys = batches
+    with torch.no_grad():  # by hand: each K's logits, CE over the positions with a target, nothing else
+        logits = [model(x, n_loops=k)[0] for x in xs for k in (1, 2, 3)]
+    ce = lambda rule: [torch.cat([torch.nn.functional.cross_entropy(  # noqa: E731
+        logits[3 * b + k].flatten(0, 1), rule(ys[b]).flatten(), ignore_index=-1, reduction='none')[
+            rule(ys[b]).flatten() >= 0] for b in range(2)]).mean().item() for k in range(3)]
+    assert val_loss == pytest.approx(ce(lambda y: y), rel=1e-4)
+    # the wrong rule, pads scored as if their target were a bit, gives another number
+    assert val_loss != pytest.approx(ce(lambda y: y.clamp(min=0)), rel=1e-2)
+
+
+def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    try:
+        train_module.main(parity_args(parity_data, out, '--random_depth=True', '--depth_draw=progressive', '--max_loops=4',
+                               '--n_loops=4', '--max_iters=3', '--eval_interval=3'))
+    finally:
+        torch.set_flush_denormal(False)
+    evals = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines() if '"eval"' in l]
+    assert len(evals[-1]['val_loss']) == 4 and all(np.isfinite(evals[-1]['val_loss']))
+    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['window'] == 2 and ckpt['model_args']['positions'] == 'none'
+    # learned positions cannot read rows longer than block_size: one line, before any training
+    with pytest.raises(train_module.UserError, match='block_size 8'):
+        train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
+
+
+def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
+    try:
+        train_module.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
+                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
+    finally:
+        torch.set_flush_denormal(False)
+    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
+    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
+    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
+    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
+    assert late  # (the run's seed draws some late iterations: the branch ran)
+    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
+    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
+                [*progressive, '--late_share=0.2', '--late_loops=3']):
+        with pytest.raises(UserError, match='late_share'):
+            train_module.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
+
+
+def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
+    with pytest.raises(UserError) as e:  # (beyond/ is here: only the function is missing)
+        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.tasks.nope'])
+    assert str(e.value) == ("select 'beyond.tasks.nope' cannot be loaded: AttributeError: module 'beyond.tasks' has no "
+                            "attribute 'nope'")
+    with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
+                                        r"needs only the top level\): ModuleNotFoundError"):
+        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
+    assert train_module.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
+
+
+def test_the_recipe_config_loads_with_its_twin():
+    c = train_module.setup([f'{HERE}/config/parity.py'])
+    assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
+        'none', 2, True, 'norm', True, 'progressive')
+    assert train_module.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
