@@ -7,12 +7,64 @@ unknown setting names the script's --help) and the --help the settings block mak
 """
 
 import math
+import os
 
 import pytest
 
 import configurator
 import train
 from configurator import UserError, configure
+from conftest import HERE, settings
+
+
+# -----------------------------------------------------------------------------
+# the command line and config files: each setting's type, --key=value and --key value, and every error one line
+# naming what is wrong (through train.py's settings, and configure itself)
+
+@pytest.mark.parametrize('argv,needles', [
+    (['--learning_rat=1e-3'], ["'learning_rat'", "did you mean 'learning_rate'", 'python train.py --help']),
+    (['--batch_size=big'], ["'batch_size'", 'an int']),
+    (['--max_iters=1.5'], ["'max_iters'"]),
+    (['--readout=rms'], ["'readout'", 'raw']),
+    (['config/nope.py'], ['config/nope.py']),
+    (['--out_dir'], ['--out_dir=VALUE']),
+    (['--out_dir', '--n_loops=2'], ['--out_dir=VALUE']),
+    (['-o'], ["'-o'", '--help']),
+])
+def test_config_errors_name_what_is_wrong(argv, needles):
+    with pytest.raises(UserError) as e:
+        settings(*argv)
+    for needle in needles:
+        assert needle in str(e.value), str(e.value)
+
+
+def test_a_bad_config_file_is_named(tmp_path):
+    bad = tmp_path / 'bad.py'
+    bad.write_text("n_layers = 4\n")
+    with pytest.raises(UserError, match="'n_layers'.*bad.py"):
+        settings(str(bad))
+
+
+def test_key_space_value_and_int_for_float_work():
+    c = settings('--out_dir', 'somewhere', '--learning_rate=1', '--n_loops', '3', '--dataset', 'wikitext-2')
+    assert c['out_dir'] == 'somewhere' and c['n_loops'] == 3 and c['dataset'] == 'wikitext-2'
+    assert c['learning_rate'] == 1.0 and type(c['learning_rate']) is float
+
+
+def test_configurator_types():
+    s = dict(lr=3e-4, n=4, flag=False, name='a')
+    assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
+    assert type(configure(s, ['--lr=1'])['lr']) is float
+    assert configure(s, ['--name=wikitext-2', '--flag=True'])['name'] == 'wikitext-2'
+    assert configure(s, ['--n', '5', '--flag', 'True']) == dict(s, n=5, flag=True)
+    for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n'], ['--n', '--lr=1']):
+        with pytest.raises(UserError):
+            configure(s, bad)
+
+
+def test_an_unknown_setting_names_the_script_it_was_given_to():
+    with pytest.raises(UserError, match='`python sample.py --help`'):
+        configure(dict(n=1), ['--m=1'], [os.path.join(HERE, 'sample.py')])
 
 
 # -----------------------------------------------------------------------------

@@ -7,8 +7,10 @@ name the command that makes the data.
 """
 
 import io
+import json
 import math
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,12 +20,13 @@ import data
 import sample
 import train
 from configurator import UserError
-from conftest import HERE
+from conftest import HERE, settings
 from data import ByteTokenizer, Rows, Scoring, eval_batches, get_tokenizer, load_run, load_splits, score_windows, train_batches
 
 
 # -----------------------------------------------------------------------------
-# missing data: one line naming the command that makes it
+# the prepared splits: missing data is one line naming the command that makes it, a split too short for a
+# window refused
 
 def test_a_tasks_missing_data_names_the_module_that_makes_it(tmp_path):
     # config/parity.py's dataset is written by python -m beyond.parity, not by prepare.py
@@ -36,6 +39,31 @@ def test_a_tasks_missing_data_names_the_module_that_makes_it(tmp_path):
     # a name that no module of beyond/ writes is text for prepare.py, as before
     with pytest.raises(UserError, match=r'python prepare.py --text_dir .* --out_dir data/my-text'):
         train.load_splits(str(tmp_path), 'my-text', 16)
+
+
+def test_missing_data_names_the_prepare_command(tmp_path):
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
+    with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
+        train.load_splits(c.data_dir, c.dataset, c.block_size)
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
+    with pytest.raises(UserError, match='`python prepare.py`'):
+        train.load_splits(c.data_dir, c.dataset, c.block_size)
+
+
+def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
+    for n, refused in ((33, True), (34, False)):  # block_size 32: a window and its targets span 33, and the starts
+        # are drawn from [0, n - 33): at least one
+        folder = tmp_path / str(n) / 'd'
+        folder.mkdir(parents=True)
+        for split in ('train', 'val'):
+            np.zeros(n if split == 'val' else 1000, dtype=np.uint16).tofile(folder / f'{split}.bin')
+        (folder / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint16',
+                                                          tokens=dict(train=1000, val=n))))
+        if refused:
+            with pytest.raises(UserError, match=f'the val split of d has {n} tokens, too few for block_size 32'):
+                load_splits(str(tmp_path / str(n)), 'd', 32)
+        else:
+            assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
 
 
 # -----------------------------------------------------------------------------
@@ -131,6 +159,52 @@ def test_first_batch_is_the_first_batch_size_windows_in_their_order():
     sc.batch_size = 3  # the first 3: a batch is of one length, the longest first
     x, _ = sc.first_batch()
     assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+
+
+# -----------------------------------------------------------------------------
+# the token windows train.py draws and the evaluation scores: a function of the iteration, from the whole split,
+# no more than it holds, spread evenly
+
+def test_batches_are_a_function_of_the_iteration():
+    data = np.arange(10000, dtype=np.uint16)
+    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
+    a, b, again = (train_batches(data, it, 0, seed=1, **shape)[0] for it in (0, 1, 0))
+    assert torch.equal(a, again) and not torch.equal(a, b)
+    assert not torch.equal(a[0], a[1])  # the micro-steps of one iteration differ too
+    assert not torch.equal(train_batches(data, 0, 1, seed=1, **shape)[0], a)  # and so do ranks
+    assert not torch.equal(train_batches(data, 0, 0, seed=2, **shape)[0], a)  # and seeds
+    x, y = train_batches(data, 0, 0, seed=1, **shape)
+    assert x.shape == (2, 4, 8) and torch.equal(y[..., :-1], x[..., 1:])  # targets: the inputs shifted by one
+
+
+def test_train_windows_are_drawn_from_the_whole_split():
+    # data[i] = i, so a window's first input is its start: over 200 iterations (1,600 windows of a
+    # 1,000-token split) the starts reach both ends of the split, up to its last full windows
+    data = np.arange(1000, dtype=np.uint16)
+    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
+    starts = torch.stack([train_batches(data, it, 0, seed=1, **shape)[0] for it in range(200)])[..., 0]
+    assert starts.min() < 20 and starts.max() > len(data) - 8 - 1 - 20  # both ends (a uniform draw: ~1e-14 to miss)
+
+
+def test_evaluation_scores_no_more_batches_than_the_split_holds():
+    data = np.arange(1000)  # 31 windows of 32 tokens: 3 batches of 8, whatever eval_iters asks
+    x, y = eval_batches(data, eval_iters=40, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == y.shape == (3, 8, 32) and torch.equal(y[..., :-1], x[..., 1:])
+    x, _ = eval_batches(data, eval_iters=2, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == (2, 8, 32)  # fewer asked: as asked
+    x, _ = eval_batches(np.arange(100), eval_iters=4, batch_size=8, block_size=32, device='cpu')
+    assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
+
+
+def test_validation_windows_are_spread_evenly_over_the_whole_split():
+    # data[i] = i, so a window's first input is its start: the 24 windows run from the split's first token
+    # to its last full window, evenly spaced, each a different one
+    data = np.arange(1000)
+    x, y = eval_batches(data, eval_iters=3, batch_size=8, block_size=32, device='cpu')
+    starts = x[..., 0].flatten()
+    assert starts[0] == 0 and y[-1, -1, -1] == len(data) - 1  # both ends: the last target is the split's last token
+    gaps = starts.diff()
+    assert gaps.min() >= 42 and gaps.max() <= 43  # (1000 - 32 - 1) / 23 = 42.04 apart: evenly, in whole tokens
 
 
 # -----------------------------------------------------------------------------

@@ -5,11 +5,71 @@ is against, and the process group each rank joins under torchrun.
     python -m pytest -q tests/test_runtime.py
 """
 
+import itertools
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 import runtime
-from conftest import torchrun_environment
+from configurator import UserError
+from conftest import settings, torchrun_environment
+
+
+# -----------------------------------------------------------------------------
+# the device and its dtype: 'auto' as the hardware allows, a CPU flushes denormals, a device that is not there
+# refused in one line
+
+def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on_a_cpu(monkeypatch):
+    import runtime
+    for cpu_bf16, gpu_bf16 in itertools.product((True, False), repeat=2):
+        monkeypatch.setattr(runtime, 'cpu_has_bf16', lambda: cpu_bf16)
+        monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda including_emulation=True: gpu_bf16)
+        want = {('cpu', True): 'bfloat16' if cpu_bf16 else 'float32', ('cpu', False): 'float32',
+                ('cuda', True): 'bfloat16' if gpu_bf16 else 'float16', ('cuda', False): 'bfloat16' if gpu_bf16 else 'float16'}
+        for (device, training), dtype in want.items():
+            assert runtime.resolve_dtype('auto', device, training=training) == dtype, (device, training, cpu_bf16, gpu_bf16)
+            assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
+
+
+def test_each_gpu_name_torch_reports_finds_its_own_peak():
+    from runtime import peak_flops_of
+    names = {'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
+             'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12, 'NVIDIA A100-SXM4-80GB': 312e12,
+             'NVIDIA L40S': 362e12, 'NVIDIA A10G': 70e12, 'NVIDIA GeForce RTX 4090': 165e12, 'Tesla T4': None}
+    assert {name: peak_flops_of(name) for name in names} == names
+
+
+def test_the_cpu_device_flushes_denormals_to_zero():
+    from runtime import setup_device
+    tiny = torch.tensor([1e-39])  # below float32's smallest normal, 1.2e-38
+    try:
+        torch.set_flush_denormal(False)
+        assert (tiny * 2).item() != 0  # a denormal, kept without flushing
+        assert setup_device('cpu') == 'cpu' and (tiny * 2).item() == 0
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
+    from runtime import setup_device
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: False)
+    try:
+        for build, said in (('12.8', True), (None, False)):  # a CUDA build without a GPU, then a CPU build
+            monkeypatch.setattr(torch.version, 'cuda', build)
+            assert setup_device('auto') == 'cpu'
+            err = capsys.readouterr().err
+            assert ('CUDA 12.8 build but sees no GPU' in err) is said, err
+            assert len(err.splitlines()) == int(said)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_device_that_is_not_there_is_refused():
+    c = SimpleNamespace(**settings('--device=gpu'))
+    with pytest.raises(UserError, match="'gpu'"):
+        runtime.start_process(c.device, c.gradient_accumulation_steps)
 
 
 # -----------------------------------------------------------------------------

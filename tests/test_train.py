@@ -1,14 +1,16 @@
 """
-train.py on tiny data made by prepare.py: from the outside (a subprocess) for a full run, the
-one-line error and two DDP ranks; its main(), helpers and setting checks in-process, where a
-subprocess would only add an interpreter start and a torch import; and configurator.py.
+train.py on tiny data made by prepare.py: from the outside (a subprocess) for a full run, the one-line error
+and two DDP ranks; its main(), helpers and setting checks in-process, where a subprocess would only add an
+interpreter start and a torch import. What a run logs and keeps (every record recomputed from the model: the
+still run, conftest's), the evaluation, a non-finite run stopped, resume and initializations, the settings
+and their ranges, a field added by a fork, a task in rows, and the step (the learning rate, dropout's seeds,
+clipping, float16, DDP, the compiler).
 
     python -m pytest -q tests/test_train.py
 """
 
 import contextlib
 import io
-import itertools
 import json
 import math
 import os
@@ -24,14 +26,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import depth
 import eval_depth
 import train as train_module
-from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STEP_S, T, assert_close, assert_one_line_error,
-                      ce_by_hand, load, norm_stats, one_minus_cos, parity_args, radial_by_hand, read_log, run_script, stand_in_python,
-                      states_by_hand, torchrun_environment, train_args, train_in_process)
-from configurator import UserError, check_ranges, configure
-import depth
 from beyond.additions import FieldGPT, FieldGPTConfig
+from configurator import UserError, check_ranges, configure
+from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STEP_S, T, assert_close, assert_one_line_error,
+                      ce_by_hand, load, norm_stats, one_minus_cos, parity_args, radial_by_hand, read_log, run_script, settings,
+                      stand_in_python, states_by_hand, torchrun_environment, train_args, train_in_process)
 from data import eval_batches, load_splits, load_tokens, train_batches
 from depth import draw_depth
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
@@ -45,16 +47,26 @@ def train(tiny_data, out_dir, *extra):
     return r
 
 
-def settings(*argv):
-    """train.py's settings as its command line would make them, checked (in-process)."""
-    return train_module.setup(list(argv))
+def tiny_model(cls=LoopedGPT, **kw):
+    torch.manual_seed(0)
+    return cls(cls.config_class(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
+                                            n_loops=2, dropout=0.0, init_std=0.02), **kw)))
 
 
-EXIT = '--model_class=beyond.exit_train.ExitTrainedGPT'  # (exit-aware training: beyond/'s class, with its field)
+def tiny_checkpoint(out_dir, tiny_data, *extra):
+    """out_dir/ckpt.pt of an untrained model with TINY's settings, written by train.py's own
+    save_checkpoint: what a run leaves behind, without running one."""
+    config = settings(*train_args(tiny_data, out_dir, *extra))
+    c = SimpleNamespace(**config)
+    model, _ = train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    optimizer = train_module.make_optimizer(model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
+                                            weight_decay=c.weight_decay)
+    os.makedirs(out_dir, exist_ok=True)
+    train_module.save_checkpoint(out_dir, model, optimizer, 4, float('inf'), config)
 
 
 # -----------------------------------------------------------------------------
-# train.py as a script
+# train.py as a script: a run from the outside, and its one-line error
 
 def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(tiny_data, tmp_path):
     out = tmp_path / 'run'
@@ -78,39 +90,99 @@ def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(t
     assert torch.load(out / 'ckpt.pt', weights_only=True)['iter_num'] == 60
 
 
-def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path, monkeypatch):
-    # the same run through linear_ce's fused loss and through materialised logits + F.cross_entropy:
-    # the same losses (float32), and --loss_path reaches the model: the plain run never calls linear_ce's
-    # loss, in training or in evaluation. Terminal CE: loops it does not read log null
-    import model as model_module
-    logs, fused_calls, real = {}, [], model_module.linear_cross_entropy
-
-    def counted(*args, **kw):
-        fused_calls.append(path)
-        return real(*args, **kw)
-    monkeypatch.setattr(model_module, 'linear_cross_entropy', counted)
-    for path in ('fused', 'plain'):
-        train_in_process(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
-                   '--dtype=float32', f'--loss_path={path}')
-        logs[path] = [e for e in read_log(tmp_path / path) if e['kind'] == 'train']
-    assert 'fused' in fused_calls and 'plain' not in fused_calls
-    for fused, plain in zip(logs['fused'], logs['plain'], strict=True):
-        assert plain['loss'] == pytest.approx(fused['loss'], rel=1e-5)
-        assert fused['ce'][0] is None and fused['ce'][1] is not None and plain['ce'][0] is None
-    assert logs['fused'][1]['loss'] < logs['fused'][0]['loss']  # and it trains
+def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_path):
+    # the one subprocess for the error path: the checks themselves are tested in-process below
+    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', '--loss_path=unfused'))
+    assert_one_line_error(r, 'train.py', "'loss_path'", 'fused, plain', "'unfused'")
+    assert not (tmp_path / 'x').exists()
 
 
-def test_a_loss_that_becomes_non_finite_at_a_log_line_stops_with_a_line_naming_the_runs_checkpoint(tiny_data, tmp_path):
-    # lr 1e12: the first step's loss is finite and leaves the weights non-finite; the second step's loss is
-    # NaN and its train line (no evaluation before the last iteration) stops the run with the one line,
-    # naming the checkpoint that was left as it was
-    out = tmp_path / 'run'
-    with pytest.raises(UserError) as e:
-        train_in_process(tiny_data, out, '--max_iters=4', '--eval_interval=100', '--learning_rate=1e12',
-                         '--grad_clip=0.0')
-    assert 'non-finite by iteration 2: stopping' in str(e.value) and f'{out}/ckpt.pt' in str(e.value)
-    assert [r['iter'] for r in read_log(out) if r['kind'] == 'train'] == [1]
-    assert not (out / 'ckpt.pt').exists()
+# -----------------------------------------------------------------------------
+# what a run logs and keeps. The still run (conftest's): each record of log.jsonl recomputed from the model; the
+# learning rate AdamW steps with, MFU over ranks, the compile's own line, the plain loss path; the checkpoint kept
+
+DRAWS = [draw_depth(SEED, it, mean=MEAN_K, cap=MAX_K, sigma=0.5) for it in range(6)]  # the still run's K, step by step
+
+
+def test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model(still_run, tiny_data):
+    out, log, _ = still_run
+    model = load(out)
+    data, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'train')
+    steps = []  # per step: {loop: CE} of the loops its loss read (bptt 1: the last), {loop: mean |H_k|} of those it ran
+    for it, K in enumerate(DRAWS):
+        (x,), (y,) = train_batches(data, it, 0, seed=SEED, n_micro=1, batch_size=B, block_size=T, device='cpu')
+        H = states_by_hand(model, x, K)
+        steps.append(({K: ce_by_hand(model, x, y, K).mean().item()},
+                      {k: H[k].norm(dim=-1).mean().item() for k in range(1, K + 1)}))
+    trains = [r for r in log if r['kind'] == 'train']
+    assert DRAWS == [3, 1, 2, 2, 1, 2] and [r['iter'] for r in trains] == [2, 4, 6]
+    for r, pair in zip(trains, (steps[0:2], steps[2:4], steps[4:6])):
+        assert r['loss'] == pytest.approx(np.mean([np.mean(list(ce.values())) for ce, _ in pair]), rel=1e-5)
+        for k in range(1, MAX_K + 1):  # a loop's mean over the steps that read (ran) it; null where none did
+            read = [ce[k] for ce, _ in pair if k in ce]
+            ran = [norms[k] for _, norms in pair if k in norms]
+            assert r['ce'][k - 1] == (pytest.approx(np.mean(read), rel=1e-5) if read else None), (r['iter'], k)
+            assert r['h_norm'][k - 1] == (pytest.approx(np.mean(ran), rel=1e-5) if ran else None), (r['iter'], k)
+    assert trains[0]['ce'][1] is None and trains[0]['h_norm'][2] is not None  # (each rule met: read, ran, neither)
+
+
+def test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop(still_run):
+    out, log, _ = still_run
+    model = load(out)
+    tokens, seconds = B * T, 2 * STEP_S  # a line: two steps on the fake clock
+    for r, Ks in zip([r for r in log if r['kind'] == 'train'], (DRAWS[0:2], DRAWS[2:4], DRAWS[4:6])):
+        assert r['ms_per_iter'] == pytest.approx(1000 * STEP_S, rel=1e-9)
+        assert r['tok_per_s'] == pytest.approx(tokens * 2 / seconds, rel=1e-9)
+        # each step's matmul FLOPs (the estimate test_additions.py counts matmul by matmul): K loops forward,
+        # the last BPTT backward
+        flops = sum(model.flops_per_token(K, backward_loops=BPTT, T=T) for K in Ks) * tokens
+        assert r['mfu'] == pytest.approx(flops / seconds / PEAK, rel=1e-9)
+        assert r['peak_mem_gib'] is None  # (CUDA's; below)
+    assert model.flops_per_token(3, backward_loops=BPTT, T=T) < model.flops_per_token(3, T=T)  # (bptt is seen)
+
+
+def test_each_eval_record_is_the_val_loss_and_diagnostics_recomputed_from_the_states(still_run, tiny_data):
+    out, log, _ = still_run
+    model = load(out)  # saved after the evaluation at iteration 6
+    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 6]
+    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
+    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
+    assert len(ev['val_loss']) == MAX_K  # random depth: evaluated to the cap
+    for K in range(1, MAX_K + 1):
+        loss = torch.cat([ce_by_hand(model, x, y, K) for x, y in zip(xs, ys)]).mean().item()
+        assert ev['val_loss'][K - 1] == pytest.approx(loss, rel=1e-5)
+        assert ev['val_ppl'][K - 1] == pytest.approx(math.exp(loss), rel=1e-5)
+    # the diagnostics, on the first batch (diag_tokens 2048: all its 8 windows), at the evaluated depth
+    H = states_by_hand(model, xs[0], MAX_K)
+    for k in range(1, MAX_K + 1):
+        got = {key: ev[key][k - 1] for key in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}
+        assert_close(got, norm_stats(H[k].norm(dim=-1)))
+        assert got['radial'] == pytest.approx(radial_by_hand(model, H[k], ys[0]).mean().item(), rel=1e-5)
+        assert got['angular'] == pytest.approx(one_minus_cos(H[k], H[k - 1]).mean().item(), rel=1e-5, abs=1e-7)
+    assert ev['norm_p99'][1] != pytest.approx(np.percentile(H[2].norm(dim=-1).numpy(), 90), rel=1e-4)  # (p90 is another)
+
+
+def test_adamw_steps_with_the_learning_rate_the_log_reports(tiny_data, tmp_path, monkeypatch):
+    # the log's lr is get_lr's; what the step uses is what the optimizer's param groups hold when
+    # AdamW.step runs, read here by a step pre-hook (torch's own API) on the optimizer main() builds.
+    # Warm-up then cosine: every iteration has its own lr, so no other lr can agree by chance
+    seen = []
+    real = train_module.make_optimizer
+
+    def make_optimizer(model, **kw):
+        opt = real(model, **kw)
+        opt.register_step_pre_hook(lambda o, args, kwargs: seen.append([g['lr'] for g in o.param_groups]))
+        return opt
+
+    monkeypatch.setattr(train_module, 'make_optimizer', make_optimizer)
+    lr = dict(learning_rate=3e-3, min_lr=3e-4, warmup_iters=2, max_iters=6, lr_decay='cosine')
+    train_in_process(tiny_data, tmp_path / 'run', *(f'--{k}={v}' for k, v in lr.items()), '--eval_interval=100')
+    logged = [e['lr'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
+    want = [train_module.get_lr(it, **lr) for it in range(6)]
+    assert len(set(want)) == 6 and logged == pytest.approx(want, rel=1e-12)
+    assert len(seen) == 6, seen  # one AdamW step per iteration
+    for it, (groups, reported) in enumerate(zip(seen, logged)):
+        assert groups == [reported] * len(groups), f"iteration {it}: AdamW stepped with lr {groups}, the log says {reported}"
 
 
 def test_mfu_over_several_ranks_is_each_ranks_flops_against_its_own_gpus_peak(tiny_data, tmp_path, monkeypatch):
@@ -139,35 +211,246 @@ def test_mfu_over_several_ranks_is_each_ranks_flops_against_its_own_gpus_peak(ti
     assert all(r['mfu'] == pytest.approx(per_rank / peak, rel=1e-9) for r in trains), trains
 
 
-def test_adamw_steps_with_the_learning_rate_the_log_reports(tiny_data, tmp_path, monkeypatch):
-    # the log's lr is get_lr's; what the step uses is what the optimizer's param groups hold when
-    # AdamW.step runs, read here by a step pre-hook (torch's own API) on the optimizer main() builds.
-    # Warm-up then cosine: every iteration has its own lr, so no other lr can agree by chance
-    seen = []
-    real = train_module.make_optimizer
+@pytest.mark.parametrize('compiled', [True, False])
+def test_the_first_compiled_step_is_its_own_line_not_the_first_log_lines_speed(tiny_data, tmp_path, monkeypatch,
+                                                                                capsys, compiled):
+    # a fake clock: the first step takes 100 s (a compile), every other 1 ms. Compiled (here the path
+    # alone: torch.compile is the identity), the first step is a line of its own and every train
+    # line's ms/iter is the steps'; not compiled, the first line holds the first step's time
+    clock = [0.0]
+    monkeypatch.setattr(train_module, 'time', SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(train_module, 'use_compile', lambda setting, device: compiled)
+    monkeypatch.setattr(torch, 'compile', lambda f, **kw: f)
+    real_step, calls = train_module.train_step, []
 
-    def make_optimizer(model, **kw):
-        opt = real(model, **kw)
-        opt.register_step_pre_hook(lambda o, args, kwargs: seen.append([g['lr'] for g in o.param_groups]))
-        return opt
+    def step(*args, **kw):
+        calls.append(1)
+        clock[0] += 100.0 if len(calls) == 1 else 0.001
+        return real_step(*args, **kw)
+    monkeypatch.setattr(train_module, 'train_step', step)
+    train_in_process(tiny_data, tmp_path / 'run', '--max_iters=6', '--log_interval=2', '--eval_interval=6')
+    said = 'compiled the training step: the first step took 100.0 s' in capsys.readouterr().out
+    ms = [e['ms_per_iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
+    assert said is compiled and len(ms) == 3
+    if compiled:
+        assert all(m == pytest.approx(1.0, rel=1e-3) for m in ms), ms
+    else:
+        assert ms[0] == pytest.approx(1000 * 100.001 / 2, rel=1e-3) and ms[1] == pytest.approx(1.0, rel=1e-3)
 
-    monkeypatch.setattr(train_module, 'make_optimizer', make_optimizer)
-    lr = dict(learning_rate=3e-3, min_lr=3e-4, warmup_iters=2, max_iters=6, lr_decay='cosine')
-    train_in_process(tiny_data, tmp_path / 'run', *(f'--{k}={v}' for k, v in lr.items()), '--eval_interval=100')
-    logged = [e['lr'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
-    want = [train_module.get_lr(it, **lr) for it in range(6)]
-    assert len(set(want)) == 6 and logged == pytest.approx(want, rel=1e-12)
-    assert len(seen) == 6, seen  # one AdamW step per iteration
-    for it, (groups, reported) in enumerate(zip(seen, logged)):
-        assert groups == [reported] * len(groups), f"iteration {it}: AdamW stepped with lr {groups}, the log says {reported}"
+
+def test_the_plain_loss_path_trains_as_the_fused_one(tiny_data, tmp_path, monkeypatch):
+    # the same run through linear_ce's fused loss and through materialised logits + F.cross_entropy:
+    # the same losses (float32), and --loss_path reaches the model: the plain run never calls linear_ce's
+    # loss, in training or in evaluation. Terminal CE: loops it does not read log null
+    import model as model_module
+    logs, fused_calls, real = {}, [], model_module.linear_cross_entropy
+
+    def counted(*args, **kw):
+        fused_calls.append(path)
+        return real(*args, **kw)
+    monkeypatch.setattr(model_module, 'linear_cross_entropy', counted)
+    for path in ('fused', 'plain'):
+        train_in_process(tiny_data, tmp_path / path, '--max_iters=2', '--eval_interval=2', '--loss=terminal',
+                   '--dtype=float32', f'--loss_path={path}')
+        logs[path] = [e for e in read_log(tmp_path / path) if e['kind'] == 'train']
+    assert 'fused' in fused_calls and 'plain' not in fused_calls
+    for fused, plain in zip(logs['fused'], logs['plain'], strict=True):
+        assert plain['loss'] == pytest.approx(fused['loss'], rel=1e-5)
+        assert fused['ce'][0] is None and fused['ce'][1] is not None and plain['ce'][0] is None
+    assert logs['fused'][1]['loss'] < logs['fused'][0]['loss']  # and it trains
 
 
-def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_path):
-    # the one subprocess for the error path: the checks themselves are tested in-process below
-    r = run_script('train.py', *train_args(tiny_data, tmp_path / 'x', '--loss_path=unfused'))
-    assert_one_line_error(r, 'train.py', "'loss_path'", 'fused, plain', "'unfused'")
-    assert not (tmp_path / 'x').exists()
+def test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth(tiny_data, tmp_path):
+    # config/random_depth.py: K drawn with mean n_loops, evaluated to max_loops; the val loss that
+    # decides (and that the checkpoint records) is the trained K's, n_loops, not the deepest evaluated
+    train_in_process(tiny_data, tmp_path, *DEPTH, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
+                     '--always_save_checkpoint=False')
+    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval' and r['iter'] > 0]  # (iteration 0 is never saved)
+    at_k = [r['val_loss'][MEAN_K - 1] for r in evals]
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert ckpt['best_val_loss'] == min(at_k) != min(r['val_loss'][-1] for r in evals)
+    assert ckpt['iter_num'] == evals[at_k.index(min(at_k))]['iter']
+    model = load(tmp_path)  # and the weights kept score it
+    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
+    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
+    loss = torch.cat([ce_by_hand(model, x, y, MEAN_K) for x, y in zip(xs, ys)]).mean().item()
+    assert ckpt['best_val_loss'] == pytest.approx(loss, rel=1e-5)
 
+
+SCRIPTED = []  # the scores scripted_select hands out, one an evaluation
+
+
+def scripted_select(model, settings):
+    """A task's score as train.py's select calls it: the next scripted value first, then what it was handed."""
+    return dict(score=SCRIPTED.pop(0), training=float(model.training), lr=settings['learning_rate'])
+
+
+def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_kept(tiny_data, tmp_path, capsys):
+    # select names a task's own score: the lowest first value decides, not the val loss; keep_checkpoints keeps
+    # each evaluation's checkpoint beside it (iteration 0 is never saved)
+    SCRIPTED[:] = [0.5, 3.0, 1.0, 2.0]  # evaluations at 0, 2, 4, 6
+    train_in_process(tiny_data, tmp_path, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
+                     '--always_save_checkpoint=False', '--keep_checkpoints=True',
+                     f'--select={__name__}.scripted_select')
+    assert SCRIPTED == []
+    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval']
+    assert [r['select'] for r in evals] == [dict(score=v, training=0.0, lr=3e-3) for v in (0.5, 3.0, 1.0, 2.0)]
+    at_k = [r['val_loss'][-1] for r in evals]
+    assert at_k.index(min(at_k)) != 2  # (the val loss would have kept another)
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert (ckpt['iter_num'], ckpt['best_val_loss']) == (4, 1.0)
+    kept = {p.name: torch.load(p, weights_only=True) for p in tmp_path.glob('ckpt-*.pt')}
+    assert sorted(kept) == ['ckpt-2.pt', 'ckpt-4.pt', 'ckpt-6.pt']
+    assert [kept[f'ckpt-{i}.pt']['iter_num'] for i in (2, 4, 6)] == [2, 4, 6]
+    same = [all(torch.equal(v, ckpt['model'][k]) for k, v in kept[f'ckpt-{i}.pt']['model'].items()) for i in (2, 4, 6)]
+    assert same == [False, True, False]  # each its own iteration's weights; ckpt.pt is iteration 4's
+    assert all(k['config'] == ckpt['config'] for k in kept.values()) and ckpt['config']['select'].endswith('scripted_select')
+    assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
+    assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
+
+
+# -----------------------------------------------------------------------------
+# on data whose splits differ (conftest's split_data): the validation loss is the val split's, and gradient
+# accumulation steps and logs with the whole batch's numbers, whatever its micro-steps
+
+def constant_loss(model, byte, K):
+    """The model's last-loop CE at depth K on a window of one repeated byte (every window of a split above)."""
+    x = torch.full((1, model.config.block_size + 1), byte)
+    with torch.no_grad():
+        logits, _ = model(x[:, :-1], n_loops=K)
+    return F.cross_entropy(logits[0], x[0, 1:]).item()
+
+
+@pytest.fixture(scope='module')
+def short_run(split_data, tmp_path_factory):
+    """Ten optimizer steps of 8 windows in one micro-step each: (run folder, its log)."""
+    out = tmp_path_factory.mktemp('short-run')
+    train_in_process(split_data, out, *SHORT, '--batch_size=8', '--gradient_accumulation_steps=1')
+    return out, read_log(out)
+
+
+def test_the_validation_loss_during_training_is_the_val_splits(short_run):
+    out, log = short_run
+    model, _ = LoopedGPT.from_checkpoint(str(out))  # saved after the evaluation at iteration 10
+    model.eval()
+    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 10]
+    for K in (1, 2):
+        val, trn = constant_loss(model, ord('b'), K), constant_loss(model, ord('a'), K)
+        assert abs(val - trn) > 0.1  # the splits can be told apart
+        assert ev['val_loss'][K - 1] == pytest.approx(val, abs=1e-4)
+
+
+def test_gradient_accumulation_logs_the_loss_ce_and_norms_of_the_whole_batch_whatever_its_micro_steps(
+        split_data, short_run, tmp_path):
+    _, log = short_run
+    train_in_process(split_data, tmp_path, *SHORT, '--batch_size=4', '--gradient_accumulation_steps=2')
+    a = [r for r in log if r['kind'] == 'train']
+    b = [r for r in read_log(tmp_path) if r['kind'] == 'train']
+    assert len(a) == len(b) == 10
+    for one, two in zip(a, b):  # every window is the same, so the draw does not matter, only the sum
+        assert two['loss'] == pytest.approx(one['loss'], rel=1e-5)  # not twice it
+        assert two['ce'] == pytest.approx(one['ce'], rel=1e-5)
+        assert two['h_norm'] == pytest.approx(one['h_norm'], rel=1e-5)  # a mean over the micro-steps, not their sum
+
+
+def test_gradient_accumulation_steps_with_the_gradient_of_the_whole_batch():
+    # plain SGD with lr 1 (no clip): the step is minus the gradient, so the gradient itself is compared
+    x, y = (t.repeat(2, 1) for t in batch(B=4))  # (8, 16)
+    steps = []
+    for n_micro in (1, 2, 4):
+        model = tiny_model(readout='raw', n_loops=3, init_std=0.1)
+        before = [p.detach().clone() for p in model.parameters()]
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        scaler = torch.amp.GradScaler('cpu', enabled=False)
+        loss, _, _ = train_module.train_step(model, opt, scaler, x.view(n_micro, -1, 16), y.view(n_micro, -1, 16),
+                                      ctx=nullcontext(), grad_clip=0.0)
+        steps.append((loss.item(), [b - p.detach() for b, p in zip(before, model.parameters())]))
+    for loss, grads in steps[1:]:
+        assert loss == pytest.approx(steps[0][0], rel=1e-5)
+        for g, want in zip(grads, steps[0][1]):
+            assert torch.allclose(g, want, atol=1e-6, rtol=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# the evaluation's diagnostics: on whole windows, at least one (diag_tokens below one window), and on the first
+# windows only
+
+WINDOW = 16  # tiny_model's block_size
+
+
+@pytest.mark.parametrize('diag_tokens,rows', [(1, 1), (WINDOW - 1, 1), (WINDOW, 1), (2 * WINDOW - 1, 1),
+                                                     (2 * WINDOW, 2)])
+def test_diagnostics_run_on_whole_windows_and_at_least_one(diag_tokens, rows):
+    model = tiny_model(n_loops=2, init_std=0.0)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = (torch.randint(0, 64, (1, 3, WINDOW), generator=g) for _ in range(2))  # one batch of 3 windows
+    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=diag_tokens)
+    want = diagnostics(model, xs[0, :rows], ys[0, :rows])
+    assert all(math.isfinite(v) for v in want['norm_mean'])
+    for key, value in want.items():
+        assert ev[key] == value, key
+
+
+def test_the_evaluation_runs_its_float64_diagnostics_on_the_first_windows_only():
+    from contextlib import nullcontext
+    from model import diagnostics
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2))
+    g = torch.Generator().manual_seed(1)
+    xs, ys = (torch.randint(0, 64, (2, 4, 16), generator=g) for _ in range(2))  # 2 batches of 4 windows
+    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=32)  # two windows' worth
+    for key, value in diagnostics(model, xs[0, :2], ys[0, :2]).items():
+        assert ev[key] == value, key
+    assert ev['norm_mean'] != diagnostics(model, xs[0], ys[0])['norm_mean']  # (all four windows: other numbers)
+
+
+# -----------------------------------------------------------------------------
+# a non-finite run stops with one line and keeps its checkpoint, under torchrun on every rank
+
+def test_a_loss_that_becomes_non_finite_at_a_log_line_stops_with_a_line_naming_the_runs_checkpoint(tiny_data, tmp_path):
+    # lr 1e12: the first step's loss is finite and leaves the weights non-finite; the second step's loss is
+    # NaN and its train line (no evaluation before the last iteration) stops the run with the one line,
+    # naming the checkpoint that was left as it was
+    out = tmp_path / 'run'
+    with pytest.raises(UserError) as e:
+        train_in_process(tiny_data, out, '--max_iters=4', '--eval_interval=100', '--learning_rate=1e12',
+                         '--grad_clip=0.0')
+    assert 'non-finite by iteration 2: stopping' in str(e.value) and f'{out}/ckpt.pt' in str(e.value)
+    assert [r['iter'] for r in read_log(out) if r['kind'] == 'train'] == [1]
+    assert not (out / 'ckpt.pt').exists()
+
+
+def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    tiny_checkpoint(out, tiny_data)
+    before = (out / 'ckpt.pt').read_bytes()
+    with pytest.raises(UserError, match='non-finite.*lower learning_rate'):
+        train_in_process(tiny_data, out, '--max_iters=40', '--eval_interval=4', '--init_from=resume',
+                   '--learning_rate=1e12', '--grad_clip=0.0')
+    assert (out / 'ckpt.pt').read_bytes() == before
+    assert not os.path.exists(out / 'ckpt.pt.tmp')
+
+
+def test_under_torchrun_a_non_finite_evaluation_stops_the_run(tiny_data, tmp_path, monkeypatch):
+    # lr 1e12: the first step's loss is finite (its log line passes) and the step leaves the weights
+    # non-finite; the evaluation after it is rank 0's verdict, sent to every rank, and every rank must
+    # stop with the one line, even on the run's last iteration. A process group of one rank (gloo), in
+    # this process: the verdict's path is the same at any world size (tests/test_train.py runs two ranks)
+    torchrun_environment(monkeypatch, 0, 1)
+    monkeypatch.setattr(train_module, 'exit_process', lambda status: None)  # (a rank's end leaves by os._exit)
+    try:
+        with pytest.raises(UserError, match='non-finite by iteration 1: stopping'):
+            train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--eval_interval=1',
+                             '--learning_rate=1e12', '--grad_clip=0.0')
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert not (tmp_path / 'run' / 'ckpt.pt').exists()  # nothing non-finite saved
+
+
+# -----------------------------------------------------------------------------
+# resume and initializations: bit for bit as the uninterrupted run (one rank and two), onto the run's device, refused
+# where the checkpoint does not match; inits one after another, each from a fresh start
 
 def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     common = ('--eval_interval=6', '--dropout=0.1', '--max_iters=12')  # dropout: the torch RNG must resume too
@@ -190,6 +473,102 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     after = read_log(tmp_path / 'split')
     assert after[:-1] == split_log and after[-1]['kind'] == 'eval' and after[-1]['iter'] == 12
     assert after[-1]['val_loss'] == split_log[-1]['val_loss']
+
+
+def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
+    # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
+    # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
+    # run is torchrun's; the split one's ranks are conftest's stand-in for `python train.py` (forked
+    # from a process that imported torch), each given the environment torchrun gives a rank
+    common = ('--eval_interval=4', '--dropout=0.2', '--gradient_accumulation_steps=2')
+
+    def torchrun(out, *extra):  # as a user launches it
+        r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, *common, *extra)],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
+        assert r.returncode == 0, r.stderr[-3000:]
+
+    def two_ranks(out, *extra):  # each rank with the environment torchrun gives it, without the launcher's start
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        procs, python = [], stand_in_python()
+        for rank in (0, 1):
+            env = dict(os.environ, OMP_NUM_THREADS='1', RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
+                       LOCAL_WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+            log = open(tmp_path / f'rank{rank}.log', 'w')  # (a file, not a pipe: a full pipe could stall a rank)
+            procs.append((subprocess.Popen([python, os.path.join(HERE, 'train.py'),
+                                            *train_args(tiny_data, out, *common, *extra)],
+                                           stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        for proc, log in procs:
+            rc = proc.wait(timeout=300)
+            log.close()
+            assert rc == 0, open(log.name).read()[-3000:]
+    torchrun(tmp_path / 'full', '--max_iters=8')
+    two_ranks(tmp_path / 'split', '--max_iters=4')
+    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume')
+    full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
+    split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
+    assert len(full) == 8 and split == full
+    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
+
+
+def test_resume_loads_the_checkpoint_onto_the_device_the_run_trains_on(tiny_data, tmp_path, monkeypatch):
+    # on a GPU the checkpoint's tensors go to it as they are read, not to the host's memory first. No GPU
+    # here: the device the loader is asked for is recorded, and the loading done on the CPU
+    out = tmp_path / 'run'
+    tiny_checkpoint(out, tiny_data)
+    asked, load = [], LoopedGPT.from_checkpoint.__func__
+
+    def from_checkpoint(cls, path, device='cpu'):
+        asked.append(device)
+        return load(cls, path, 'cpu')
+    monkeypatch.setattr(LoopedGPT, 'from_checkpoint', classmethod(from_checkpoint))
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
+    _, ckpt = train_module.build_model(c, {'vocab_size': 256}, 'cuda:1')
+    assert asked == ['cuda:1'] and ckpt['iter_num'] == 4
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
+    out = tmp_path / 'run'
+    tiny_checkpoint(out, tiny_data)
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', '--n_embd=64')))
+    with pytest.raises(UserError, match=r"n_embd=32 \(asked: 64\)"):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
+    with pytest.raises(UserError, match='vocab 256 but'):
+        train_module.build_model(c, {'vocab_size': 50257, 'tokenizer': 'gpt2'}, 'cpu')
+    assert train_module.build_model(c, {'vocab_size': 256}, 'cpu')[1]['iter_num'] == 4  # it matches
+    c = SimpleNamespace(**settings(*train_args(tiny_data, tmp_path / 'none', '--init_from=resume')))
+    with pytest.raises(UserError, match='no checkpoint'):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+
+
+ALTERED = dict(block_size=16, n_layer=2, n_head=4, n_embd=64, dropout=0.1, n_loops=3, readout='raw', loss='terminal',
+               norm_penalty=0.01, interloop_norm=True, init_std=0.05)  # a value other than TINY's for every model field
+
+
+FIELD = '--model_class=beyond.additions.FieldGPT'
+
+
+ALTERED_FIELD = dict(sandwich_norm=True, inject=True, damping=True, window=4, positions='none')  # and beyond/'s
+
+
+def test_resume_refuses_a_checkpoint_that_differs_in_any_model_field_or_class(tiny_data, tmp_path):
+    from beyond.additions import FieldGPT
+    out, field = tmp_path / 'run', tmp_path / 'field'
+    tiny_checkpoint(out, tiny_data)
+    tiny_checkpoint(field, tiny_data, FIELD)
+    assert set(ALTERED) == set(train_module.model_fields())  # (a new field needs its value here)
+    assert set(ALTERED) | set(ALTERED_FIELD) == set(train_module.model_fields(FieldGPT))
+    for run, named, altered in ((out, (), ALTERED), (field, (FIELD,), {**ALTERED, **ALTERED_FIELD})):
+        for key, value in altered.items():
+            c = SimpleNamespace(**settings(*train_args(tiny_data, run, *named, '--init_from=resume', f'--{key}={value}')))
+            with pytest.raises(UserError, match=rf"does not match this config: {key}="):  # {key}
+                train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+    c = SimpleNamespace(**settings(*train_args(tiny_data, out, FIELD, '--init_from=resume')))
+    with pytest.raises(UserError, match='holds a model.LoopedGPT, not the beyond.additions.FieldGPT'):
+        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
 
 
 def test_inits_train_one_after_another_each_as_a_run_of_its_own(tiny_data, tmp_path):
@@ -247,69 +626,10 @@ def test_a_fresh_start_is_a_new_model_of_its_own_seed_and_clears_the_moments():
             assert first[k].float().std().item() == pytest.approx(v.float().std().item(), rel=0.2, abs=1e-6), k
 
 
-def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
-    # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
-    # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
-    # run is torchrun's; the split one's ranks are conftest's stand-in for `python train.py` (forked
-    # from a process that imported torch), each given the environment torchrun gives a rank
-    common = ('--eval_interval=4', '--dropout=0.2', '--gradient_accumulation_steps=2')
-
-    def torchrun(out, *extra):  # as a user launches it
-        r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, *common, *extra)],
-                           capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
-        assert r.returncode == 0, r.stderr[-3000:]
-
-    def two_ranks(out, *extra):  # each rank with the environment torchrun gives it, without the launcher's start
-        with socket.socket() as s:
-            s.bind(('127.0.0.1', 0))
-            port = s.getsockname()[1]
-        procs, python = [], stand_in_python()
-        for rank in (0, 1):
-            env = dict(os.environ, OMP_NUM_THREADS='1', RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
-                       LOCAL_WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-            log = open(tmp_path / f'rank{rank}.log', 'w')  # (a file, not a pipe: a full pipe could stall a rank)
-            procs.append((subprocess.Popen([python, os.path.join(HERE, 'train.py'),
-                                            *train_args(tiny_data, out, *common, *extra)],
-                                           stdout=log, stderr=subprocess.STDOUT, env=env), log))
-        for proc, log in procs:
-            rc = proc.wait(timeout=300)
-            log.close()
-            assert rc == 0, open(log.name).read()[-3000:]
-    torchrun(tmp_path / 'full', '--max_iters=8')
-    two_ranks(tmp_path / 'split', '--max_iters=4')
-    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume')
-    full = [e['loss'] for e in read_log(tmp_path / 'full') if e['kind'] == 'train']
-    split = [e['loss'] for e in read_log(tmp_path / 'split') if e['kind'] == 'train']
-    assert len(full) == 8 and split == full
-    two_ranks(tmp_path / 'split', '--max_iters=8', '--init_from=resume', '--eval_only=True')  # every rank stops
-
-
-def tiny_checkpoint(out_dir, tiny_data, *extra):
-    """out_dir/ckpt.pt of an untrained model with TINY's settings, written by train.py's own
-    save_checkpoint: what a run leaves behind, without running one."""
-    config = settings(*train_args(tiny_data, out_dir, *extra))
-    c = SimpleNamespace(**config)
-    model, _ = train_module.build_model(c, {'vocab_size': 256}, 'cpu')
-    optimizer = train_module.make_optimizer(model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
-                                            weight_decay=c.weight_decay)
-    os.makedirs(out_dir, exist_ok=True)
-    train_module.save_checkpoint(out_dir, model, optimizer, 4, float('inf'), config)
-
-
-def test_a_non_finite_loss_stops_cleanly_and_keeps_the_checkpoint(tiny_data, tmp_path):
-    out = tmp_path / 'run'
-    tiny_checkpoint(out, tiny_data)
-    before = (out / 'ckpt.pt').read_bytes()
-    with pytest.raises(UserError, match='non-finite.*lower learning_rate'):
-        train_in_process(tiny_data, out, '--max_iters=40', '--eval_interval=4', '--init_from=resume',
-                   '--learning_rate=1e12', '--grad_clip=0.0')
-    assert (out / 'ckpt.pt').read_bytes() == before
-    assert not os.path.exists(out / 'ckpt.pt.tmp')
-
-
 # -----------------------------------------------------------------------------
-# the settings and their checks, in-process (the functions the script runs first)
+# the settings and their checks, in-process (the functions the script runs first): --help, what makes no sense,
+# every range at its bounds (the value at the bound taken, just past it refused in one line naming the setting),
+# the configs
 
 def test_help_lists_every_setting_with_its_comment(capsys):
     with pytest.raises(SystemExit) as e:
@@ -325,34 +645,7 @@ def test_help_lists_every_setting_with_its_comment(capsys):
     assert "  --loss_path='fused'" in text and "'fused' (linear_ce's chunked" in text
 
 
-@pytest.mark.parametrize('argv,needles', [
-    (['--learning_rat=1e-3'], ["'learning_rat'", "did you mean 'learning_rate'", 'python train.py --help']),
-    (['--batch_size=big'], ["'batch_size'", 'an int']),
-    (['--max_iters=1.5'], ["'max_iters'"]),
-    (['--readout=rms'], ["'readout'", 'raw']),
-    (['config/nope.py'], ['config/nope.py']),
-    (['--out_dir'], ['--out_dir=VALUE']),
-    (['--out_dir', '--n_loops=2'], ['--out_dir=VALUE']),
-    (['-o'], ["'-o'", '--help']),
-])
-def test_config_errors_name_what_is_wrong(argv, needles):
-    with pytest.raises(UserError) as e:
-        settings(*argv)
-    for needle in needles:
-        assert needle in str(e.value), str(e.value)
-
-
-def test_a_bad_config_file_is_named(tmp_path):
-    bad = tmp_path / 'bad.py'
-    bad.write_text("n_layers = 4\n")
-    with pytest.raises(UserError, match="'n_layers'.*bad.py"):
-        settings(str(bad))
-
-
-def test_key_space_value_and_int_for_float_work():
-    c = settings('--out_dir', 'somewhere', '--learning_rate=1', '--n_loops', '3', '--dataset', 'wikitext-2')
-    assert c['out_dir'] == 'somewhere' and c['n_loops'] == 3 and c['dataset'] == 'wikitext-2'
-    assert c['learning_rate'] == 1.0 and type(c['learning_rate']) is float
+EXIT = '--model_class=beyond.exit_train.ExitTrainedGPT'  # (exit-aware training: beyond/'s class, with its field)
 
 
 @pytest.mark.parametrize('bad,needle', [
@@ -399,96 +692,58 @@ def test_every_range_rule_accepts_its_bounds_and_refuses_what_lies_past_them():
             assert ok(key, bound + step) and not ok(key, bound - step) and ok(key, bound) == (op == '>='), key
 
 
-def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on_a_cpu(monkeypatch):
-    import runtime
-    for cpu_bf16, gpu_bf16 in itertools.product((True, False), repeat=2):
-        monkeypatch.setattr(runtime, 'cpu_has_bf16', lambda: cpu_bf16)
-        monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda including_emulation=True: gpu_bf16)
-        want = {('cpu', True): 'bfloat16' if cpu_bf16 else 'float32', ('cpu', False): 'float32',
-                ('cuda', True): 'bfloat16' if gpu_bf16 else 'float16', ('cuda', False): 'bfloat16' if gpu_bf16 else 'float16'}
-        for (device, training), dtype in want.items():
-            assert runtime.resolve_dtype('auto', device, training=training) == dtype, (device, training, cpu_bf16, gpu_bf16)
-            assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
+def past(bound, direction):
+    """The nearest value of the bound's type past it: 1 for an int, the next float for a float."""
+    return bound + direction if type(bound) is int else math.nextafter(bound, direction * math.inf)
 
 
-def test_each_gpu_name_torch_reports_finds_its_own_peak():
-    from runtime import peak_flops_of
-    names = {'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
-             'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12, 'NVIDIA A100-SXM4-80GB': 312e12,
-             'NVIDIA L40S': 362e12, 'NVIDIA A10G': 70e12, 'NVIDIA GeForce RTX 4090': 165e12, 'Tesla T4': None}
-    assert {name: peak_flops_of(name) for name in names} == names
+LOWER = [  # (setting, its lowest value), as each setting's comment says: '>= x', or '[x, y)'
+    ('eval_interval', 1), ('log_interval', 1), ('eval_iters', 1), ('diag_tokens', 1), ('batch_size', 1),
+    ('gradient_accumulation_steps', 1), ('max_loops', 1), ('depth_sigma', 0.0), ('bptt', 0), ('max_iters', 0),
+    ('weight_decay', 0.0), ('beta1', 0.0), ('beta2', 0.0), ('grad_clip', 0.0), ('warmup_iters', 0), ('min_lr', 0.0),
+    ('seed', 0),
+    # the model's fields (LoopedGPTConfig; beyond/'s, with their class)
+    ('block_size', 1), ('n_layer', 1), ('n_loops', 1), ('dropout', 0.0), ('norm_penalty', 0.0), ('init_std', 0.0),
+    ('window', 0), ('exit_train', 0.0)]
 
 
-def test_the_cpu_device_flushes_denormals_to_zero():
-    from runtime import setup_device
-    tiny = torch.tensor([1e-39])  # below float32's smallest normal, 1.2e-38
-    try:
-        torch.set_flush_denormal(False)
-        assert (tiny * 2).item() != 0  # a denormal, kept without flushing
-        assert setup_device('cpu') == 'cpu' and (tiny * 2).item() == 0
-    finally:
-        torch.set_flush_denormal(False)
+CLASS = dict(window=['--model_class=beyond.additions.FieldGPT'], exit_train=['--model_class=beyond.exit_train.ExitTrainedGPT'])
 
 
-def test_auto_says_so_when_a_cuda_build_sees_no_gpu(monkeypatch, capsys):
-    from runtime import setup_device
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: False)
-    try:
-        for build, said in (('12.8', True), (None, False)):  # a CUDA build without a GPU, then a CPU build
-            monkeypatch.setattr(torch.version, 'cuda', build)
-            assert setup_device('auto') == 'cpu'
-            err = capsys.readouterr().err
-            assert ('CUDA 12.8 build but sees no GPU' in err) is said, err
-            assert len(err.splitlines()) == int(said)
-    finally:
-        torch.set_flush_denormal(False)
+OPEN = [('learning_rate', 0.0), ('epochs', 0.0), ('beta1', 1.0), ('beta2', 1.0), ('dropout', 1.0)]  # '> x' or '[.., x)'
 
 
-def test_a_device_that_is_not_there_is_refused():
-    c = SimpleNamespace(**settings('--device=gpu'))
-    with pytest.raises(UserError, match="'gpu'"):
-        train_module.start_process(c.device, c.gradient_accumulation_steps)
+def refused(argv, key):
+    with pytest.raises(UserError) as e:
+        train_module.setup(argv)
+    message = str(e.value)
+    assert key in message and '\n' not in message, message
 
 
-def test_missing_data_names_the_prepare_command(tmp_path):
-    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
-    with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
-        train_module.load_splits(c.data_dir, c.dataset, c.block_size)
-    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
-    with pytest.raises(UserError, match='`python prepare.py`'):
-        train_module.load_splits(c.data_dir, c.dataset, c.block_size)
+@pytest.mark.parametrize('key,low', LOWER, ids=[b[0] for b in LOWER])
+def test_a_lowest_value_is_taken_and_the_value_below_it_refused(key, low):
+    named = CLASS.get(key, [])
+    assert train_module.setup([*named, f'--{key}={low!r}'])[key] == low
+    refused([*named, f'--{key}={past(low, -1)!r}'], f"'{key}'")
 
 
-def test_resume_loads_the_checkpoint_onto_the_device_the_run_trains_on(tiny_data, tmp_path, monkeypatch):
-    # on a GPU the checkpoint's tensors go to it as they are read, not to the host's memory first. No GPU
-    # here: the device the loader is asked for is recorded, and the loading done on the CPU
-    out = tmp_path / 'run'
-    tiny_checkpoint(out, tiny_data)
-    asked, load = [], LoopedGPT.from_checkpoint.__func__
-
-    def from_checkpoint(cls, path, device='cpu'):
-        asked.append(device)
-        return load(cls, path, 'cpu')
-    monkeypatch.setattr(LoopedGPT, 'from_checkpoint', classmethod(from_checkpoint))
-    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
-    _, ckpt = train_module.build_model(c, {'vocab_size': 256}, 'cuda:1')
-    assert asked == ['cuda:1'] and ckpt['iter_num'] == 4
+@pytest.mark.parametrize('key,bound', OPEN, ids=[b[0] for b in OPEN])
+def test_an_open_bound_is_refused_and_the_value_just_inside_it_taken(key, bound):
+    inside = past(bound, 1 if bound == 0 else -1)
+    assert train_module.setup([f'--{key}={inside!r}'])[key] == inside
+    refused([f'--{key}={bound!r}'], f"'{key}'")
 
 
-def test_resume_refuses_a_checkpoint_that_does_not_match(tiny_data, tmp_path):
-    out = tmp_path / 'run'
-    tiny_checkpoint(out, tiny_data)
-    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume', '--n_embd=64')))
-    with pytest.raises(UserError, match=r"n_embd=32 \(asked: 64\)"):
-        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
-    c = SimpleNamespace(**settings(*train_args(tiny_data, out, '--init_from=resume')))
-    with pytest.raises(UserError, match='vocab 256 but'):
-        train_module.build_model(c, {'vocab_size': 50257, 'tokenizer': 'gpt2'}, 'cpu')
-    assert train_module.build_model(c, {'vocab_size': 256}, 'cpu')[1]['iter_num'] == 4  # it matches
-    c = SimpleNamespace(**settings(*train_args(tiny_data, tmp_path / 'none', '--init_from=resume')))
-    with pytest.raises(UserError, match='no checkpoint'):
-        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
+def test_the_width_and_heads_bounds_and_exit_train_below_one():
+    # n_embd and n_head at 1 (n_embd a multiple of n_head); exit_train just under 1 with the class that trains it
+    from beyond.exit_train import ExitTrainedGPT
+    assert train_module.setup(['--n_embd=1', '--n_head=1'])['n_embd'] == 1
+    refused(['--n_embd=0', '--n_head=1'], "'n_embd'")
+    refused(['--n_head=0'], "'n_head'")
+    below_one = math.nextafter(1.0, 0.0)
+    assert train_module.setup([f'--exit_train={below_one!r}'], model_class=ExitTrainedGPT)['exit_train'] == below_one
+    with pytest.raises(UserError, match="'exit_train'"):
+        train_module.setup(['--exit_train=1.0'], model_class=ExitTrainedGPT)
 
 
 def test_every_condition_config_loads_and_overlays_compose():
@@ -530,64 +785,150 @@ def test_the_cpu_44m_overlay_keeps_the_papers_recipe():
     assert (cpu['n_embd'], cpu['n_layer'], cpu['n_head'], cpu['n_loops'], cpu['block_size']) == (512, 8, 8, 4, 256)
 
 
-ALTERED = dict(block_size=16, n_layer=2, n_head=4, n_embd=64, dropout=0.1, n_loops=3, readout='raw', loss='terminal',
-               norm_penalty=0.01, interloop_norm=True, init_std=0.05)  # a value other than TINY's for every model field
-FIELD = '--model_class=beyond.additions.FieldGPT'
-ALTERED_FIELD = dict(sandwich_norm=True, inject=True, damping=True, window=4, positions='none')  # and beyond/'s
+def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
+    with pytest.raises(UserError) as e:  # (beyond/ is here: only the function is missing)
+        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.tasks.nope'])
+    assert str(e.value) == ("select 'beyond.tasks.nope' cannot be loaded: AttributeError: module 'beyond.tasks' has no "
+                            "attribute 'nope'")
+    with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
+                                        r"needs only the top level\): ModuleNotFoundError"):
+        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
+    assert train_module.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
 
 
-def test_resume_refuses_a_checkpoint_that_differs_in_any_model_field_or_class(tiny_data, tmp_path):
-    from beyond.additions import FieldGPT
-    out, field = tmp_path / 'run', tmp_path / 'field'
-    tiny_checkpoint(out, tiny_data)
-    tiny_checkpoint(field, tiny_data, FIELD)
-    assert set(ALTERED) == set(train_module.model_fields())  # (a new field needs its value here)
-    assert set(ALTERED) | set(ALTERED_FIELD) == set(train_module.model_fields(FieldGPT))
-    for run, named, altered in ((out, (), ALTERED), (field, (FIELD,), {**ALTERED, **ALTERED_FIELD})):
-        for key, value in altered.items():
-            c = SimpleNamespace(**settings(*train_args(tiny_data, run, *named, '--init_from=resume', f'--{key}={value}')))
-            with pytest.raises(UserError, match=rf"does not match this config: {key}="):  # {key}
-                train_module.build_model(c, {'vocab_size': 256}, 'cpu')
-    c = SimpleNamespace(**settings(*train_args(tiny_data, out, FIELD, '--init_from=resume')))
-    with pytest.raises(UserError, match='holds a model.LoopedGPT, not the beyond.additions.FieldGPT'):
-        train_module.build_model(c, {'vocab_size': 256}, 'cpu')
-
-
-def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
-    from data import load_splits
-    for n, refused in ((33, True), (34, False)):  # block_size 32: a window and its targets span 33, and the starts
-        # are drawn from [0, n - 33): at least one
-        folder = tmp_path / str(n) / 'd'
-        folder.mkdir(parents=True)
-        for split in ('train', 'val'):
-            np.zeros(n if split == 'val' else 1000, dtype=np.uint16).tofile(folder / f'{split}.bin')
-        (folder / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint16',
-                                                          tokens=dict(train=1000, val=n))))
-        if refused:
-            with pytest.raises(UserError, match=f'the val split of d has {n} tokens, too few for block_size 32'):
-                load_splits(str(tmp_path / str(n)), 'd', 32)
-        else:
-            assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
-
-
-def test_configurator_types():
-    s = dict(lr=3e-4, n=4, flag=False, name='a')
-    assert configure(s, ['--lr=1']) == dict(s, lr=1.0)
-    assert type(configure(s, ['--lr=1'])['lr']) is float
-    assert configure(s, ['--name=wikitext-2', '--flag=True'])['name'] == 'wikitext-2'
-    assert configure(s, ['--n', '5', '--flag', 'True']) == dict(s, n=5, flag=True)
-    for bad in (['--n=True'], ['--n=2.0'], ['--flag=1'], ['--lr=fast'], ['--nope=1'], ['--n'], ['--n', '--lr=1']):
-        with pytest.raises(UserError):
-            configure(s, bad)
-
-
-def test_an_unknown_setting_names_the_script_it_was_given_to():
-    with pytest.raises(UserError, match='`python sample.py --help`'):
-        configure(dict(n=1), ['--m=1'], [os.path.join(HERE, 'sample.py')])
+def test_the_recipe_config_loads_with_its_twin():
+    c = train_module.setup([f'{HERE}/config/parity.py'])
+    assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
+        'none', 2, True, 'norm', True, 'progressive')
+    assert train_module.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
 
 
 # -----------------------------------------------------------------------------
-# the helpers
+# a scale control added by a fork, with no edit to model.py: a subclass of LoopedGPTConfig with one field and a
+# subclass of LoopedGPT that overrides one hook (as beyond/additions.py adds the field's controls). A config naming
+# the class makes the field a train.py setting with its comment in --help; the run saves it, the checkpoint records
+# the class and loads back as it, and eval_depth.py evaluates it and describes the run by the field
+
+@dataclass
+class CappedConfig(LoopedGPTConfig):
+    rms_cap: float = 0.0          # a scale control for this test: each carried state's RMS capped at this (0 = off)
+
+
+class CappedGPT(LoopedGPT):
+    """LoopedGPT whose carried state has its per-token RMS capped (its one hook: the loop input)."""
+    config_class = CappedConfig
+
+    def loop_input(self, h, k, e):
+        h = super().loop_input(h, k, e)
+        if self.config.rms_cap > 0 and k > 0:
+            rms = h.pow(2).mean(-1, keepdim=True).sqrt()
+            h = h * (self.config.rms_cap / rms).clamp(max=1.0)
+        return h
+
+
+def test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result(tiny_data, tmp_path, capsys):
+    named = ['--model_class=test_train.CappedGPT']  # (as a config file names it: model_class = '...')
+    # --help lists it under the config, with the comment written beside the field
+    with pytest.raises(SystemExit):
+        train_module.setup([*named, '--help'])
+    help_text = capsys.readouterr().out
+    assert '[test_train.py: CappedConfig]' in help_text
+    assert "--rms_cap=0.0" in help_text and "each carried state's RMS capped at this (0 = off)" in help_text
+    with pytest.raises(train_module.UserError, match="unknown setting 'rms_cap'"):
+        train_module.setup(['--rms_cap=0.5'])  # (LoopedGPT has no such field)
+    with pytest.raises(train_module.UserError, match="model_class 'nowhere.CappedGPT' cannot be loaded"):
+        train_module.setup(['--model_class=nowhere.CappedGPT'])  # one line
+    # a run trained with it saves it, and its branch runs: the states' RMS stays under the cap
+    out = tmp_path / 'capped'
+    try:
+        train_module.main(train_args(tiny_data, out, *named, '--rms_cap=0.005', '--max_iters=3', '--eval_interval=3'))
+    finally:
+        torch.set_flush_denormal(False)
+    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['rms_cap'] == 0.005 and ckpt['config']['rms_cap'] == 0.005
+    assert ckpt['model_class'] == 'test_train.CappedGPT'
+    model, _ = LoopedGPT.from_checkpoint(str(out))  # the class the checkpoint records
+    assert type(model) is CappedGPT and model.config.rms_cap == 0.005
+    x = torch.randint(0, 256, (2, 16))
+    states = model.eval().hidden_states(x, 4)
+    rms = lambda h: float(h.detach().pow(2).mean(-1).sqrt().max())  # noqa: E731
+    for k in (1, 2, 3):  # the state loops 2..4 start from is capped, where uncapped it would not be
+        assert rms(model.loop_input(states[k], k, states[0])) <= 0.005 * (1 + 1e-5)
+        assert rms(LoopedGPT.loop_input(model, states[k], k, states[0])) > 0.005
+    # eval_depth.py: the run is loaded as its class and described by its fields off the defaults, by their names
+    err, stdout = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout):
+            eval_depth.main([str(out), '--device', 'cpu', '--max_tokens', '256', '--bench_iters', '1', '--out',
+                             str(tmp_path / 'eval')])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns it on process-wide: the range tests below read denormals)
+    assert 'rms_cap 0.005' in err.getvalue()
+    run = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs'][0]
+    assert run['model']['rms_cap'] == 0.005
+
+
+# -----------------------------------------------------------------------------
+# a task in rows (conftest's parity_data): the val loss reads only scored positions, a run trains on rows with the
+# progressive loss and late-state CE
+
+def test_val_loss_reads_only_scored_positions(parity_data):
+    _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
+                                      positions='none', window=2, inject=True, init_std=0.02))
+    batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
+    val_loss = train_module.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
+    xs, ys = batches
+    with torch.no_grad():  # by hand: each K's logits, CE over the positions with a target, nothing else
+        logits = [model(x, n_loops=k)[0] for x in xs for k in (1, 2, 3)]
+    ce = lambda rule: [torch.cat([torch.nn.functional.cross_entropy(  # noqa: E731
+        logits[3 * b + k].flatten(0, 1), rule(ys[b]).flatten(), ignore_index=-1, reduction='none')[
+            rule(ys[b]).flatten() >= 0] for b in range(2)]).mean().item() for k in range(3)]
+    assert val_loss == pytest.approx(ce(lambda y: y), rel=1e-4)
+    # the wrong rule, pads scored as if their target were a bit, gives another number
+    assert val_loss != pytest.approx(ce(lambda y: y.clamp(min=0)), rel=1e-2)
+
+
+def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    try:
+        train_module.main(parity_args(parity_data, out, '--random_depth=True', '--depth_draw=progressive', '--max_loops=4',
+                               '--n_loops=4', '--max_iters=3', '--eval_interval=3'))
+    finally:
+        torch.set_flush_denormal(False)
+    evals = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines() if '"eval"' in l]
+    assert len(evals[-1]['val_loss']) == 4 and all(np.isfinite(evals[-1]['val_loss']))
+    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['window'] == 2 and ckpt['model_args']['positions'] == 'none'
+    # learned positions cannot read rows longer than block_size: one line, before any training
+    with pytest.raises(train_module.UserError, match='block_size 8'):
+        train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
+
+
+def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
+    out = tmp_path / 'run'
+    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
+    try:
+        train_module.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
+                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
+    finally:
+        torch.set_flush_denormal(False)
+    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
+    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
+    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
+    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
+    assert late  # (the run's seed draws some late iterations: the branch ran)
+    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
+    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
+                [*progressive, '--late_share=0.2', '--late_loops=3']):
+        with pytest.raises(UserError, match='late_share'):
+            train_module.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
+
+
+# -----------------------------------------------------------------------------
+# the step: the learning rate's schedule, dropout reseeded per rank, clipping folded into fused AdamW, float16's
+# grad scaler, DDP's wrapping, a compiler that cannot build
 
 def test_lr_warms_up_linearly_then_holds_or_follows_a_cosine():
     lr = dict(learning_rate=1.0, min_lr=0.1, warmup_iters=4, max_iters=14)
@@ -609,33 +950,6 @@ def test_a_rank_reseeds_its_dropout_from_seed_rank_and_iteration():
     assert torch.equal(*draws[(7, 3, 1)])  # the same step on the same rank: the same masks, resumed or not
     first = [d[0] for d in draws.values()]
     assert all(not torch.equal(a, b) for i, a in enumerate(first) for b in first[i + 1:])
-
-
-def test_batches_are_a_function_of_the_iteration():
-    data = np.arange(10000, dtype=np.uint16)
-    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
-    a, b, again = (train_module.train_batches(data, it, 0, seed=1, **shape)[0] for it in (0, 1, 0))
-    assert torch.equal(a, again) and not torch.equal(a, b)
-    assert not torch.equal(a[0], a[1])  # the micro-steps of one iteration differ too
-    assert not torch.equal(train_module.train_batches(data, 0, 1, seed=1, **shape)[0], a)  # and so do ranks
-    assert not torch.equal(train_module.train_batches(data, 0, 0, seed=2, **shape)[0], a)  # and seeds
-    x, y = train_module.train_batches(data, 0, 0, seed=1, **shape)
-    assert x.shape == (2, 4, 8) and torch.equal(y[..., :-1], x[..., 1:])  # targets: the inputs shifted by one
-
-
-def test_train_windows_are_drawn_from_the_whole_split():
-    # data[i] = i, so a window's first input is its start: over 200 iterations (1,600 windows of a
-    # 1,000-token split) the starts reach both ends of the split, up to its last full windows
-    data = np.arange(1000, dtype=np.uint16)
-    shape = dict(n_micro=2, batch_size=4, block_size=8, device='cpu')
-    starts = torch.stack([train_module.train_batches(data, it, 0, seed=1, **shape)[0] for it in range(200)])[..., 0]
-    assert starts.min() < 20 and starts.max() > len(data) - 8 - 1 - 20  # both ends (a uniform draw: ~1e-14 to miss)
-
-
-def tiny_model(cls=LoopedGPT, **kw):
-    torch.manual_seed(0)
-    return cls(cls.config_class(**dict(dict(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32,
-                                            n_loops=2, dropout=0.0, init_std=0.02), **kw)))
 
 
 def step_once(model, dtype, scaler):
@@ -756,6 +1070,19 @@ def test_ddp_wraps_the_model_before_compile_and_is_told_of_an_unused_norm(tmp_pa
     assert r.returncode == 0 and r.stdout.strip() == 'checked', r.stderr[-3000:]
 
 
+@pytest.mark.parametrize('kw,n_loops,bptt', [
+    (dict(), 2, 0), (dict(interloop_norm=True), 2, 0), (dict(interloop_norm=True, n_loops=1), 1, 0),
+    (dict(damping=True, n_loops=1), 1, 0), (dict(positions='none'), 2, 0), (dict(window=4), 2, 0),
+    (dict(), 3, 1)])  # the last: random depth's truncated backprop, loop 1 without a graph
+def test_ddp_is_told_of_unused_parameters_exactly_where_a_step_leaves_one_without_a_gradient(kw, n_loops, bptt):
+    from beyond.additions import FieldGPT
+    model = tiny_model(FieldGPT, **kw)  # (the paper's, with beyond/'s fields at their defaults)
+    x, y = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1))
+    model(x, y, n_loops=n_loops, bptt=bptt)[1].backward()
+    unused = [name for name, p in model.named_parameters() if p.grad is None]
+    assert model.may_skip_parameters(varying_depth=bool(bptt)) == bool(unused), unused
+
+
 def test_a_compiler_that_cannot_build_the_training_step_is_one_clear_line(tiny_data, tmp_path):
     # as sample.py's: inductor with no such C++ compiler and no compile caches (so nothing already
     # built is reused) fails at the first step; train.py says how to run anyway
@@ -770,493 +1097,6 @@ def test_a_compiler_that_cannot_build_the_training_step_is_one_clear_line(tiny_d
     message = str(e.value)
     assert message.startswith('compile is on but torch.compile could not build the training step here')
     assert 'C++ compiler' in message and message.endswith('--compile=off') and '\n' not in message
-
-
-def test_evaluation_scores_no_more_batches_than_the_split_holds():
-    data = np.arange(1000)  # 31 windows of 32 tokens: 3 batches of 8, whatever eval_iters asks
-    x, y = train_module.eval_batches(data, eval_iters=40, batch_size=8, block_size=32, device='cpu')
-    assert x.shape == y.shape == (3, 8, 32) and torch.equal(y[..., :-1], x[..., 1:])
-    x, _ = train_module.eval_batches(data, eval_iters=2, batch_size=8, block_size=32, device='cpu')
-    assert x.shape == (2, 8, 32)  # fewer asked: as asked
-    x, _ = train_module.eval_batches(np.arange(100), eval_iters=4, batch_size=8, block_size=32, device='cpu')
-    assert x.shape == (1, 8, 32)  # a split too short for one batch of distinct windows still gets one
-
-
-@pytest.mark.parametrize('kw,n_loops,bptt', [
-    (dict(), 2, 0), (dict(interloop_norm=True), 2, 0), (dict(interloop_norm=True, n_loops=1), 1, 0),
-    (dict(damping=True, n_loops=1), 1, 0), (dict(positions='none'), 2, 0), (dict(window=4), 2, 0),
-    (dict(), 3, 1)])  # the last: random depth's truncated backprop, loop 1 without a graph
-def test_ddp_is_told_of_unused_parameters_exactly_where_a_step_leaves_one_without_a_gradient(kw, n_loops, bptt):
-    from beyond.additions import FieldGPT
-    model = tiny_model(FieldGPT, **kw)  # (the paper's, with beyond/'s fields at their defaults)
-    x, y = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1))
-    model(x, y, n_loops=n_loops, bptt=bptt)[1].backward()
-    unused = [name for name, p in model.named_parameters() if p.grad is None]
-    assert model.may_skip_parameters(varying_depth=bool(bptt)) == bool(unused), unused
-
-
-def test_validation_windows_are_spread_evenly_over_the_whole_split():
-    # data[i] = i, so a window's first input is its start: the 24 windows run from the split's first token
-    # to its last full window, evenly spaced, each a different one
-    data = np.arange(1000)
-    x, y = train_module.eval_batches(data, eval_iters=3, batch_size=8, block_size=32, device='cpu')
-    starts = x[..., 0].flatten()
-    assert starts[0] == 0 and y[-1, -1, -1] == len(data) - 1  # both ends: the last target is the split's last token
-    gaps = starts.diff()
-    assert gaps.min() >= 42 and gaps.max() <= 43  # (1000 - 32 - 1) / 23 = 42.04 apart: evenly, in whole tokens
-
-
-def test_the_evaluation_runs_its_float64_diagnostics_on_the_first_windows_only():
-    from contextlib import nullcontext
-    from model import diagnostics
-    torch.manual_seed(0)
-    model = LoopedGPT(LoopedGPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2))
-    g = torch.Generator().manual_seed(1)
-    xs, ys = (torch.randint(0, 64, (2, 4, 16), generator=g) for _ in range(2))  # 2 batches of 4 windows
-    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=32)  # two windows' worth
-    for key, value in diagnostics(model, xs[0, :2], ys[0, :2]).items():
-        assert ev[key] == value, key
-    assert ev['norm_mean'] != diagnostics(model, xs[0], ys[0])['norm_mean']  # (all four windows: other numbers)
-
-
-@pytest.mark.parametrize('compiled', [True, False])
-def test_the_first_compiled_step_is_its_own_line_not_the_first_log_lines_speed(tiny_data, tmp_path, monkeypatch,
-                                                                                capsys, compiled):
-    # a fake clock: the first step takes 100 s (a compile), every other 1 ms. Compiled (here the path
-    # alone: torch.compile is the identity), the first step is a line of its own and every train
-    # line's ms/iter is the steps'; not compiled, the first line holds the first step's time
-    clock = [0.0]
-    monkeypatch.setattr(train_module, 'time', SimpleNamespace(time=lambda: clock[0]))
-    monkeypatch.setattr(train_module, 'use_compile', lambda setting, device: compiled)
-    monkeypatch.setattr(torch, 'compile', lambda f, **kw: f)
-    real_step, calls = train_module.train_step, []
-
-    def step(*args, **kw):
-        calls.append(1)
-        clock[0] += 100.0 if len(calls) == 1 else 0.001
-        return real_step(*args, **kw)
-    monkeypatch.setattr(train_module, 'train_step', step)
-    train_in_process(tiny_data, tmp_path / 'run', '--max_iters=6', '--log_interval=2', '--eval_interval=6')
-    said = 'compiled the training step: the first step took 100.0 s' in capsys.readouterr().out
-    ms = [e['ms_per_iter'] for e in read_log(tmp_path / 'run') if e['kind'] == 'train']
-    assert said is compiled and len(ms) == 3
-    if compiled:
-        assert all(m == pytest.approx(1.0, rel=1e-3) for m in ms), ms
-    else:
-        assert ms[0] == pytest.approx(1000 * 100.001 / 2, rel=1e-3) and ms[1] == pytest.approx(1.0, rel=1e-3)
-
-
-# -----------------------------------------------------------------------------
-# a scale control added by a fork, with no edit to model.py: a subclass of LoopedGPTConfig with one field and a
-# subclass of LoopedGPT that overrides one hook (as beyond/additions.py adds the field's controls). A config naming
-# the class makes the field a train.py setting with its comment in --help; the run saves it, the checkpoint records
-# the class and loads back as it, and eval_depth.py evaluates it and describes the run by the field
-
-@dataclass
-class CappedConfig(LoopedGPTConfig):
-    rms_cap: float = 0.0          # a scale control for this test: each carried state's RMS capped at this (0 = off)
-
-
-class CappedGPT(LoopedGPT):
-    """LoopedGPT whose carried state has its per-token RMS capped (its one hook: the loop input)."""
-    config_class = CappedConfig
-
-    def loop_input(self, h, k, e):
-        h = super().loop_input(h, k, e)
-        if self.config.rms_cap > 0 and k > 0:
-            rms = h.pow(2).mean(-1, keepdim=True).sqrt()
-            h = h * (self.config.rms_cap / rms).clamp(max=1.0)
-        return h
-
-
-def test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result(tiny_data, tmp_path, capsys):
-    named = ['--model_class=test_train.CappedGPT']  # (as a config file names it: model_class = '...')
-    # --help lists it under the config, with the comment written beside the field
-    with pytest.raises(SystemExit):
-        train_module.setup([*named, '--help'])
-    help_text = capsys.readouterr().out
-    assert '[test_train.py: CappedConfig]' in help_text
-    assert "--rms_cap=0.0" in help_text and "each carried state's RMS capped at this (0 = off)" in help_text
-    with pytest.raises(train_module.UserError, match="unknown setting 'rms_cap'"):
-        train_module.setup(['--rms_cap=0.5'])  # (LoopedGPT has no such field)
-    with pytest.raises(train_module.UserError, match="model_class 'nowhere.CappedGPT' cannot be loaded"):
-        train_module.setup(['--model_class=nowhere.CappedGPT'])  # one line
-    # a run trained with it saves it, and its branch runs: the states' RMS stays under the cap
-    out = tmp_path / 'capped'
-    try:
-        train_module.main(train_args(tiny_data, out, *named, '--rms_cap=0.005', '--max_iters=3', '--eval_interval=3'))
-    finally:
-        torch.set_flush_denormal(False)
-    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
-    assert ckpt['model_args']['rms_cap'] == 0.005 and ckpt['config']['rms_cap'] == 0.005
-    assert ckpt['model_class'] == 'test_train.CappedGPT'
-    model, _ = LoopedGPT.from_checkpoint(str(out))  # the class the checkpoint records
-    assert type(model) is CappedGPT and model.config.rms_cap == 0.005
-    x = torch.randint(0, 256, (2, 16))
-    states = model.eval().hidden_states(x, 4)
-    rms = lambda h: float(h.detach().pow(2).mean(-1).sqrt().max())  # noqa: E731
-    for k in (1, 2, 3):  # the state loops 2..4 start from is capped, where uncapped it would not be
-        assert rms(model.loop_input(states[k], k, states[0])) <= 0.005 * (1 + 1e-5)
-        assert rms(LoopedGPT.loop_input(model, states[k], k, states[0])) > 0.005
-    # eval_depth.py: the run is loaded as its class and described by its fields off the defaults, by their names
-    err, stdout = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout):
-            eval_depth.main([str(out), '--device', 'cpu', '--max_tokens', '256', '--bench_iters', '1', '--out',
-                             str(tmp_path / 'eval')])
-    finally:
-        torch.set_flush_denormal(False)  # (setup_device turns it on process-wide: the range tests below read denormals)
-    assert 'rms_cap 0.005' in err.getvalue()
-    run = json.loads((tmp_path / 'eval' / 'results.json').read_text())['runs'][0]
-    assert run['model']['rms_cap'] == 0.005
-
-
-# -----------------------------------------------------------------------------
-# diag_tokens below one window: the diagnostics run on one whole window (train.evaluate)
-
-WINDOW = 16  # tiny_model's block_size
-
-
-@pytest.mark.parametrize('diag_tokens,rows', [(1, 1), (WINDOW - 1, 1), (WINDOW, 1), (2 * WINDOW - 1, 1),
-                                                     (2 * WINDOW, 2)])
-def test_diagnostics_run_on_whole_windows_and_at_least_one(diag_tokens, rows):
-    model = tiny_model(n_loops=2, init_std=0.0)
-    g = torch.Generator().manual_seed(1)
-    xs, ys = (torch.randint(0, 64, (1, 3, WINDOW), generator=g) for _ in range(2))  # one batch of 3 windows
-    ev = train_module.evaluate(model, (xs, ys), nullcontext(), diag_tokens=diag_tokens)
-    want = diagnostics(model, xs[0, :rows], ys[0, :rows])
-    assert all(math.isfinite(v) for v in want['norm_mean'])
-    for key, value in want.items():
-        assert ev[key] == value, key
-
-
-# -----------------------------------------------------------------------------
-# every range of the settings at its bounds, through train.py's own parsing: the value at the bound taken, just
-# past it refused in one line naming the setting
-
-def past(bound, direction):
-    """The nearest value of the bound's type past it: 1 for an int, the next float for a float."""
-    return bound + direction if type(bound) is int else math.nextafter(bound, direction * math.inf)
-
-
-LOWER = [  # (setting, its lowest value), as each setting's comment says: '>= x', or '[x, y)'
-    ('eval_interval', 1), ('log_interval', 1), ('eval_iters', 1), ('diag_tokens', 1), ('batch_size', 1),
-    ('gradient_accumulation_steps', 1), ('max_loops', 1), ('depth_sigma', 0.0), ('bptt', 0), ('max_iters', 0),
-    ('weight_decay', 0.0), ('beta1', 0.0), ('beta2', 0.0), ('grad_clip', 0.0), ('warmup_iters', 0), ('min_lr', 0.0),
-    ('seed', 0),
-    # the model's fields (LoopedGPTConfig; beyond/'s, with their class)
-    ('block_size', 1), ('n_layer', 1), ('n_loops', 1), ('dropout', 0.0), ('norm_penalty', 0.0), ('init_std', 0.0),
-    ('window', 0), ('exit_train', 0.0)]
-
-
-CLASS = dict(window=['--model_class=beyond.additions.FieldGPT'], exit_train=['--model_class=beyond.exit_train.ExitTrainedGPT'])
-
-
-OPEN = [('learning_rate', 0.0), ('epochs', 0.0), ('beta1', 1.0), ('beta2', 1.0), ('dropout', 1.0)]  # '> x' or '[.., x)'
-
-
-def refused(argv, key):
-    with pytest.raises(UserError) as e:
-        train_module.setup(argv)
-    message = str(e.value)
-    assert key in message and '\n' not in message, message
-
-
-@pytest.mark.parametrize('key,low', LOWER, ids=[b[0] for b in LOWER])
-def test_a_lowest_value_is_taken_and_the_value_below_it_refused(key, low):
-    named = CLASS.get(key, [])
-    assert train_module.setup([*named, f'--{key}={low!r}'])[key] == low
-    refused([*named, f'--{key}={past(low, -1)!r}'], f"'{key}'")
-
-
-@pytest.mark.parametrize('key,bound', OPEN, ids=[b[0] for b in OPEN])
-def test_an_open_bound_is_refused_and_the_value_just_inside_it_taken(key, bound):
-    inside = past(bound, 1 if bound == 0 else -1)
-    assert train_module.setup([f'--{key}={inside!r}'])[key] == inside
-    refused([f'--{key}={bound!r}'], f"'{key}'")
-
-
-def test_the_width_and_heads_bounds_and_exit_train_below_one():
-    # n_embd and n_head at 1 (n_embd a multiple of n_head); exit_train just under 1 with the class that trains it
-    from beyond.exit_train import ExitTrainedGPT
-    assert train_module.setup(['--n_embd=1', '--n_head=1'])['n_embd'] == 1
-    refused(['--n_embd=0', '--n_head=1'], "'n_embd'")
-    refused(['--n_head=0'], "'n_head'")
-    below_one = math.nextafter(1.0, 0.0)
-    assert train_module.setup([f'--exit_train={below_one!r}'], model_class=ExitTrainedGPT)['exit_train'] == below_one
-    with pytest.raises(UserError, match="'exit_train'"):
-        train_module.setup(['--exit_train=1.0'], model_class=ExitTrainedGPT)
-
-
-# -----------------------------------------------------------------------------
-# under torchrun: a non-finite evaluation stops every rank
-
-def test_under_torchrun_a_non_finite_evaluation_stops_the_run(tiny_data, tmp_path, monkeypatch):
-    # lr 1e12: the first step's loss is finite (its log line passes) and the step leaves the weights
-    # non-finite; the evaluation after it is rank 0's verdict, sent to every rank, and every rank must
-    # stop with the one line, even on the run's last iteration. A process group of one rank (gloo), in
-    # this process: the verdict's path is the same at any world size (tests/test_train.py runs two ranks)
-    torchrun_environment(monkeypatch, 0, 1)
-    monkeypatch.setattr(train_module, 'exit_process', lambda status: None)  # (a rank's end leaves by os._exit)
-    try:
-        with pytest.raises(UserError, match='non-finite by iteration 1: stopping'):
-            train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--eval_interval=1',
-                             '--learning_rate=1e12', '--grad_clip=0.0')
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    assert not (tmp_path / 'run' / 'ckpt.pt').exists()  # nothing non-finite saved
-
-
-# -----------------------------------------------------------------------------
-# on data whose splits differ (conftest's split_data): the validation loss is the val split's, and gradient
-# accumulation steps and logs with the whole batch's numbers, whatever its micro-steps
-
-def constant_loss(model, byte, K):
-    """The model's last-loop CE at depth K on a window of one repeated byte (every window of a split above)."""
-    x = torch.full((1, model.config.block_size + 1), byte)
-    with torch.no_grad():
-        logits, _ = model(x[:, :-1], n_loops=K)
-    return F.cross_entropy(logits[0], x[0, 1:]).item()
-
-
-@pytest.fixture(scope='module')
-def short_run(split_data, tmp_path_factory):
-    """Ten optimizer steps of 8 windows in one micro-step each: (run folder, its log)."""
-    out = tmp_path_factory.mktemp('short-run')
-    train_in_process(split_data, out, *SHORT, '--batch_size=8', '--gradient_accumulation_steps=1')
-    return out, read_log(out)
-
-
-def test_the_validation_loss_during_training_is_the_val_splits(short_run):
-    out, log = short_run
-    model, _ = LoopedGPT.from_checkpoint(str(out))  # saved after the evaluation at iteration 10
-    model.eval()
-    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 10]
-    for K in (1, 2):
-        val, trn = constant_loss(model, ord('b'), K), constant_loss(model, ord('a'), K)
-        assert abs(val - trn) > 0.1  # the splits can be told apart
-        assert ev['val_loss'][K - 1] == pytest.approx(val, abs=1e-4)
-
-
-def test_gradient_accumulation_logs_the_loss_ce_and_norms_of_the_whole_batch_whatever_its_micro_steps(
-        split_data, short_run, tmp_path):
-    _, log = short_run
-    train_in_process(split_data, tmp_path, *SHORT, '--batch_size=4', '--gradient_accumulation_steps=2')
-    a = [r for r in log if r['kind'] == 'train']
-    b = [r for r in read_log(tmp_path) if r['kind'] == 'train']
-    assert len(a) == len(b) == 10
-    for one, two in zip(a, b):  # every window is the same, so the draw does not matter, only the sum
-        assert two['loss'] == pytest.approx(one['loss'], rel=1e-5)  # not twice it
-        assert two['ce'] == pytest.approx(one['ce'], rel=1e-5)
-        assert two['h_norm'] == pytest.approx(one['h_norm'], rel=1e-5)  # a mean over the micro-steps, not their sum
-
-
-def test_gradient_accumulation_steps_with_the_gradient_of_the_whole_batch():
-    # plain SGD with lr 1 (no clip): the step is minus the gradient, so the gradient itself is compared
-    x, y = (t.repeat(2, 1) for t in batch(B=4))  # (8, 16)
-    steps = []
-    for n_micro in (1, 2, 4):
-        model = tiny_model(readout='raw', n_loops=3, init_std=0.1)
-        before = [p.detach().clone() for p in model.parameters()]
-        opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        scaler = torch.amp.GradScaler('cpu', enabled=False)
-        loss, _, _ = train_module.train_step(model, opt, scaler, x.view(n_micro, -1, 16), y.view(n_micro, -1, 16),
-                                      ctx=nullcontext(), grad_clip=0.0)
-        steps.append((loss.item(), [b - p.detach() for b, p in zip(before, model.parameters())]))
-    for loss, grads in steps[1:]:
-        assert loss == pytest.approx(steps[0][0], rel=1e-5)
-        for g, want in zip(grads, steps[0][1]):
-            assert torch.allclose(g, want, atol=1e-6, rtol=1e-4)
-
-
-# -----------------------------------------------------------------------------
-# the still run (conftest's): each record of log.jsonl recomputed from the model, and the checkpoint kept
-
-DRAWS = [draw_depth(SEED, it, mean=MEAN_K, cap=MAX_K, sigma=0.5) for it in range(6)]  # the still run's K, step by step
-
-
-def test_each_train_record_is_its_steps_loss_ce_and_norms_recomputed_from_the_model(still_run, tiny_data):
-    out, log, _ = still_run
-    model = load(out)
-    data, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'train')
-    steps = []  # per step: {loop: CE} of the loops its loss read (bptt 1: the last), {loop: mean |H_k|} of those it ran
-    for it, K in enumerate(DRAWS):
-        (x,), (y,) = train_batches(data, it, 0, seed=SEED, n_micro=1, batch_size=B, block_size=T, device='cpu')
-        H = states_by_hand(model, x, K)
-        steps.append(({K: ce_by_hand(model, x, y, K).mean().item()},
-                      {k: H[k].norm(dim=-1).mean().item() for k in range(1, K + 1)}))
-    trains = [r for r in log if r['kind'] == 'train']
-    assert DRAWS == [3, 1, 2, 2, 1, 2] and [r['iter'] for r in trains] == [2, 4, 6]
-    for r, pair in zip(trains, (steps[0:2], steps[2:4], steps[4:6])):
-        assert r['loss'] == pytest.approx(np.mean([np.mean(list(ce.values())) for ce, _ in pair]), rel=1e-5)
-        for k in range(1, MAX_K + 1):  # a loop's mean over the steps that read (ran) it; null where none did
-            read = [ce[k] for ce, _ in pair if k in ce]
-            ran = [norms[k] for _, norms in pair if k in norms]
-            assert r['ce'][k - 1] == (pytest.approx(np.mean(read), rel=1e-5) if read else None), (r['iter'], k)
-            assert r['h_norm'][k - 1] == (pytest.approx(np.mean(ran), rel=1e-5) if ran else None), (r['iter'], k)
-    assert trains[0]['ce'][1] is None and trains[0]['h_norm'][2] is not None  # (each rule met: read, ran, neither)
-
-
-def test_train_records_speed_and_mfu_count_the_drawn_depth_and_truncated_backprop(still_run):
-    out, log, _ = still_run
-    model = load(out)
-    tokens, seconds = B * T, 2 * STEP_S  # a line: two steps on the fake clock
-    for r, Ks in zip([r for r in log if r['kind'] == 'train'], (DRAWS[0:2], DRAWS[2:4], DRAWS[4:6])):
-        assert r['ms_per_iter'] == pytest.approx(1000 * STEP_S, rel=1e-9)
-        assert r['tok_per_s'] == pytest.approx(tokens * 2 / seconds, rel=1e-9)
-        # each step's matmul FLOPs (the estimate test_additions.py counts matmul by matmul): K loops forward,
-        # the last BPTT backward
-        flops = sum(model.flops_per_token(K, backward_loops=BPTT, T=T) for K in Ks) * tokens
-        assert r['mfu'] == pytest.approx(flops / seconds / PEAK, rel=1e-9)
-        assert r['peak_mem_gib'] is None  # (CUDA's; below)
-    assert model.flops_per_token(3, backward_loops=BPTT, T=T) < model.flops_per_token(3, T=T)  # (bptt is seen)
-
-
-def test_each_eval_record_is_the_val_loss_and_diagnostics_recomputed_from_the_states(still_run, tiny_data):
-    out, log, _ = still_run
-    model = load(out)  # saved after the evaluation at iteration 6
-    (ev,) = [r for r in log if r['kind'] == 'eval' and r['iter'] == 6]
-    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
-    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
-    assert len(ev['val_loss']) == MAX_K  # random depth: evaluated to the cap
-    for K in range(1, MAX_K + 1):
-        loss = torch.cat([ce_by_hand(model, x, y, K) for x, y in zip(xs, ys)]).mean().item()
-        assert ev['val_loss'][K - 1] == pytest.approx(loss, rel=1e-5)
-        assert ev['val_ppl'][K - 1] == pytest.approx(math.exp(loss), rel=1e-5)
-    # the diagnostics, on the first batch (diag_tokens 2048: all its 8 windows), at the evaluated depth
-    H = states_by_hand(model, xs[0], MAX_K)
-    for k in range(1, MAX_K + 1):
-        got = {key: ev[key][k - 1] for key in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max', 'radial', 'angular')}
-        assert_close(got, norm_stats(H[k].norm(dim=-1)))
-        assert got['radial'] == pytest.approx(radial_by_hand(model, H[k], ys[0]).mean().item(), rel=1e-5)
-        assert got['angular'] == pytest.approx(one_minus_cos(H[k], H[k - 1]).mean().item(), rel=1e-5, abs=1e-7)
-    assert ev['norm_p99'][1] != pytest.approx(np.percentile(H[2].norm(dim=-1).numpy(), 90), rel=1e-4)  # (p90 is another)
-
-
-def test_the_checkpoint_kept_is_the_best_val_loss_at_the_trained_k_under_random_depth(tiny_data, tmp_path):
-    # config/random_depth.py: K drawn with mean n_loops, evaluated to max_loops; the val loss that
-    # decides (and that the checkpoint records) is the trained K's, n_loops, not the deepest evaluated
-    train_in_process(tiny_data, tmp_path, *DEPTH, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
-                     '--always_save_checkpoint=False')
-    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval' and r['iter'] > 0]  # (iteration 0 is never saved)
-    at_k = [r['val_loss'][MEAN_K - 1] for r in evals]
-    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
-    assert ckpt['best_val_loss'] == min(at_k) != min(r['val_loss'][-1] for r in evals)
-    assert ckpt['iter_num'] == evals[at_k.index(min(at_k))]['iter']
-    model = load(tmp_path)  # and the weights kept score it
-    val, _ = load_tokens(str(tiny_data / 'tiny-bytes'), 'val')
-    xs, ys = eval_batches(val, eval_iters=2, batch_size=B, block_size=T, device='cpu')
-    loss = torch.cat([ce_by_hand(model, x, y, MEAN_K) for x, y in zip(xs, ys)]).mean().item()
-    assert ckpt['best_val_loss'] == pytest.approx(loss, rel=1e-5)
-
-
-SCRIPTED = []  # the scores scripted_select hands out, one an evaluation
-
-
-def scripted_select(model, settings):
-    """A task's score as train.py's select calls it: the next scripted value first, then what it was handed."""
-    return dict(score=SCRIPTED.pop(0), training=float(model.training), lr=settings['learning_rate'])
-
-
-def test_the_checkpoint_kept_is_the_lowest_select_score_and_every_evaluation_is_kept(tiny_data, tmp_path, capsys):
-    # select names a task's own score: the lowest first value decides, not the val loss; keep_checkpoints keeps
-    # each evaluation's checkpoint beside it (iteration 0 is never saved)
-    SCRIPTED[:] = [0.5, 3.0, 1.0, 2.0]  # evaluations at 0, 2, 4, 6
-    train_in_process(tiny_data, tmp_path, '--dtype=float32', '--max_iters=6', '--eval_interval=2',
-                     '--always_save_checkpoint=False', '--keep_checkpoints=True',
-                     f'--select={__name__}.scripted_select')
-    assert SCRIPTED == []
-    evals = [r for r in read_log(tmp_path) if r['kind'] == 'eval']
-    assert [r['select'] for r in evals] == [dict(score=v, training=0.0, lr=3e-3) for v in (0.5, 3.0, 1.0, 2.0)]
-    at_k = [r['val_loss'][-1] for r in evals]
-    assert at_k.index(min(at_k)) != 2  # (the val loss would have kept another)
-    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
-    assert (ckpt['iter_num'], ckpt['best_val_loss']) == (4, 1.0)
-    kept = {p.name: torch.load(p, weights_only=True) for p in tmp_path.glob('ckpt-*.pt')}
-    assert sorted(kept) == ['ckpt-2.pt', 'ckpt-4.pt', 'ckpt-6.pt']
-    assert [kept[f'ckpt-{i}.pt']['iter_num'] for i in (2, 4, 6)] == [2, 4, 6]
-    same = [all(torch.equal(v, ckpt['model'][k]) for k, v in kept[f'ckpt-{i}.pt']['model'].items()) for i in (2, 4, 6)]
-    assert same == [False, True, False]  # each its own iteration's weights; ckpt.pt is iteration 4's
-    assert all(k['config'] == ckpt['config'] for k in kept.values()) and ckpt['config']['select'].endswith('scripted_select')
-    assert 'eval 4: val loss' in (line := next(l for l in capsys.readouterr().out.splitlines() if l.startswith('eval 4:')))
-    assert line.endswith(' | score 1 | training 0 | lr 0.003')  # the eval line ends with them
-
-
-# -----------------------------------------------------------------------------
-# a task in rows (conftest's parity_data): the val loss reads only scored positions, a run trains on rows with the
-# progressive loss and late-state CE, config/parity.py and its select
-
-def test_val_loss_reads_only_scored_positions(parity_data):
-    _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
-    torch.manual_seed(0)
-    model = FieldGPT(FieldGPTConfig(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=3, dropout=0.0,
-                                      positions='none', window=2, inject=True, init_std=0.02))
-    batches = eval_batches(val_data, eval_iters=2, batch_size=16, block_size=32, device='cpu')
-    val_loss = train_module.evaluate(model, batches, torch.no_grad(), 3, diag_tokens=64)['val_loss']
-    xs, ys = batches
-    with torch.no_grad():  # by hand: each K's logits, CE over the positions with a target, nothing else
-        logits = [model(x, n_loops=k)[0] for x in xs for k in (1, 2, 3)]
-    ce = lambda rule: [torch.cat([torch.nn.functional.cross_entropy(  # noqa: E731
-        logits[3 * b + k].flatten(0, 1), rule(ys[b]).flatten(), ignore_index=-1, reduction='none')[
-            rule(ys[b]).flatten() >= 0] for b in range(2)]).mean().item() for k in range(3)]
-    assert val_loss == pytest.approx(ce(lambda y: y), rel=1e-4)
-    # the wrong rule, pads scored as if their target were a bit, gives another number
-    assert val_loss != pytest.approx(ce(lambda y: y.clamp(min=0)), rel=1e-2)
-
-
-def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_path):
-    out = tmp_path / 'run'
-    try:
-        train_module.main(parity_args(parity_data, out, '--random_depth=True', '--depth_draw=progressive', '--max_loops=4',
-                               '--n_loops=4', '--max_iters=3', '--eval_interval=3'))
-    finally:
-        torch.set_flush_denormal(False)
-    evals = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines() if '"eval"' in l]
-    assert len(evals[-1]['val_loss']) == 4 and all(np.isfinite(evals[-1]['val_loss']))
-    ckpt = torch.load(out / 'ckpt.pt', weights_only=True)
-    assert ckpt['model_args']['window'] == 2 and ckpt['model_args']['positions'] == 'none'
-    # learned positions cannot read rows longer than block_size: one line, before any training
-    with pytest.raises(train_module.UserError, match='block_size 8'):
-        train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
-
-
-def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
-    out = tmp_path / 'run'
-    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
-    try:
-        train_module.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
-                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
-    finally:
-        torch.set_flush_denormal(False)
-    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
-    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
-    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
-    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
-    assert late  # (the run's seed draws some late iterations: the branch ran)
-    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
-    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
-                [*progressive, '--late_share=0.2', '--late_loops=3']):
-        with pytest.raises(UserError, match='late_share'):
-            train_module.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
-
-
-def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
-    with pytest.raises(UserError) as e:  # (beyond/ is here: only the function is missing)
-        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.tasks.nope'])
-    assert str(e.value) == ("select 'beyond.tasks.nope' cannot be loaded: AttributeError: module 'beyond.tasks' has no "
-                            "attribute 'nope'")
-    with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
-                                        r"needs only the top level\): ModuleNotFoundError"):
-        train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
-    assert train_module.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
-
-
-def test_the_recipe_config_loads_with_its_twin():
-    c = train_module.setup([f'{HERE}/config/parity.py'])
-    assert (c['positions'], c['window'], c['inject'], c['readout'], c['interloop_norm'], c['depth_draw']) == (
-        'none', 2, True, 'norm', True, 'progressive')
-    assert train_module.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
