@@ -452,6 +452,57 @@ def still_evaluated(still_run, tmp_path_factory):
 
 
 # -----------------------------------------------------------------------------
+# two tiny runs (a normalized per-loop run and a raw terminal one) and their evaluation by python -m
+# beyond.eval_decode (eval_depth.py's main with the decoding studies plugged in): tests/test_eval_depth.py's and
+# tests/test_eval_decode.py's
+
+@pytest.fixture(scope='session')
+def runs(tiny_data, tmp_path_factory):
+    import train
+    root = tmp_path_factory.mktemp('runs')
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
+        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
+            train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
+    return root / 'norm-perloop', root / 'raw-terminal'
+
+
+SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
+
+
+# every evaluation here on the CPU, also where a GPU is visible (device 'auto' would take it: bf16 there,
+# against float32 references at rel 1e-5); the last --device given wins, so a test can still name another
+PINNED = ['--device=cpu']
+
+
+def evaluate(*argv, main=None):
+    """python -m beyond.eval_decode's main (eval_depth.main with the decoding studies) in this
+    process, as the script runs it, or eval_depth.py's (main=eval_depth.main), on the CPU (PINNED):
+    (stdout, stderr)."""
+    import io
+    from types import SimpleNamespace
+    if main is None:
+        from beyond import eval_decode
+        main = eval_decode.main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        main([str(a) for a in (*PINNED, *argv)])
+    return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
+
+
+@pytest.fixture(scope='session')
+def evaluated(runs, tmp_path_factory):
+    import eval_depth
+    out = tmp_path_factory.mktemp('eval')
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
+        r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
+                     '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
+    with open(out / 'results.json') as f:
+        return r, out, json.load(f)['runs']
+
+
+# -----------------------------------------------------------------------------
 # a figure as a reader sees it (a dict of what is drawn), and the snapshots of figures and of the argparse
 # scripts' options: tests/snapshots/. After a deliberate change to a figure or an option, rewrite them and
 # read their diff:

@@ -21,7 +21,7 @@ import sample
 import train
 from configurator import UserError
 from conftest import HERE, settings
-from data import ByteTokenizer, Rows, Scoring, eval_batches, get_tokenizer, load_run, load_splits, score_windows, train_batches
+from data import ByteTokenizer, Rows, Scoring, batches, eval_batches, get_tokenizer, load_run, load_splits, score_windows, train_batches
 
 
 # -----------------------------------------------------------------------------
@@ -205,6 +205,19 @@ def test_validation_windows_are_spread_evenly_over_the_whole_split():
     assert starts[0] == 0 and y[-1, -1, -1] == len(data) - 1  # both ends: the last target is the split's last token
     gaps = starts.diff()
     assert gaps.min() >= 42 and gaps.max() <= 43  # (1000 - 32 - 1) / 23 = 42.04 apart: evenly, in whole tokens
+
+
+@pytest.mark.parametrize('n,block,max_tokens', [(1000, 32, 0), (1001, 32, 0), (33, 32, 0), (34, 32, 0),
+                                                (1000, 32, 100), (50, 64, 0)])
+def test_every_token_is_scored_exactly_once(n, block, max_tokens):
+    data = np.arange(n)  # token value = its position, so the targets name themselves
+    windows = score_windows(n, block, max_tokens)
+    scored = []
+    for x, y in batches(data, windows, 3, 'cpu'):
+        assert torch.equal(x + 1, y) and y.size(1) <= block
+        scored += y.flatten().tolist()
+    expect = min(n - 1, max_tokens) if max_tokens else n - 1
+    assert sorted(scored) == list(range(1, expect + 1))
 
 
 # -----------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """
-eval_depth.py's main, in-process as the script runs it, on two tiny runs trained here (a
-normalized per-loop run and a raw terminal one), with the decoding studies plugged in as
-python -m beyond.eval_decode runs it, and alone as the paper's; its one-line error once from the
-outside; and its window bookkeeping.
+eval_depth.py's main, in-process as the script runs it, on two tiny runs trained here (conftest's runs: a
+normalized per-loop run and a raw terminal one), with the decoding studies plugged in as python -m
+beyond.eval_decode runs it (conftest's evaluated), and alone as the paper's; its one-line error once from the
+outside, and its argument bounds; seeds grouped into conditions and the run identity setting by setting; every
+number of results.json and of the tables recomputed from the model's states (the still run's evaluation), and
+the registry of every field written with the test that recomputes it.
 
     python -m pytest -q tests/test_eval_depth.py
 """
@@ -15,65 +17,27 @@ import math
 import os
 from argparse import Namespace
 from dataclasses import asdict, fields
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
-from beyond import eval_decode, exits
 import eval_depth
 import train
-import data as runs_module  # (loading runs and their windows)
-from configurator import UserError
+from beyond import eval_decode
 from beyond.exit_train import ExitTrainConfig
-from conftest import (B, BPTT, FIELDS, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STILL_SCORED, T, another, assert_close,
-                      assert_one_line_error, assert_options_documented, ce_by_hand, load, norm_stats, one_minus_cos,
-                      radial_by_hand, run_script, states_by_hand, train_in_process)  # (PEAK: FLOP/s given the runs, a CPU has none)
+from configurator import UserError
+from conftest import (B, BPTT, FIELDS, HERE, MAX_K, MEAN_K, PEAK, PINNED, SCORED, SEED, SHORT, STILL_SCORED, T, another,
+                      assert_close, assert_one_line_error, assert_options_documented, ce_by_hand, evaluate, load, norm_stats,
+                      one_minus_cos, radial_by_hand, run_script, states_by_hand, train_in_process)
+from data import load_tokens
 from model import LoopedGPT
-from report import mean_std
-from data import Scoring, load_tokens, score_windows
 
 
-
-
-@pytest.fixture(scope='module')
-def runs(tiny_data, tmp_path_factory):
-    root = tmp_path_factory.mktemp('runs')
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
-        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
-            train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
-    return root / 'norm-perloop', root / 'raw-terminal'
-
-
-SCORED = 2000  # tokens the evaluation scores (the split's first ones; not a multiple of the block: a short tail window)
-# every evaluation here on the CPU, also where a GPU is visible (device 'auto' would take it: bf16 there,
-# against float32 references at rel 1e-5); the last --device given wins, so a test can still name another
-PINNED = ['--device=cpu']
-
-
-def evaluate(*argv, main=eval_decode.main):
-    """python -m beyond.eval_decode's main (eval_depth.main with the decoding studies) in this
-    process, as the script runs it, or eval_depth.py's (main=eval_depth.main), on the CPU (PINNED):
-    (stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        main([str(a) for a in (*PINNED, *argv)])
-    return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
-
-
-@pytest.fixture(scope='module')
-def evaluated(runs, tmp_path_factory):
-    out = tmp_path_factory.mktemp('eval')
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
-        r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
-                     '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
-    with open(out / 'results.json') as f:
-        return r, out, json.load(f)['runs']
-
+# -----------------------------------------------------------------------------
+# the evaluation of the two runs: the table, results.json and every plot; the paper's evaluation alone; redrawn from
+# results; how each run was trained and timed
 
 def test_table_results_and_every_plot_are_written(evaluated):
     r, out, results = evaluated
@@ -155,6 +119,39 @@ def test_the_timing_forward_is_compiled_as_each_run_was_trained(runs, tmp_path, 
     assert len(compiled) == 1
 
 
+def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
+    evaluate(runs[0], '--max_loops=1', '--exit', '0.5', '--diag_tokens=64', '--bench_iters=1', '--out', tmp_path)
+    run = json.loads((tmp_path / 'results.json').read_text())['runs'][0]
+    assert [row['K'] for row in run['per_K']] == [1] and run['final_norm_hist']['loop'] == 1
+    assert all(e['mean_loops'] == 1 for e in run['early_exit'])
+    assert math.isfinite(run['per_K'][0]['radial'])
+
+
+def test_several_results_files_are_grouped_together(evaluated):
+    _, out, _ = evaluated
+    one = str(out / 'results.json')
+    runs, groups, _ = eval_depth.from_results(f"{one},{one}", [])  # the same two runs, twice
+    assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
+    with pytest.raises(eval_depth.UserError, match='cannot read'):
+        eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
+
+
+def test_a_diverged_run_is_redrawn(evaluated, tmp_path):
+    # a run whose loss became non-finite logs null values: its curve has gaps, and nothing crashes
+    _, out, _ = evaluated
+    results = json.loads((out / 'results.json').read_text())
+    curve = results['runs'][0]['curve']
+    for key in ('val_loss_K', 'val_loss_1', 'norm_p99', 'norm_mean'):
+        curve[key][-1] = None
+    (tmp_path / 'results.json').write_text(json.dumps(results))
+    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'plots')])  # (the paper's alone)
+    assert (tmp_path / 'plots' / 'drift.png').read_bytes()[:4] == b'\x89PNG'
+
+
+# -----------------------------------------------------------------------------
+# its numbers against independent computations: perplexity over the scored tokens, the clamp, MFU, Lemma 2 and the
+# curves
+
 def test_perplexity_equals_an_independent_computation_over_the_scored_tokens(evaluated, runs, tiny_data):
     _, _, results = evaluated
     with open(tiny_data / 'tiny-bytes' / 'meta.json') as f:
@@ -175,19 +172,6 @@ def test_perplexity_equals_an_independent_computation_over_the_scored_tokens(eva
         assert run['per_K'][K - 1]['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
 
 
-@pytest.mark.parametrize('n,block,max_tokens', [(1000, 32, 0), (1001, 32, 0), (33, 32, 0), (34, 32, 0),
-                                                (1000, 32, 100), (50, 64, 0)])
-def test_every_token_is_scored_exactly_once(n, block, max_tokens):
-    data = np.arange(n)  # token value = its position, so the targets name themselves
-    windows = score_windows(n, block, max_tokens)
-    scored = []
-    for x, y in runs_module.batches(data, windows, 3, 'cpu'):
-        assert torch.equal(x + 1, y) and y.size(1) <= block
-        scored += y.flatten().tolist()
-    expect = min(n - 1, max_tokens) if max_tokens else n - 1
-    assert sorted(scored) == list(range(1, expect + 1))
-
-
 def test_clamp_leaves_k1_unchanged_and_changes_later_loops(evaluated):
     _, _, results = evaluated
     for run in results:
@@ -198,116 +182,29 @@ def test_clamp_leaves_k1_unchanged_and_changes_later_loops(evaluated):
         assert any(row['clamp']['delta_loss'] != 0.0 for row in run['per_K'][1:])
 
 
-def test_stand_ins_speculative_acceptance_and_calibration_are_reported(evaluated):
-    _, _, results = evaluated
-    for run in results:
-        causal = [e for e in run['early_exit'] if e['mode'] == 'causal']
-        assert {e['stand_in'] for e in causal} == {'copy', 'project'}
-        assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
-        front = run['exit_frontier']  # every criterion's teacher-forced frontier, against the oracle's
-        assert set(front['teacher_forced']) == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
-        for at in front['at'].values():
-            assert all(a['loops'] >= at['oracle']['loops'] - 1e-9 for a in at.values())  # nothing beats the bound
-        assert set(run['stand_in_error']) == {'copy', 'project'}
-        spec = run['speculative']  # loop j's acceptance by loop K, j = 1..K-1
-        K = run['trained_K']
-        assert len(spec['greedy_agree']) == len(spec['sample_accept']) == K - 1
-        assert all(0 <= a <= 1 for a in spec['greedy_agree'] + spec['sample_accept'])
-
-
-def test_early_exit_thresholds_at_the_extremes(evaluated):
-    _, _, results = evaluated
-    for run in results:  # an exit at loop k reads out as the model run with k loops
-        K = run['trained_K']
-        for mode in ('teacher_forced', 'causal'):
-            for criterion in ('max_prob', 'entropy'):
-                exits = {e['threshold']: e for e in run['early_exit'] if e['criterion'] == criterion and e['mode'] == mode}
-                assert exits[1.0]['mean_loops'] == K  # no confidence exceeds 1: every token runs all loops
-                assert exits[1.0]['ppl'] == pytest.approx(run['per_K'][K - 1]['ppl'], rel=1e-4)
-                assert exits[1e-9]['mean_loops'] == 1  # every token is confident enough at loop 1
-                assert exits[1e-9]['ppl'] == pytest.approx(run['per_K'][0]['ppl'], rel=1e-4)
-
-
-def test_teacher_forced_exit_picks_the_first_confident_loop():
-    # 3 loops, 5 tokens: confidences and per-loop CE chosen so that every choice shows
-    conf = torch.tensor([[0.9, 0.1, 0.1, 0.6, 0.5],
-                         [0.2, 0.8, 0.1, 0.9, 0.7],
-                         [0.3, 0.3, 0.2, 0.1, 0.1]])
-    ce = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0],
-                       [10.0, 20.0, 30.0, 40.0, 50.0],
-                       [100.0, 200.0, 300.0, 400.0, 500.0]])
-    out = eval_decode.teacher_forced_exit({'conf_max_prob': conf, 'conf_entropy': conf, 'conf_converge': conf, 'ce': ce},
-                                          [0.5], 3)
-    # token 0 exits at loop 1, token 1 at loop 2, token 2 never (last loop), token 3 at loop 1,
-    # token 4 at loop 2: a confidence equal to the threshold does not exceed it
-    assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1 + 2) / 5)
-    assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
-
-
-def test_the_oracle_frontier_by_hand():
-    # 3 loops, 4 tokens. Token 0 is best at loop 1, token 1 gains 1 nat a loop, token 2 gains
-    # 0.1 nats at loop 2 only, token 3 is best at loop 2 and worse at loop 3
-    ce = torch.tensor([[1.0, 3.0, 2.0, 2.0],
-                       [1.5, 2.0, 1.9, 1.0],
-                       [2.0, 1.0, 1.9, 1.5]])
-    got = eval_decode.oracle_frontier(ce, (0.01, 2.0, 20.0))
-    # mu = 0.01: a loop costs more than any CE saved, all at loop 1
-    # mu = 2: token 1 saves 2 x 1 = 2 per loop at the cost of 1: loop 3; token 2 saves 0.2 < 1: loop 1;
-    #         token 3 saves 2 at loop 2; token 0 stays at 1
-    # mu = 20: token 2 saves 2 > 1 at loop 2, and loop 3 saves it nothing more
-    assert got['mean_loops'] == pytest.approx([1.0, (1 + 3 + 1 + 2) / 4, (1 + 3 + 2 + 2) / 4])
-    assert got['ppl'] == pytest.approx([math.exp(8 / 4), math.exp((1 + 1 + 2 + 1) / 4), math.exp((1 + 1 + 1.9 + 1) / 4)])
-    # the frontier's loops at a perplexity limit, and the gap of a criterion to the oracle's
-    assert eval_decode.loops_at(got, math.exp(5 / 4)) == 1.75 and eval_decode.loops_at(got, 1.0) is None
-    conf = torch.tensor([[0.9, 0.1, 0.1, 0.1], [0.0, 0.1, 0.9, 0.9], [0.0, 0.0, 0.0, 0.0]])  # exits at 1, 3, 2, 2
-    front = eval_decode.exit_frontiers({'ce': ce, 'conf_x': conf}, 3, targets=(0.01,), grid=(0.5, 1.0))
-    assert front['full_ppl'] == pytest.approx(math.exp(6.4 / 4))
-    assert front['teacher_forced']['x']['mean_loops'] == pytest.approx([2.0, 3.0])  # tau 0.5: 1, 3, 2, 2; tau 1: all 3
-    x, oracle = front['at']['0.01']['x'], front['at']['0.01']['oracle']
-    assert x['loops'] == 2.0 and x['oracle_gap'] == pytest.approx(2.0 - oracle['loops'])
-
-
-def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
-    # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
-    def fake_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
-        n = sum(length for _, length in windows)
-        tau = threshold if threshold > 0 else 1.0
-        return torch.full((n,), 3.0 - tau), torch.full((n,), 1.0 + 3 * tau)
-    monkeypatch.setattr(eval_decode, 'causal_exit', fake_exit)
-    monkeypatch.setattr(eval_decode, 'decode_speed', lambda model, prompt, n, K, device, ctx, exit_threshold=0.0, **kw:
-                        (100.0 / (1 + 3 * exit_threshold if exit_threshold else 4), 1.0, {}))
-    data = np.arange(2000) % 50
-    sc = Scoring(None, data, score_windows(2000, 100), 4, 'cpu', None)
-    got = eval_decode.calibrate(sc, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
-    # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
-    # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
-    n = len(exits.CRITERIA)  # (every criterion, with each stand-in)
-    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 2 * n + [(0.01, 0.999)] * 2 * n
-    assert [c['stand_in'] for c in got[:2 * n]] == ['copy'] * n + ['project'] * n
-    for c in got:
-        assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= (1 + c['target']) * c['full_ppl']
-        assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
-        assert c['speedup'] == pytest.approx(4 / (1 + 3 * c['threshold']))
-
-    # the limit is full depth's perplexity on the calibration half: here the held-back half is harder (CE 0.5
-    # more at every threshold), and a limit from its perplexity would admit thresholds far below 0.95
-    def harder_later(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
-        ce, loops = fake_exit(ev, K, criterion, threshold, stand_in, windows, desc)
-        return (ce if windows[0][0] == 0 else ce + 0.5), loops
-    monkeypatch.setattr(eval_decode, 'causal_exit', harder_later)
-    got = eval_decode.calibrate(sc, 4, [0.1], ['copy'], 16, 'x')
-    assert [c['threshold'] for c in got] == [0.95] * n
-    assert got[0]['full_ppl_pick'] == pytest.approx(math.exp(2.0)) and got[0]['full_ppl'] == pytest.approx(math.exp(2.5))
-
-    # causal exits need not improve with the threshold: here exiting everything after loop 1 is
-    # as good as full depth, and middling thresholds are worse. The fewest loops win.
-    def dip(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
-        n = sum(length for _, length in windows)
-        ce = 2.0 if threshold < 0.05 else 2.5 if threshold < 0.995 else 2.0
-        return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
-    monkeypatch.setattr(eval_decode, 'causal_exit', dip)
-    got = eval_decode.calibrate(sc, 4, [0.01], ['copy'], 16, 'x')
-    assert [c['threshold'] for c in got] == [1e-6] * n
+def test_the_clamps_delta_loss_is_the_clamped_loss_minus_the_free_one(split_data, tmp_path):
+    run = tmp_path / 'run'
+    train_in_process(split_data, run, *SHORT, '--readout=raw', '--init_std=0', '--n_loops=3')
+    out, n = tmp_path / 'eval', 256
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        eval_depth.main([str(run), '--clamp', '--split=test', f'--max_tokens={n}', '--max_loops=3', '--out', str(out),
+                         '--device=cpu', '--dtype=float32', '--bench_iters=1', '--batch_size=8', '--compile=off'])
+    with open(out / 'results.json') as f:
+        (result,) = json.load(f)['runs']
+    model, _ = LoopedGPT.from_checkpoint(str(run))
+    model.eval()
+    meta = json.loads((split_data / 'tiny-bytes' / 'meta.json').read_text())
+    data = torch.from_numpy(np.fromfile(split_data / 'tiny-bytes' / 'test.bin', dtype=meta['dtype']).astype(np.int64))
+    x, y = data[:n].view(-1, 32), data[1:n + 1].view(-1, 32)  # the first n targets, in windows of the block
+    for row in result['per_K'][1:]:
+        with torch.no_grad():
+            free = F.cross_entropy(model(x, n_loops=row['K'])[0].flatten(0, 1), y.flatten()).item()
+            clamped = F.cross_entropy(model(x, n_loops=row['K'], clamp=True)[0].flatten(0, 1), y.flatten()).item()
+        assert row['loss'] == pytest.approx(free, abs=1e-4)
+        assert row['clamp']['loss'] == pytest.approx(clamped, abs=1e-4)
+        assert abs(clamped - free) > 1e-3  # the clamp matters here, so the sign is seen
+        assert row['clamp']['delta_loss'] == pytest.approx(clamped - free, abs=1e-4)
+        assert row['clamp']['ppl'] == pytest.approx(math.exp(clamped), rel=1e-4)
 
 
 def test_every_reported_mfu_is_the_estimates_flops_times_tokens_per_second_over_the_peak(runs, evaluated):
@@ -339,316 +236,6 @@ def test_lemma_and_curves_are_written_per_run(evaluated, runs):
         assert run['curve']['norm_p99'] == [e['norm_p99'][-1] for e in evals]
         assert run['curve']['val_loss_1'] == [e['val_loss'][0] for e in evals]
         assert run['curve']['norm_mean'][1:] == [e['h_norm'][-1] for e in log if e['kind'] == 'train']
-
-
-def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
-    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
-    # a-s3 was made after the window and positions fields (at their defaults): the older runs, which lack
-    # them, read as those defaults, so the three are one condition
-    configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'),
-               dict(base, seed=3, out_dir='a-s3', window=0, positions='learned'),
-               dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1'), {}]  # {}: no config saved
-    ppl = [10.0, 12.0, 17.0, 20.0, 30.0, 40.0]
-    runs = [dict(name=c.get('out_dir', 'd'), path=c.get('out_dir', 'd'), seed=c.get('seed'), per_K=[dict(K=1, ppl=p)])
-            for c, p in zip(configs, ppl)]
-    groups, notes = eval_depth.group_runs(runs, configs)
-    assert [g['name'] for g in groups] == ['a', 'b', 'c-s1', 'd']
-    a = groups[0]
-    assert a['runs'] == ['a-s1', 'a-s2', 'a-s3'] and a['seeds'] == [1, 2, 3] and a['n'] == 3
-    assert a['mean']['per_K'][0]['ppl'] == pytest.approx(13.0)
-    assert a['std']['per_K'][0]['ppl'] == pytest.approx(math.sqrt(((10 - 13) ** 2 + (12 - 13) ** 2 + (17 - 13) ** 2) / 2))
-    assert a['mean']['per_K'][0]['K'] == 1 and type(a['mean']['per_K'][0]['K']) is int
-    assert groups[1]['n'] == 1 and math.isnan(groups[1]['std']['per_K'][0]['ppl'])
-    assert len(notes) == 1 and 'a-s1' in notes[0] and 'c-s1' in notes[0] and '(n_embd 32 vs 64)' in notes[0]
-    assert '13.000 ± 3.606' in eval_depth.table([dict(a, mean=dict(a['mean'], per_K=[dict(
-        K=1, ppl=13.0, norm_mean=1.0, norm_p99=1.0, norm_max=1.0, radial=0.0, angular=0.0, tok_per_s=1.0)],
-        trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])
-
-
-def fails(*argv):
-    """python -m beyond.eval_decode's one-line error for argv (eval_depth's checks and the decoding
-    studies'; in-process: no torch import per case)."""
-    with pytest.raises(SystemExit) as e:
-        eval_decode.main([str(a) for a in (*PINNED, *argv)])
-    message = str(e.value.code)
-    assert message.startswith('python -m beyond.eval_decode: error: ') and '\n' not in message, message
-    return message
-
-
-def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
-    empty = tmp_path / 'empty-run'
-    empty.mkdir()
-    # from the outside once: exactly one line on stderr, no traceback
-    assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'no checkpoint', 'ckpt.pt')
-    out = ['--out', tmp_path / 'eval-out']
-    assert '--max_loops' in fails(runs[0], '--max_loops=0', *out)
-    assert "'gpu'" in fails(runs[0], '--device=gpu', *out)
-    (empty / 'ckpt.pt').write_bytes(b'not a checkpoint')
-    message = fails(empty, *out)
-    assert 'not a checkpoint written by train.py' in message and 'weights_only' not in message
-    torch.save({'weights': torch.zeros(2)}, empty / 'ckpt.pt')  # a torch file, but not train.py's
-    assert 'not a checkpoint written by train.py' in fails(empty, *out)
-    for bad in ('0', '1.5', '0.5,-1', 'high'):
-        assert '--exit' in fails(runs[0], '--exit', bad, *out)
-    assert '--lemma_loops' in fails(runs[0], '--lemma_loops=1', *out)
-    assert '--calibrate' in fails(runs[0], '--calibrate=1.5', *out)
-    assert 'two windows' in fails(runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
-    assert '--batch_size' in fails(runs[0], '--batch_size=-1', *out)
-    for bad in ('mean', 'copy,recompute', ','):
-        assert '--stand_in' in fails(runs[0], f'--stand_in={bad}', *out)
-    (tmp_path / 'a-file').write_text('')
-    assert '--out' in fails(runs[0], '--out', tmp_path / 'a-file')
-    no_evals = tmp_path / 'no-evals'
-    no_evals.mkdir()
-    (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())
-    (no_evals / 'log.jsonl').write_text(json.dumps(dict(kind='train', iter=1, h_norm=[1.0])) + '\n')
-    assert 'no eval lines' in fails(no_evals, '--curves', *out)
-    # data made with another tokenizer, under the name the run was trained on: a larger vocabulary or a smaller one
-    for vocab in (50257, 50):
-        other = tmp_path / f'data-{vocab}' / 'tiny-bytes'
-        other.mkdir(parents=True)
-        (np.arange(5000) % vocab).astype(np.uint16).tofile(other / 'val.bin')
-        (other / 'meta.json').write_text(json.dumps(dict(tokenizer='gpt2' if vocab > 256 else 'parity', vocab_size=vocab,
-                                                         dtype='uint16', tokens=dict(val=5000))))
-        message = fails(runs[0], f'--data_dir={other.parent}', *out)
-        assert 'vocab 256' in message and f'vocab {vocab} ' in message, vocab
-    # a split with one token has no token to score (a window needs its next): one line, for one token
-    # and not for two
-    for n in (1, 2):
-        short = tmp_path / f'data-short-{n}' / 'tiny-bytes'
-        short.mkdir(parents=True)
-        np.zeros(n, dtype=np.uint8).tofile(short / 'val.bin')
-        (short / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint8', tokens=dict(val=n))))
-        if n == 1:
-            assert 'the val split' in fails(runs[0], f'--data_dir={short.parent}', *out)
-        else:
-            evaluate(runs[0], f'--data_dir={short.parent}', '--max_loops=1', '--bench_iters=1', '--out', tmp_path / 'two')
-            assert json.loads((tmp_path / 'two' / 'results.json').read_text())['runs'][0]['tokens_scored'] == 1
-    assert not (tmp_path / 'eval-out').exists()  # nothing written by any of them
-
-
-def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
-    evaluate(runs[0], '--max_loops=1', '--exit', '0.5', '--diag_tokens=64', '--bench_iters=1', '--out', tmp_path)
-    run = json.loads((tmp_path / 'results.json').read_text())['runs'][0]
-    assert [row['K'] for row in run['per_K']] == [1] and run['final_norm_hist']['loop'] == 1
-    assert all(e['mean_loops'] == 1 for e in run['early_exit'])
-    assert math.isfinite(run['per_K'][0]['radial'])
-
-
-def test_stand_in_error_is_the_distance_between_loop_keys():
-    # layer 0 of loop j reads H_{j-1}: its key there is computed straight from hidden_states. The
-    # copied stand-in of a token exiting at loop j is that key; the projected one is layer 0's key
-    # of H_j, the state it exits with
-    torch.manual_seed(0)
-    from model import LoopedGPTConfig
-    model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
-                                      dropout=0.0, init_std=0.02)).eval()
-    data = np.arange(400) % 50
-    sc = Scoring(model, data, score_windows(len(data), 16), 2, 'cpu', torch.no_grad())
-    got = eval_decode.stand_in_error(sc, 3)
-    x, _ = sc.first_batch()
-    with torch.no_grad():
-        hs = model.hidden_states(x, 3)
-        attn = model.transformer.h[0]
-        C = 16
-
-        def key(h):  # (B, T, C) -> (B, nh, T, hs)
-            return attn.attn.c_attn(attn.ln_1(h)).split(C, dim=2)[1].view(2, 16, 2, 8).transpose(1, 2)
-        last = key(hs[2])
-        for j in (1, 2):
-            for stand_in, h in (('copy', hs[j - 1]), ('project', hs[j])):
-                want = ((key(h) - last).norm(dim=-1) / last.norm(dim=-1)).mean().item()
-                assert got[stand_in]['keys'][j - 1][0] == pytest.approx(want, rel=1e-5)
-    assert got['project']['keys'][1][0] == pytest.approx(0.0, abs=1e-6)  # exiting at K-1: loop K's layer 0 is exact
-    for stand_in in ('copy', 'project'):
-        assert len(got[stand_in]['keys']) == 2 and len(got[stand_in]['values'][0]) == 2
-
-
-def test_speculative_acceptance_and_its_predicted_speed_up_by_hand():
-    p_j = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]]).log()
-    p_K = torch.tensor([[0.5, 0.4, 0.1], [0.2, 0.2, 0.6]]).log()
-    agree, accept = eval_decode.acceptance(p_j, p_K)
-    assert agree.tolist() == [1.0, 0.0]  # argmax 0 == 0; argmax 1 != 2
-    assert accept.tolist() == pytest.approx([0.5 + 0.2 + 0.1, 0.1 + 0.2 + 0.3])  # sum of the minima
-    # g = 1 draft kept with a = 0.5: 1.5 tokens a pass; with j = 1 of K = 4 a pass costs
-    # 2 draft steps of 1/4 and a verify of 3/4 of a token: 1.5 / 1.25 = 1.2x
-    assert eval_decode.tokens_per_pass(0.5, 1) == pytest.approx(1.5)
-    assert eval_decode.predicted_speedup(0.5, 1, 1, 4) == pytest.approx(1.2)
-    assert eval_decode.tokens_per_pass(1.0, 3) == 4.0
-
-
-def test_several_results_files_are_grouped_together(evaluated):
-    _, out, _ = evaluated
-    one = str(out / 'results.json')
-    runs, groups, _ = eval_depth.from_results(f"{one},{one}", [])  # the same two runs, twice
-    assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
-    with pytest.raises(eval_depth.UserError, match='cannot read'):
-        eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
-
-
-def test_calibration_speculative_timing_and_retime(runs, tmp_path):
-    # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
-    out = tmp_path / 'cal'
-    r = evaluate(runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8', '--speculative',
-                 '--bench_iters=1', '--max_loops=2', '--criteria=max_prob,angular', '--out', out)
-    assert 'calibrated halting' in r.stdout and '| greedy | 1 |' in r.stdout
-    run = json.loads((out / 'results.json').read_text())['runs'][0]
-    assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
-    assert {c['criterion'] for c in run['calibrated']} == {'max_prob', 'angular'}  # (--criteria: a readout's, a state's)
-    for c in run['calibrated']:
-        assert c['threshold'] in eval_decode.CALIBRATION_GRID + (1.0,)  # 1.0: nothing within the target exits
-        assert c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
-        assert 'retimed' not in c
-    bench = run['speculative_bench']  # K=2: draft with loop 1, every g and draft_stop, greedy and sampled
-    assert len(bench) == len(eval_decode.SPEC_GRID['g']) * len(eval_decode.SPEC_GRID['draft_stop']) * 2
-    for row in bench:
-        assert row['j'] == 1 and 0 <= row['accept_rate'] <= 1 and row['tokens_per_pass'] >= 1
-        assert row['speedup'] == pytest.approx(row['tok_per_s'] / row['fixed_tok_per_s'])
-
-    again = tmp_path / 'retimed'  # the calibrated picks timed again, nothing else recomputed
-    evaluate('--from_results', out / 'results.json', '--retime', '--out', again)
-    rerun = json.loads((again / 'results.json').read_text())['runs'][0]
-    assert [c['threshold'] for c in rerun['calibrated']] == [c['threshold'] for c in run['calibrated']]
-    for c in rerun['calibrated']:
-        assert c['retimed'] and c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
-
-
-def test_a_diverged_run_is_redrawn(evaluated, tmp_path):
-    # a run whose loss became non-finite logs null values: its curve has gaps, and nothing crashes
-    _, out, _ = evaluated
-    results = json.loads((out / 'results.json').read_text())
-    curve = results['runs'][0]['curve']
-    for key in ('val_loss_K', 'val_loss_1', 'norm_p99', 'norm_mean'):
-        curve[key][-1] = None
-    (tmp_path / 'results.json').write_text(json.dumps(results))
-    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'plots')])  # (the paper's alone)
-    assert (tmp_path / 'plots' / 'drift.png').read_bytes()[:4] == b'\x89PNG'
-
-
-def test_calibration_table_names_each_seeds_reference():
-    # an exit-trained seed is measured against its own normally trained twin: the table names each
-    def run(seed, ref_ppl):
-        return dict(name=f'exit-s{seed}', calibrated=[dict(
-            stand_in='copy', criterion='max_prob', target=0.01, threshold=0.9, ppl=5.7, full_ppl=5.8, mean_loops=3.0,
-            reference=f'twin-s{seed}', reference_ppl=ref_ppl, fixed_decode_tok_per_s=100.0, decode_tok_per_s=110.0,
-            speedup=1.1)])
-    members = [run(1, 5.5), run(2, 5.6)]
-    mean, std = mean_std(members)
-    table = eval_decode.calibration_table(dict(name='exit', n=2, runs=['exit-s1', 'exit-s2'], mean=mean, std=std), members)
-    assert '(twin-s1: 5.500, twin-s2: 5.600)' in table and 'None' not in table
-
-
-def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_path, monkeypatch):
-    # --compile on with no usable C++ compiler (and no caches): the timing forward is built first,
-    # so the one line comes before the scoring passes run (score_depths is never reached)
-    scored = []
-    monkeypatch.setattr(eval_depth, 'score_depths', lambda *a, **k: scored.append(1) or pytest.fail('scored'))
-    torch._dynamo.reset()
-    try:
-        with torch._inductor.config.patch({'cpp.cxx': (None, str(tmp_path / 'no-such-g++')), 'force_disable_caches': True}):
-            message = fails(runs[0], '--device=cpu', '--compile', 'on', '--out', tmp_path / 'x')
-    finally:
-        torch._dynamo.reset()
-    assert 'torch.compile could not build the timing forward' in message and message.endswith('--compile=off')
-    assert not scored and not (tmp_path / 'x' / 'results.json').exists()
-
-
-def test_retime_with_device_auto_times_on_the_device_the_runs_were_timed_on(monkeypatch):
-    # on a box where CUDA is visible, --from_results --retime (device auto) retimes CPU runs on the CPU
-    seen = []
-    monkeypatch.setattr(eval_decode, 'retime', lambda runs, device, data_dir=None: seen.append(device))
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    try:
-        study = eval_decode.DecodingStudies()
-        assert study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=True, device='auto', data_dir=None))
-        assert not study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=False, device='auto', data_dir=None))
-    finally:
-        torch.set_flush_denormal(False)
-    assert seen == ['cpu']
-
-
-# -----------------------------------------------------------------------------
-# the argument bounds: the least value each takes, and one less refused
-
-EVAL_DEFAULTS = dict(max_loops=None, lemma_loops=0, lemma_tokens=16384, batch_size=0, max_tokens=0, bench_iters=10,
-                     diag_tokens=0)
-
-
-LEAST = dict(max_loops=1, lemma_loops=2, lemma_tokens=1, batch_size=0, max_tokens=0, bench_iters=1, diag_tokens=0)
-
-
-@pytest.mark.parametrize('name', LEAST)
-def test_eval_depth_takes_each_settings_least_value_and_refuses_one_less(name):
-    eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name]})))
-    with pytest.raises(UserError, match=f'--{name}'):
-        eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name] - 1})))
-
-
-# -----------------------------------------------------------------------------
-# the clamp's result: delta loss = clamped CE - free CE, each as an independent computation gives it
-
-def test_the_clamps_delta_loss_is_the_clamped_loss_minus_the_free_one(split_data, tmp_path):
-    run = tmp_path / 'run'
-    train_in_process(split_data, run, *SHORT, '--readout=raw', '--init_std=0', '--n_loops=3')
-    out, n = tmp_path / 'eval', 256
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        eval_depth.main([str(run), '--clamp', '--split=test', f'--max_tokens={n}', '--max_loops=3', '--out', str(out),
-                         '--device=cpu', '--dtype=float32', '--bench_iters=1', '--batch_size=8', '--compile=off'])
-    with open(out / 'results.json') as f:
-        (result,) = json.load(f)['runs']
-    model, _ = LoopedGPT.from_checkpoint(str(run))
-    model.eval()
-    meta = json.loads((split_data / 'tiny-bytes' / 'meta.json').read_text())
-    data = torch.from_numpy(np.fromfile(split_data / 'tiny-bytes' / 'test.bin', dtype=meta['dtype']).astype(np.int64))
-    x, y = data[:n].view(-1, 32), data[1:n + 1].view(-1, 32)  # the first n targets, in windows of the block
-    for row in result['per_K'][1:]:
-        with torch.no_grad():
-            free = F.cross_entropy(model(x, n_loops=row['K'])[0].flatten(0, 1), y.flatten()).item()
-            clamped = F.cross_entropy(model(x, n_loops=row['K'], clamp=True)[0].flatten(0, 1), y.flatten()).item()
-        assert row['loss'] == pytest.approx(free, abs=1e-4)
-        assert row['clamp']['loss'] == pytest.approx(clamped, abs=1e-4)
-        assert abs(clamped - free) > 1e-3  # the clamp matters here, so the sign is seen
-        assert row['clamp']['delta_loss'] == pytest.approx(clamped - free, abs=1e-4)
-        assert row['clamp']['ppl'] == pytest.approx(math.exp(clamped), rel=1e-4)
-
-
-# -----------------------------------------------------------------------------
-# the run identity, setting by setting: runs that differ only in seed are one condition, and runs that differ in
-# any other setting that makes a condition (each model field included, read from the config so a new field is
-# covered) are not
-
-def every_setting():
-    """A run's saved config at the defaults: train.py's settings and every field of the models' configs."""
-    return {**train.SETTINGS, **asdict(ExitTrainConfig())}
-
-
-def grouped(*configs):
-    """Whether eval_depth.py reports these runs' configs as one condition."""
-    runs = [dict(name=f'run-s{i}', path=f'run-s{i}', seed=c['seed'], per_K=[dict(K=1, ppl=10.0 + i)])
-            for i, c in enumerate(configs)]
-    groups, _ = eval_depth.group_runs(runs, list(configs))
-    return len(groups) == 1
-
-
-def test_runs_differing_only_in_seed_group_and_in_any_setting_that_makes_a_condition_split():
-    base = every_setting()
-    assert grouped(base, dict(base, seed=base['seed'] + 1), dict(base, seed=base['seed'] + 2))
-    model_fields = {f.name for f in fields(ExitTrainConfig)}
-    assert not set(eval_depth.IDENTITY) & model_fields  # every model field makes a condition
-    assert set(eval_depth.IDENTITY) <= set(base)  # (and no name there is stale)
-    wrong = []
-    for name, value in base.items():
-        apart = not grouped(base, dict(base, **{name: another(name, value)}))
-        if apart != (name not in eval_depth.IDENTITY):
-            wrong.append(name)
-    assert not wrong, f"{wrong}: grouped where they should split, or split where they should group"
-
-
-# -----------------------------------------------------------------------------
-# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
-
-def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
-    assert_options_documented('eval_depth.py', eval_depth.main, monkeypatch)
 
 
 # -----------------------------------------------------------------------------
@@ -808,3 +395,160 @@ def test_every_field_written_has_a_test_that_recomputes_it(still_run, still_eval
                 path, name = test.split('::')
                 with open(os.path.join(HERE, path)) as f:
                     assert f'\ndef {name}(' in f.read(), (where, field, test)
+
+
+# -----------------------------------------------------------------------------
+# conditions: seeds of one condition grouped into mean and std; the run identity, setting by setting (runs that differ
+# only in seed are one condition, runs that differ in any other setting that makes a condition, each model field
+# included, read from the config so a new field is covered, are not)
+
+def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
+    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
+    # a-s3 was made after the window and positions fields (at their defaults): the older runs, which lack
+    # them, read as those defaults, so the three are one condition
+    configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'),
+               dict(base, seed=3, out_dir='a-s3', window=0, positions='learned'),
+               dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1'), {}]  # {}: no config saved
+    ppl = [10.0, 12.0, 17.0, 20.0, 30.0, 40.0]
+    runs = [dict(name=c.get('out_dir', 'd'), path=c.get('out_dir', 'd'), seed=c.get('seed'), per_K=[dict(K=1, ppl=p)])
+            for c, p in zip(configs, ppl)]
+    groups, notes = eval_depth.group_runs(runs, configs)
+    assert [g['name'] for g in groups] == ['a', 'b', 'c-s1', 'd']
+    a = groups[0]
+    assert a['runs'] == ['a-s1', 'a-s2', 'a-s3'] and a['seeds'] == [1, 2, 3] and a['n'] == 3
+    assert a['mean']['per_K'][0]['ppl'] == pytest.approx(13.0)
+    assert a['std']['per_K'][0]['ppl'] == pytest.approx(math.sqrt(((10 - 13) ** 2 + (12 - 13) ** 2 + (17 - 13) ** 2) / 2))
+    assert a['mean']['per_K'][0]['K'] == 1 and type(a['mean']['per_K'][0]['K']) is int
+    assert groups[1]['n'] == 1 and math.isnan(groups[1]['std']['per_K'][0]['ppl'])
+    assert len(notes) == 1 and 'a-s1' in notes[0] and 'c-s1' in notes[0] and '(n_embd 32 vs 64)' in notes[0]
+    assert '13.000 ± 3.606' in eval_depth.table([dict(a, mean=dict(a['mean'], per_K=[dict(
+        K=1, ppl=13.0, norm_mean=1.0, norm_p99=1.0, norm_max=1.0, radial=0.0, angular=0.0, tok_per_s=1.0)],
+        trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])
+
+
+def every_setting():
+    """A run's saved config at the defaults: train.py's settings and every field of the models' configs."""
+    return {**train.SETTINGS, **asdict(ExitTrainConfig())}
+
+
+def grouped(*configs):
+    """Whether eval_depth.py reports these runs' configs as one condition."""
+    runs = [dict(name=f'run-s{i}', path=f'run-s{i}', seed=c['seed'], per_K=[dict(K=1, ppl=10.0 + i)])
+            for i, c in enumerate(configs)]
+    groups, _ = eval_depth.group_runs(runs, list(configs))
+    return len(groups) == 1
+
+
+def test_runs_differing_only_in_seed_group_and_in_any_setting_that_makes_a_condition_split():
+    base = every_setting()
+    assert grouped(base, dict(base, seed=base['seed'] + 1), dict(base, seed=base['seed'] + 2))
+    model_fields = {f.name for f in fields(ExitTrainConfig)}
+    assert not set(eval_depth.IDENTITY) & model_fields  # every model field makes a condition
+    assert set(eval_depth.IDENTITY) <= set(base)  # (and no name there is stale)
+    wrong = []
+    for name, value in base.items():
+        apart = not grouped(base, dict(base, **{name: another(name, value)}))
+        if apart != (name not in eval_depth.IDENTITY):
+            wrong.append(name)
+    assert not wrong, f"{wrong}: grouped where they should split, or split where they should group"
+
+
+# -----------------------------------------------------------------------------
+# bad input: one clear line (from the outside once), the argument bounds, a compiler that cannot build
+
+def fails(*argv):
+    """python -m beyond.eval_decode's one-line error for argv (eval_depth's checks and the decoding
+    studies'; in-process: no torch import per case)."""
+    with pytest.raises(SystemExit) as e:
+        eval_decode.main([str(a) for a in (*PINNED, *argv)])
+    message = str(e.value.code)
+    assert message.startswith('python -m beyond.eval_decode: error: ') and '\n' not in message, message
+    return message
+
+
+def test_bad_input_is_one_clear_line(runs, tiny_data, tmp_path):
+    empty = tmp_path / 'empty-run'
+    empty.mkdir()
+    # from the outside once: exactly one line on stderr, no traceback
+    assert_one_line_error(run_script('eval_depth.py', empty), 'eval_depth.py', 'no checkpoint', 'ckpt.pt')
+    out = ['--out', tmp_path / 'eval-out']
+    assert '--max_loops' in fails(runs[0], '--max_loops=0', *out)
+    assert "'gpu'" in fails(runs[0], '--device=gpu', *out)
+    (empty / 'ckpt.pt').write_bytes(b'not a checkpoint')
+    message = fails(empty, *out)
+    assert 'not a checkpoint written by train.py' in message and 'weights_only' not in message
+    torch.save({'weights': torch.zeros(2)}, empty / 'ckpt.pt')  # a torch file, but not train.py's
+    assert 'not a checkpoint written by train.py' in fails(empty, *out)
+    for bad in ('0', '1.5', '0.5,-1', 'high'):
+        assert '--exit' in fails(runs[0], '--exit', bad, *out)
+    assert '--lemma_loops' in fails(runs[0], '--lemma_loops=1', *out)
+    assert '--calibrate' in fails(runs[0], '--calibrate=1.5', *out)
+    assert 'two windows' in fails(runs[0], '--calibrate=0.1', '--max_tokens=20', '--out', tmp_path / 'cal')
+    assert '--batch_size' in fails(runs[0], '--batch_size=-1', *out)
+    for bad in ('mean', 'copy,recompute', ','):
+        assert '--stand_in' in fails(runs[0], f'--stand_in={bad}', *out)
+    (tmp_path / 'a-file').write_text('')
+    assert '--out' in fails(runs[0], '--out', tmp_path / 'a-file')
+    no_evals = tmp_path / 'no-evals'
+    no_evals.mkdir()
+    (no_evals / 'ckpt.pt').write_bytes((runs[0] / 'ckpt.pt').read_bytes())
+    (no_evals / 'log.jsonl').write_text(json.dumps(dict(kind='train', iter=1, h_norm=[1.0])) + '\n')
+    assert 'no eval lines' in fails(no_evals, '--curves', *out)
+    # data made with another tokenizer, under the name the run was trained on: a larger vocabulary or a smaller one
+    for vocab in (50257, 50):
+        other = tmp_path / f'data-{vocab}' / 'tiny-bytes'
+        other.mkdir(parents=True)
+        (np.arange(5000) % vocab).astype(np.uint16).tofile(other / 'val.bin')
+        (other / 'meta.json').write_text(json.dumps(dict(tokenizer='gpt2' if vocab > 256 else 'parity', vocab_size=vocab,
+                                                         dtype='uint16', tokens=dict(val=5000))))
+        message = fails(runs[0], f'--data_dir={other.parent}', *out)
+        assert 'vocab 256' in message and f'vocab {vocab} ' in message, vocab
+    # a split with one token has no token to score (a window needs its next): one line, for one token
+    # and not for two
+    for n in (1, 2):
+        short = tmp_path / f'data-short-{n}' / 'tiny-bytes'
+        short.mkdir(parents=True)
+        np.zeros(n, dtype=np.uint8).tofile(short / 'val.bin')
+        (short / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint8', tokens=dict(val=n))))
+        if n == 1:
+            assert 'the val split' in fails(runs[0], f'--data_dir={short.parent}', *out)
+        else:
+            evaluate(runs[0], f'--data_dir={short.parent}', '--max_loops=1', '--bench_iters=1', '--out', tmp_path / 'two')
+            assert json.loads((tmp_path / 'two' / 'results.json').read_text())['runs'][0]['tokens_scored'] == 1
+    assert not (tmp_path / 'eval-out').exists()  # nothing written by any of them
+
+
+EVAL_DEFAULTS = dict(max_loops=None, lemma_loops=0, lemma_tokens=16384, batch_size=0, max_tokens=0, bench_iters=10,
+                     diag_tokens=0)
+
+
+LEAST = dict(max_loops=1, lemma_loops=2, lemma_tokens=1, batch_size=0, max_tokens=0, bench_iters=1, diag_tokens=0)
+
+
+@pytest.mark.parametrize('name', LEAST)
+def test_eval_depth_takes_each_settings_least_value_and_refuses_one_less(name):
+    eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name]})))
+    with pytest.raises(UserError, match=f'--{name}'):
+        eval_depth.check_settings(Namespace(**dict(EVAL_DEFAULTS, **{name: LEAST[name] - 1})))
+
+
+def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_path, monkeypatch):
+    # --compile on with no usable C++ compiler (and no caches): the timing forward is built first,
+    # so the one line comes before the scoring passes run (score_depths is never reached)
+    scored = []
+    monkeypatch.setattr(eval_depth, 'score_depths', lambda *a, **k: scored.append(1) or pytest.fail('scored'))
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch({'cpp.cxx': (None, str(tmp_path / 'no-such-g++')), 'force_disable_caches': True}):
+            message = fails(runs[0], '--device=cpu', '--compile', 'on', '--out', tmp_path / 'x')
+    finally:
+        torch._dynamo.reset()
+    assert 'torch.compile could not build the timing forward' in message and message.endswith('--compile=off')
+    assert not scored and not (tmp_path / 'x' / 'results.json').exists()
+
+
+# -----------------------------------------------------------------------------
+# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
+
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('eval_depth.py', eval_depth.main, monkeypatch)

@@ -1,0 +1,243 @@
+"""
+beyond/eval_decode.py, the decoding studies eval_depth.py's evaluation takes in (python -m beyond.eval_decode):
+early exit teacher-forced and causal with its stand-ins, the oracle's frontier, calibrated halting, speculative
+decoding's acceptance and its predicted and timed speed-up, and the retiming of stored results. On the two tiny
+runs and their evaluation (conftest's runs and evaluated), and by hand.
+
+    python -m pytest -q tests/test_eval_decode.py
+"""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from beyond import eval_decode, exits
+from conftest import evaluate
+from data import Scoring, score_windows
+from model import LoopedGPT
+from report import mean_std
+
+
+# -----------------------------------------------------------------------------
+# what the evaluation reports: every criterion's exits and frontier, the stand-ins' error, speculative acceptance;
+# the exits at the thresholds' extremes
+
+def test_stand_ins_speculative_acceptance_and_calibration_are_reported(evaluated):
+    _, _, results = evaluated
+    for run in results:
+        causal = [e for e in run['early_exit'] if e['mode'] == 'causal']
+        assert {e['stand_in'] for e in causal} == {'copy', 'project'}
+        assert {e['criterion'] for e in run['early_exit']} == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
+        front = run['exit_frontier']  # every criterion's teacher-forced frontier, against the oracle's
+        assert set(front['teacher_forced']) == {'max_prob', 'entropy', 'converge', 'angular', 'latent'}
+        for at in front['at'].values():
+            assert all(a['loops'] >= at['oracle']['loops'] - 1e-9 for a in at.values())  # nothing beats the bound
+        assert set(run['stand_in_error']) == {'copy', 'project'}
+        spec = run['speculative']  # loop j's acceptance by loop K, j = 1..K-1
+        K = run['trained_K']
+        assert len(spec['greedy_agree']) == len(spec['sample_accept']) == K - 1
+        assert all(0 <= a <= 1 for a in spec['greedy_agree'] + spec['sample_accept'])
+
+
+def test_early_exit_thresholds_at_the_extremes(evaluated):
+    _, _, results = evaluated
+    for run in results:  # an exit at loop k reads out as the model run with k loops
+        K = run['trained_K']
+        for mode in ('teacher_forced', 'causal'):
+            for criterion in ('max_prob', 'entropy'):
+                exits = {e['threshold']: e for e in run['early_exit'] if e['criterion'] == criterion and e['mode'] == mode}
+                assert exits[1.0]['mean_loops'] == K  # no confidence exceeds 1: every token runs all loops
+                assert exits[1.0]['ppl'] == pytest.approx(run['per_K'][K - 1]['ppl'], rel=1e-4)
+                assert exits[1e-9]['mean_loops'] == 1  # every token is confident enough at loop 1
+                assert exits[1e-9]['ppl'] == pytest.approx(run['per_K'][0]['ppl'], rel=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# early exit by hand: teacher-forced, the oracle's frontier, calibrated halting, the stand-ins' distance
+
+def test_teacher_forced_exit_picks_the_first_confident_loop():
+    # 3 loops, 5 tokens: confidences and per-loop CE chosen so that every choice shows
+    conf = torch.tensor([[0.9, 0.1, 0.1, 0.6, 0.5],
+                         [0.2, 0.8, 0.1, 0.9, 0.7],
+                         [0.3, 0.3, 0.2, 0.1, 0.1]])
+    ce = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0],
+                       [10.0, 20.0, 30.0, 40.0, 50.0],
+                       [100.0, 200.0, 300.0, 400.0, 500.0]])
+    out = eval_decode.teacher_forced_exit({'conf_max_prob': conf, 'conf_entropy': conf, 'conf_converge': conf, 'ce': ce},
+                                          [0.5], 3)
+    # token 0 exits at loop 1, token 1 at loop 2, token 2 never (last loop), token 3 at loop 1,
+    # token 4 at loop 2: a confidence equal to the threshold does not exceed it
+    assert out[0]['mean_loops'] == pytest.approx((1 + 2 + 3 + 1 + 2) / 5)
+    assert out[0]['loss'] == pytest.approx((1.0 + 20.0 + 300.0 + 4.0 + 50.0) / 5)
+
+
+def test_the_oracle_frontier_by_hand():
+    # 3 loops, 4 tokens. Token 0 is best at loop 1, token 1 gains 1 nat a loop, token 2 gains
+    # 0.1 nats at loop 2 only, token 3 is best at loop 2 and worse at loop 3
+    ce = torch.tensor([[1.0, 3.0, 2.0, 2.0],
+                       [1.5, 2.0, 1.9, 1.0],
+                       [2.0, 1.0, 1.9, 1.5]])
+    got = eval_decode.oracle_frontier(ce, (0.01, 2.0, 20.0))
+    # mu = 0.01: a loop costs more than any CE saved, all at loop 1
+    # mu = 2: token 1 saves 2 x 1 = 2 per loop at the cost of 1: loop 3; token 2 saves 0.2 < 1: loop 1;
+    #         token 3 saves 2 at loop 2; token 0 stays at 1
+    # mu = 20: token 2 saves 2 > 1 at loop 2, and loop 3 saves it nothing more
+    assert got['mean_loops'] == pytest.approx([1.0, (1 + 3 + 1 + 2) / 4, (1 + 3 + 2 + 2) / 4])
+    assert got['ppl'] == pytest.approx([math.exp(8 / 4), math.exp((1 + 1 + 2 + 1) / 4), math.exp((1 + 1 + 1.9 + 1) / 4)])
+    # the frontier's loops at a perplexity limit, and the gap of a criterion to the oracle's
+    assert eval_decode.loops_at(got, math.exp(5 / 4)) == 1.75 and eval_decode.loops_at(got, 1.0) is None
+    conf = torch.tensor([[0.9, 0.1, 0.1, 0.1], [0.0, 0.1, 0.9, 0.9], [0.0, 0.0, 0.0, 0.0]])  # exits at 1, 3, 2, 2
+    front = eval_decode.exit_frontiers({'ce': ce, 'conf_x': conf}, 3, targets=(0.01,), grid=(0.5, 1.0))
+    assert front['full_ppl'] == pytest.approx(math.exp(6.4 / 4))
+    assert front['teacher_forced']['x']['mean_loops'] == pytest.approx([2.0, 3.0])  # tau 0.5: 1, 3, 2, 2; tau 1: all 3
+    x, oracle = front['at']['0.01']['x'], front['at']['0.01']['oracle']
+    assert x['loops'] == 2.0 and x['oracle_gap'] == pytest.approx(2.0 - oracle['loops'])
+
+
+def test_calibration_picks_the_fewest_loops_within_the_target(monkeypatch):
+    # a made-up model whose causal-exit loss falls as the threshold rises: CE = 3 - tau, loops = 1 + 3 tau
+    def fake_exit(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+        n = sum(length for _, length in windows)
+        tau = threshold if threshold > 0 else 1.0
+        return torch.full((n,), 3.0 - tau), torch.full((n,), 1.0 + 3 * tau)
+    monkeypatch.setattr(eval_decode, 'causal_exit', fake_exit)
+    monkeypatch.setattr(eval_decode, 'decode_speed', lambda model, prompt, n, K, device, ctx, exit_threshold=0.0, **kw:
+                        (100.0 / (1 + 3 * exit_threshold if exit_threshold else 4), 1.0, {}))
+    data = np.arange(2000) % 50
+    sc = Scoring(None, data, score_windows(2000, 100), 4, 'cpu', None)
+    got = eval_decode.calibrate(sc, 4, [0.1, 0.01], ['copy', 'project'], 16, 'x')
+    # ppl within 10% of full depth's exp(2): 3 - tau <= 2 + ln 1.1, tau >= 0.9047: the grid's 0.95;
+    # within 1%: tau >= 0.99005, none of the grid (0.99 just misses): nothing exits
+    n = len(exits.CRITERIA)  # (every criterion, with each stand-in)
+    assert [(c['target'], c['threshold']) for c in got] == [(0.1, 0.95)] * 2 * n + [(0.01, 0.999)] * 2 * n
+    assert [c['stand_in'] for c in got[:2 * n]] == ['copy'] * n + ['project'] * n
+    for c in got:
+        assert c['full_ppl'] == pytest.approx(math.exp(2.0)) and c['ppl'] <= (1 + c['target']) * c['full_ppl']
+        assert c['calibration_tokens'] + c['heldout_tokens'] == 1999
+        assert c['speedup'] == pytest.approx(4 / (1 + 3 * c['threshold']))
+
+    # the limit is full depth's perplexity on the calibration half: here the held-back half is harder (CE 0.5
+    # more at every threshold), and a limit from its perplexity would admit thresholds far below 0.95
+    def harder_later(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+        ce, loops = fake_exit(ev, K, criterion, threshold, stand_in, windows, desc)
+        return (ce if windows[0][0] == 0 else ce + 0.5), loops
+    monkeypatch.setattr(eval_decode, 'causal_exit', harder_later)
+    got = eval_decode.calibrate(sc, 4, [0.1], ['copy'], 16, 'x')
+    assert [c['threshold'] for c in got] == [0.95] * n
+    assert got[0]['full_ppl_pick'] == pytest.approx(math.exp(2.0)) and got[0]['full_ppl'] == pytest.approx(math.exp(2.5))
+
+    # causal exits need not improve with the threshold: here exiting everything after loop 1 is
+    # as good as full depth, and middling thresholds are worse. The fewest loops win.
+    def dip(ev, K, criterion, threshold, stand_in, windows=None, desc=''):
+        n = sum(length for _, length in windows)
+        ce = 2.0 if threshold < 0.05 else 2.5 if threshold < 0.995 else 2.0
+        return torch.full((n,), ce), torch.full((n,), 1.0 if 0 < threshold < 0.05 else 1.0 + 3 * threshold)
+    monkeypatch.setattr(eval_decode, 'causal_exit', dip)
+    got = eval_decode.calibrate(sc, 4, [0.01], ['copy'], 16, 'x')
+    assert [c['threshold'] for c in got] == [1e-6] * n
+
+
+def test_stand_in_error_is_the_distance_between_loop_keys():
+    # layer 0 of loop j reads H_{j-1}: its key there is computed straight from hidden_states. The
+    # copied stand-in of a token exiting at loop j is that key; the projected one is layer 0's key
+    # of H_j, the state it exits with
+    torch.manual_seed(0)
+    from model import LoopedGPTConfig
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
+                                      dropout=0.0, init_std=0.02)).eval()
+    data = np.arange(400) % 50
+    sc = Scoring(model, data, score_windows(len(data), 16), 2, 'cpu', torch.no_grad())
+    got = eval_decode.stand_in_error(sc, 3)
+    x, _ = sc.first_batch()
+    with torch.no_grad():
+        hs = model.hidden_states(x, 3)
+        attn = model.transformer.h[0]
+        C = 16
+
+        def key(h):  # (B, T, C) -> (B, nh, T, hs)
+            return attn.attn.c_attn(attn.ln_1(h)).split(C, dim=2)[1].view(2, 16, 2, 8).transpose(1, 2)
+        last = key(hs[2])
+        for j in (1, 2):
+            for stand_in, h in (('copy', hs[j - 1]), ('project', hs[j])):
+                want = ((key(h) - last).norm(dim=-1) / last.norm(dim=-1)).mean().item()
+                assert got[stand_in]['keys'][j - 1][0] == pytest.approx(want, rel=1e-5)
+    assert got['project']['keys'][1][0] == pytest.approx(0.0, abs=1e-6)  # exiting at K-1: loop K's layer 0 is exact
+    for stand_in in ('copy', 'project'):
+        assert len(got[stand_in]['keys']) == 2 and len(got[stand_in]['values'][0]) == 2
+
+
+# -----------------------------------------------------------------------------
+# speculative decoding: the acceptance and its predicted speed-up by hand, and the timed bench
+
+def test_speculative_acceptance_and_its_predicted_speed_up_by_hand():
+    p_j = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]]).log()
+    p_K = torch.tensor([[0.5, 0.4, 0.1], [0.2, 0.2, 0.6]]).log()
+    agree, accept = eval_decode.acceptance(p_j, p_K)
+    assert agree.tolist() == [1.0, 0.0]  # argmax 0 == 0; argmax 1 != 2
+    assert accept.tolist() == pytest.approx([0.5 + 0.2 + 0.1, 0.1 + 0.2 + 0.3])  # sum of the minima
+    # g = 1 draft kept with a = 0.5: 1.5 tokens a pass; with j = 1 of K = 4 a pass costs
+    # 2 draft steps of 1/4 and a verify of 3/4 of a token: 1.5 / 1.25 = 1.2x
+    assert eval_decode.tokens_per_pass(0.5, 1) == pytest.approx(1.5)
+    assert eval_decode.predicted_speedup(0.5, 1, 1, 4) == pytest.approx(1.2)
+    assert eval_decode.tokens_per_pass(1.0, 3) == 4.0
+
+
+def test_calibration_speculative_timing_and_retime(runs, tmp_path):
+    # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
+    out = tmp_path / 'cal'
+    r = evaluate(runs[0], '--calibrate=0.05', '--max_tokens=512', '--decode_tokens=8', '--speculative',
+                 '--bench_iters=1', '--max_loops=2', '--criteria=max_prob,angular', '--out', out)
+    assert 'calibrated halting' in r.stdout and '| greedy | 1 |' in r.stdout
+    run = json.loads((out / 'results.json').read_text())['runs'][0]
+    assert {c['stand_in'] for c in run['calibrated']} == {'copy', 'project'}
+    assert {c['criterion'] for c in run['calibrated']} == {'max_prob', 'angular'}  # (--criteria: a readout's, a state's)
+    for c in run['calibrated']:
+        assert c['threshold'] in eval_decode.CALIBRATION_GRID + (1.0,)  # 1.0: nothing within the target exits
+        assert c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
+        assert 'retimed' not in c
+    bench = run['speculative_bench']  # K=2: draft with loop 1, every g and draft_stop, greedy and sampled
+    assert len(bench) == len(eval_decode.SPEC_GRID['g']) * len(eval_decode.SPEC_GRID['draft_stop']) * 2
+    for row in bench:
+        assert row['j'] == 1 and 0 <= row['accept_rate'] <= 1 and row['tokens_per_pass'] >= 1
+        assert row['speedup'] == pytest.approx(row['tok_per_s'] / row['fixed_tok_per_s'])
+
+    again = tmp_path / 'retimed'  # the calibrated picks timed again, nothing else recomputed
+    evaluate('--from_results', out / 'results.json', '--retime', '--out', again)
+    rerun = json.loads((again / 'results.json').read_text())['runs'][0]
+    assert [c['threshold'] for c in rerun['calibrated']] == [c['threshold'] for c in run['calibrated']]
+    for c in rerun['calibrated']:
+        assert c['retimed'] and c['speedup'] == pytest.approx(c['decode_tok_per_s'] / c['fixed_decode_tok_per_s'])
+
+
+# -----------------------------------------------------------------------------
+# the calibration table and retiming
+
+def test_calibration_table_names_each_seeds_reference():
+    # an exit-trained seed is measured against its own normally trained twin: the table names each
+    def run(seed, ref_ppl):
+        return dict(name=f'exit-s{seed}', calibrated=[dict(
+            stand_in='copy', criterion='max_prob', target=0.01, threshold=0.9, ppl=5.7, full_ppl=5.8, mean_loops=3.0,
+            reference=f'twin-s{seed}', reference_ppl=ref_ppl, fixed_decode_tok_per_s=100.0, decode_tok_per_s=110.0,
+            speedup=1.1)])
+    members = [run(1, 5.5), run(2, 5.6)]
+    mean, std = mean_std(members)
+    table = eval_decode.calibration_table(dict(name='exit', n=2, runs=['exit-s1', 'exit-s2'], mean=mean, std=std), members)
+    assert '(twin-s1: 5.500, twin-s2: 5.600)' in table and 'None' not in table
+
+
+def test_retime_with_device_auto_times_on_the_device_the_runs_were_timed_on(monkeypatch):
+    # on a box where CUDA is visible, --from_results --retime (device auto) retimes CPU runs on the CPU
+    seen = []
+    monkeypatch.setattr(eval_decode, 'retime', lambda runs, device, data_dir=None: seen.append(device))
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    try:
+        study = eval_decode.DecodingStudies()
+        assert study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=True, device='auto', data_dir=None))
+        assert not study.from_results([{'device': 'cpu'}], SimpleNamespace(retime=False, device='auto', data_dir=None))
+    finally:
+        torch.set_flush_denormal(False)
+    assert seen == ['cpu']
