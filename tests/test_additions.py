@@ -24,7 +24,8 @@ from test_model import D, T, batch, tiny
 
 
 # -----------------------------------------------------------------------------
-# the scale controls
+# the scale controls: the sandwich norm bounds every update (its gain by hand), damping contracts the carried state,
+# injection adds the embedding; every parameter of every control (the paper's and the field's) reaches the logits
 
 def test_sandwich_norm_bounds_every_update_whatever_the_weights():
     # a pre-norm block's update is already blind to the state's scale (its input is normalized) but
@@ -76,6 +77,35 @@ def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
     injected = tiny(FieldGPT, inject=True)
     assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
 
+
+CONTROLS = [dict(readout='norm'), dict(readout='raw'), dict(readout='final_norm'), dict(readout='alpha'),
+            dict(interloop_norm=True), dict(sandwich_norm=True), dict(damping=True), dict(inject=True),
+            dict(sandwich_norm=True, damping=True, inject=True, interloop_norm=True, readout='alpha')]
+
+
+@pytest.mark.parametrize('control', CONTROLS, ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+def test_every_parameter_of_every_scale_control_reaches_the_logits(control):
+    # a gain or a logit the forward forgets to read (the sandwich norm's output gain, the damping
+    # factor, the readout's gain, ...) trains nothing and changes nothing: each is perturbed alone
+    cls = LoopedGPT if set(control) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT  # (the paper's where it can)
+    model = tiny(cls, n_layer=1, init_std=0.1, **control).eval()
+    x, y = batch(B=2)
+    with torch.no_grad():
+        base, _ = model(x)
+        for name, p in model.named_parameters():
+            keep = p.clone()
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+            moved, _ = model(x)
+            p.copy_(keep)
+            assert (moved - base).abs().max() > 1e-4, name
+        # the control itself changes the per-loop loss (final_norm: its loops before the last), the same
+        # weights where they are shared
+        plain = tiny(n_layer=1, init_std=0.1).eval()
+        plain.load_state_dict(model.state_dict(), strict=False)
+        if control != dict(readout='norm'):
+            assert abs(plain(x, y)[1].item() - model(x, y)[1].item()) > 1e-4
+
+
 # -----------------------------------------------------------------------------
 # bounded work per loop, for tasks whose longer instances need more loops (docs/tasks.md): a window, no positions
 
@@ -115,6 +145,99 @@ def test_without_positions_any_length_runs_and_learned_positions_refuse():
         FieldGPTConfig(**cfg, positions='rope')
     with pytest.raises(ValueError, match="'window' must be >= 0"):
         FieldGPTConfig(**cfg, window=-1)
+
+
+# -----------------------------------------------------------------------------
+# truncated backprop (FieldGPT.forward's bptt, random-depth training's): the loss reads, penalises and trains only
+# the loops that run with a graph, the FLOPs estimate of a step is the counted one, and at and past the K a step
+# runs every loop is read (config/random_depth.py, bptt 8, draws K < 8 most steps)
+
+@pytest.mark.parametrize('inject', [False, True])
+def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
+    model = tiny(FieldGPT, readout='raw', n_loops=4, inject=inject)
+    x, y = batch()
+    _, loss = model(x, y, bptt=2)
+    stats = model.stats
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
+    with torch.no_grad():
+        h0 = model.embed(x)
+        h2 = model.loop(model.loop_input(model.loop(h0), 1, h0))
+    e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
+    h3 = model.loop(model.loop_input(h2, 2, e))
+    h4 = model.loop(model.loop_input(h3, 3, e))
+    want = sum(F.cross_entropy(model.lm_head(model.readout(h, False)).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
+    want.backward()
+    assert torch.allclose(loss, want, atol=1e-5)
+    for n, p in model.named_parameters():
+        assert (p.grad is None) == (n not in got), n
+        if p.grad is not None:
+            assert torch.allclose(got[n], p.grad, atol=1e-5), n
+    assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
+    assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in (model.loop(h0), h2, h3, h4)]))
+    # the position embedding reaches the loss only through the loops: through the truncated ones
+    # not at all, through injection into the trained ones, yes
+    assert ('transformer.wpe.weight' in got) == inject
+
+
+def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
+    # what the loss reports is what trains: the loops without a graph are in neither the CE nor the penalty
+    lam = 0.1
+    model = tiny(FieldGPT, n_layer=1, readout='raw', n_loops=4, norm_penalty=lam, init_std=0.1)
+    x, y = batch(B=2)
+    with torch.no_grad():
+        h = model.hidden_states(x)  # H_0 .. H_4, the same values the truncated forward computes
+    read = h[3:]  # loops 3 and 4 (bptt 2)
+    want = sum(F.cross_entropy(model.lm_head(model.readout(s, False)).flatten(0, 1), y.flatten()) for s in read) / 2
+    want = want + lam * sum(s.pow(2).mean() for s in read) / 2
+    _, loss = model(x, y, bptt=2)
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    every = want + lam * (sum(s.pow(2).mean() for s in h[1:]) / 4 - sum(s.pow(2).mean() for s in read) / 2)
+    assert abs(every.item() - want.item()) > 1e-3  # (the penalty over all four loops would be another number)
+
+
+@pytest.mark.parametrize('loss', ['perloop', 'terminal'])
+def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(loss):
+    # the training step counted matmul by matmul (forward and backward) is the estimate MFU divides by,
+    # at every bptt: truncated loops have a forward and no backward, and are not read out
+    model = tiny(FieldGPT, n_layer=2, n_loops=4, loss=loss, init_std=0.1)
+    x, y = batch(B=4)
+    for bptt in (0, 1, 2, 4):
+        with FlopCounterMode(display=False) as counter:
+            _, l = model(x, y, bptt=bptt)
+            l.backward()
+        model.zero_grad()
+        graph = bptt or 4
+        # the counter does not see F.scaled_dot_product_attention on the CPU: attention as the estimate
+        # counts it, 2*T*d a token per layer for q@k and for att@v, x1 forward and x2 backward
+        attention = (4 + 2 * graph) * 2 * 2 * (2 * T * D)
+        assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(backward_loops=bptt, T=T), bptt
+
+
+def step(model, x, y, K, bptt):
+    """loss, per-loop CE and every parameter's gradient of one training forward and backward."""
+    model.zero_grad()
+    _, loss = model(x, y, n_loops=K, bptt=bptt)
+    loss.backward()
+    return loss.detach(), model.stats['ce'], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize('K,bptt', [(2, 2), (2, 3), (2, 8), (4, 4), (4, 5)])
+def test_bptt_at_or_past_the_drawn_depth_reads_and_trains_every_loop_that_ran(K, bptt):
+    # truncated backprop counts from the last loop: with bptt >= K every loop that ran has a graph and is read,
+    # the loss, the penalty, the per-loop CE and the gradients those of the untruncated step
+    model = tiny(FieldGPT, n_layer=1, n_loops=4, readout='raw', norm_penalty=0.1)
+    x, y = batch(B=2)
+    want, got = step(model, x, y, K, 0), step(model, x, y, K, bptt)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[1].isfinite().all()
+    assert got[2].keys() == want[2].keys() and all(torch.equal(got[2][n], want[2][n]) for n in want[2])
+    assert model.flops_per_token(K, backward_loops=bptt) == model.flops_per_token(K)
+    # one loop short of K is truncated: the first loop is not read, and the loss is another number
+    short = step(model, x, y, K, K - 1)
+    assert short[1][0].isnan() and short[1][1:].isfinite().all() and not torch.equal(short[0], want[0])
+    assert model.flops_per_token(K, backward_loops=K - 1) < model.flops_per_token(K)
 
 
 # -----------------------------------------------------------------------------
@@ -254,129 +377,3 @@ def test_an_older_checkpoint_loads_as_the_class_its_fields_name(tmp_path):
             assert torch.equal(loaded.eval()(x)[0], model(x)[0])
     assert set(MOVED) == {f.name for f in fields(ExitTrainConfig)} - {f.name for f in fields(LoopedGPTConfig)}
     assert all(getattr(ExitTrainConfig(), k) == v for k, v in MOVED.items())  # (MOVED: their defaults, as declared)
-
-
-# -----------------------------------------------------------------------------
-# every parameter of every scale control (the paper's and the field's) reaches the logits
-
-CONTROLS = [dict(readout='norm'), dict(readout='raw'), dict(readout='final_norm'), dict(readout='alpha'),
-            dict(interloop_norm=True), dict(sandwich_norm=True), dict(damping=True), dict(inject=True),
-            dict(sandwich_norm=True, damping=True, inject=True, interloop_norm=True, readout='alpha')]
-
-
-@pytest.mark.parametrize('control', CONTROLS, ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
-def test_every_parameter_of_every_scale_control_reaches_the_logits(control):
-    # a gain or a logit the forward forgets to read (the sandwich norm's output gain, the damping
-    # factor, the readout's gain, ...) trains nothing and changes nothing: each is perturbed alone
-    cls = LoopedGPT if set(control) <= {f.name for f in fields(LoopedGPTConfig)} else FieldGPT  # (the paper's where it can)
-    model = tiny(cls, n_layer=1, init_std=0.1, **control).eval()
-    x, y = batch(B=2)
-    with torch.no_grad():
-        base, _ = model(x)
-        for name, p in model.named_parameters():
-            keep = p.clone()
-            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
-            moved, _ = model(x)
-            p.copy_(keep)
-            assert (moved - base).abs().max() > 1e-4, name
-        # the control itself changes the per-loop loss (final_norm: its loops before the last), the same
-        # weights where they are shared
-        plain = tiny(n_layer=1, init_std=0.1).eval()
-        plain.load_state_dict(model.state_dict(), strict=False)
-        if control != dict(readout='norm'):
-            assert abs(plain(x, y)[1].item() - model(x, y)[1].item()) > 1e-4
-
-
-# -----------------------------------------------------------------------------
-# truncated backprop: the loss reads and penalises only the loops that run with a graph, and the FLOPs estimate
-# of a step is the counted one
-
-@pytest.mark.parametrize('inject', [False, True])
-def test_truncated_backprop_trains_and_reads_only_the_last_loops(inject):
-    model = tiny(FieldGPT, readout='raw', n_loops=4, inject=inject)
-    x, y = batch()
-    _, loss = model(x, y, bptt=2)
-    stats = model.stats
-    loss.backward()
-    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    # by hand: loops 1 and 2 without a graph, then loops 3 and 4 read out (per-loop CE over the two)
-    with torch.no_grad():
-        h0 = model.embed(x)
-        h2 = model.loop(model.loop_input(model.loop(h0), 1, h0))
-    e = model.embed(x)  # (with a graph: what injection feeds the trained loops)
-    h3 = model.loop(model.loop_input(h2, 2, e))
-    h4 = model.loop(model.loop_input(h3, 3, e))
-    want = sum(F.cross_entropy(model.lm_head(model.readout(h, False)).flatten(0, 1), y.flatten()) for h in (h3, h4)) / 2
-    want.backward()
-    assert torch.allclose(loss, want, atol=1e-5)
-    for n, p in model.named_parameters():
-        assert (p.grad is None) == (n not in got), n
-        if p.grad is not None:
-            assert torch.allclose(got[n], p.grad, atol=1e-5), n
-    assert torch.isnan(stats['ce'][:2]).all() and torch.isfinite(stats['ce'][2:]).all()  # loops 1-2 not read
-    assert torch.allclose(stats['h_norm'], torch.stack([h.norm(dim=-1).mean() for h in (model.loop(h0), h2, h3, h4)]))
-    # the position embedding reaches the loss only through the loops: through the truncated ones
-    # not at all, through injection into the trained ones, yes
-    assert ('transformer.wpe.weight' in got) == inject
-
-
-def test_truncated_backprop_penalises_only_the_loops_that_run_with_a_graph():
-    # what the loss reports is what trains: the loops without a graph are in neither the CE nor the penalty
-    lam = 0.1
-    model = tiny(FieldGPT, n_layer=1, readout='raw', n_loops=4, norm_penalty=lam, init_std=0.1)
-    x, y = batch(B=2)
-    with torch.no_grad():
-        h = model.hidden_states(x)  # H_0 .. H_4, the same values the truncated forward computes
-    read = h[3:]  # loops 3 and 4 (bptt 2)
-    want = sum(F.cross_entropy(model.lm_head(model.readout(s, False)).flatten(0, 1), y.flatten()) for s in read) / 2
-    want = want + lam * sum(s.pow(2).mean() for s in read) / 2
-    _, loss = model(x, y, bptt=2)
-    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
-    every = want + lam * (sum(s.pow(2).mean() for s in h[1:]) / 4 - sum(s.pow(2).mean() for s in read) / 2)
-    assert abs(every.item() - want.item()) > 1e-3  # (the penalty over all four loops would be another number)
-
-@pytest.mark.parametrize('loss', ['perloop', 'terminal'])
-def test_the_flops_estimate_is_a_counted_training_step_with_truncated_backprop(loss):
-    # the training step counted matmul by matmul (forward and backward) is the estimate MFU divides by,
-    # at every bptt: truncated loops have a forward and no backward, and are not read out
-    model = tiny(FieldGPT, n_layer=2, n_loops=4, loss=loss, init_std=0.1)
-    x, y = batch(B=4)
-    for bptt in (0, 1, 2, 4):
-        with FlopCounterMode(display=False) as counter:
-            _, l = model(x, y, bptt=bptt)
-            l.backward()
-        model.zero_grad()
-        graph = bptt or 4
-        # the counter does not see F.scaled_dot_product_attention on the CPU: attention as the estimate
-        # counts it, 2*T*d a token per layer for q@k and for att@v, x1 forward and x2 backward
-        attention = (4 + 2 * graph) * 2 * 2 * (2 * T * D)
-        assert counter.get_total_flops() / x.numel() + attention == model.flops_per_token(backward_loops=bptt, T=T), bptt
-
-
-# -----------------------------------------------------------------------------
-# truncated backprop (FieldGPT.forward's bptt, random-depth training's) at and past the K a step runs:
-# config/random_depth.py (bptt 8) draws K < 8 most steps
-
-def step(model, x, y, K, bptt):
-    """loss, per-loop CE and every parameter's gradient of one training forward and backward."""
-    model.zero_grad()
-    _, loss = model(x, y, n_loops=K, bptt=bptt)
-    loss.backward()
-    return loss.detach(), model.stats['ce'], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-@pytest.mark.parametrize('K,bptt', [(2, 2), (2, 3), (2, 8), (4, 4), (4, 5)])
-def test_bptt_at_or_past_the_drawn_depth_reads_and_trains_every_loop_that_ran(K, bptt):
-    # truncated backprop counts from the last loop: with bptt >= K every loop that ran has a graph and is read,
-    # the loss, the penalty, the per-loop CE and the gradients those of the untruncated step
-    model = tiny(FieldGPT, n_layer=1, n_loops=4, readout='raw', norm_penalty=0.1)
-    x, y = batch(B=2)
-    want, got = step(model, x, y, K, 0), step(model, x, y, K, bptt)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[1].isfinite().all()
-    assert got[2].keys() == want[2].keys() and all(torch.equal(got[2][n], want[2][n]) for n in want[2])
-    assert model.flops_per_token(K, backward_loops=bptt) == model.flops_per_token(K)
-    # one loop short of K is truncated: the first loop is not read, and the loss is another number
-    short = step(model, x, y, K, K - 1)
-    assert short[1][0].isnan() and short[1][1:].isfinite().all() and not torch.equal(short[0], want[0])
-    assert model.flops_per_token(K, backward_loops=K - 1) < model.flops_per_token(K)

@@ -68,39 +68,6 @@ def test_an_unknown_setting_names_the_script_it_was_given_to():
 
 
 # -----------------------------------------------------------------------------
-# a config file's own names (configurator.py's docstring): _private names, functions and modules are the file's,
-# seen by the rest of the file (its functions included) and dropped after it; every other name is a setting
-
-def test_a_config_files_helpers_are_its_own_and_seen_by_its_functions(tmp_path):
-    cfg = tmp_path / 'wide.py'
-    cfg.write_text("import math\n"
-                   "_width = 64\n"
-                   "def _heads(width):\n"
-                   "    return width // _per_head\n"          # a helper reading another of the file's names
-                   "_per_head = 32\n"
-                   "def lr_for(width):\n"                     # a public function: the file's too
-                   "    return 1e-3 * math.sqrt(512 / width)\n"
-                   "n_embd = _width\n"
-                   "n_head = _heads(_width)\n"
-                   "n_loops = sum(_per_head // 32 for _ in range(3))\n"  # a generator reads the file's names
-                   "learning_rate = lr_for(n_embd)\n")
-    c = train.setup([str(cfg)])
-    assert (c['n_embd'], c['n_head'], c['n_loops']) == (64, 2, 3)
-    assert c['learning_rate'] == pytest.approx(1e-3 * math.sqrt(8))
-    assert not {'math', '_width', '_heads', '_per_head', 'lr_for'} & set(c)
-    # a public name that is not a setting is refused, named with its file
-    (tmp_path / 'typo.py').write_text("_ok = 1\nwidth = 64\n")
-    with pytest.raises(UserError, match=r"unknown setting 'width' \(in .*typo.py\)"):
-        train.setup([str(tmp_path / 'typo.py')])
-    # the next file sees the settings the first made, not its helpers
-    (tmp_path / 'next.py').write_text("n_layer = n_loops\nn_head = _width\n")
-    with pytest.raises(UserError, match="NameError: name '_width' is not defined"):
-        train.setup([str(cfg), str(tmp_path / 'next.py')])
-    (tmp_path / 'next.py').write_text("n_layer = n_loops\n")
-    assert train.setup([str(cfg), str(tmp_path / 'next.py')])['n_layer'] == 3
-
-
-# -----------------------------------------------------------------------------
 # every setting's type, from train.py's --help: a value of another type refused in one line
 
 def help_settings(capsys):
@@ -134,6 +101,39 @@ def test_every_setting_refuses_a_value_of_another_type_in_one_line(capsys, tmp_p
     with pytest.raises(UserError, match="'learning_rate' takes a float.*bad.py"):
         train.main([str(config)])
     assert configure(dict(lr=3e-4), ['--lr=2'])['lr'] == 2.0  # an int is still a float's
+
+
+# -----------------------------------------------------------------------------
+# a config file's own names (configurator.py's docstring): _private names, functions and modules are the file's,
+# seen by the rest of the file (its functions included) and dropped after it; every other name is a setting
+
+def test_a_config_files_helpers_are_its_own_and_seen_by_its_functions(tmp_path):
+    cfg = tmp_path / 'wide.py'
+    cfg.write_text("import math\n"
+                   "_width = 64\n"
+                   "def _heads(width):\n"
+                   "    return width // _per_head\n"          # a helper reading another of the file's names
+                   "_per_head = 32\n"
+                   "def lr_for(width):\n"                     # a public function: the file's too
+                   "    return 1e-3 * math.sqrt(512 / width)\n"
+                   "n_embd = _width\n"
+                   "n_head = _heads(_width)\n"
+                   "n_loops = sum(_per_head // 32 for _ in range(3))\n"  # a generator reads the file's names
+                   "learning_rate = lr_for(n_embd)\n")
+    c = train.setup([str(cfg)])
+    assert (c['n_embd'], c['n_head'], c['n_loops']) == (64, 2, 3)
+    assert c['learning_rate'] == pytest.approx(1e-3 * math.sqrt(8))
+    assert not {'math', '_width', '_heads', '_per_head', 'lr_for'} & set(c)
+    # a public name that is not a setting is refused, named with its file
+    (tmp_path / 'typo.py').write_text("_ok = 1\nwidth = 64\n")
+    with pytest.raises(UserError, match=r"unknown setting 'width' \(in .*typo.py\)"):
+        train.setup([str(tmp_path / 'typo.py')])
+    # the next file sees the settings the first made, not its helpers
+    (tmp_path / 'next.py').write_text("n_layer = n_loops\nn_head = _width\n")
+    with pytest.raises(UserError, match="NameError: name '_width' is not defined"):
+        train.setup([str(cfg), str(tmp_path / 'next.py')])
+    (tmp_path / 'next.py').write_text("n_layer = n_loops\n")
+    assert train.setup([str(cfg), str(tmp_path / 'next.py')])['n_layer'] == 3
 
 
 # -----------------------------------------------------------------------------

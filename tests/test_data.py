@@ -25,48 +25,6 @@ from data import ByteTokenizer, Rows, Scoring, batches, eval_batches, get_tokeni
 
 
 # -----------------------------------------------------------------------------
-# the prepared splits: missing data is one line naming the command that makes it, a split too short for a
-# window refused
-
-def test_a_tasks_missing_data_names_the_module_that_makes_it(tmp_path):
-    # config/parity.py's dataset is written by python -m beyond.parity, not by prepare.py
-    try:
-        with pytest.raises(UserError, match=r'make it with `python -m beyond.parity`'):
-            train.main([f'{HERE}/config/parity.py', f'--data_dir={tmp_path}', f'--out_dir={tmp_path / "out"}'])
-    finally:
-        torch.set_flush_denormal(False)
-    assert not (tmp_path / 'out').exists()
-    # a name that no module of beyond/ writes is text for prepare.py, as before
-    with pytest.raises(UserError, match=r'python prepare.py --text_dir .* --out_dir data/my-text'):
-        train.load_splits(str(tmp_path), 'my-text', 16)
-
-
-def test_missing_data_names_the_prepare_command(tmp_path):
-    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
-    with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
-        train.load_splits(c.data_dir, c.dataset, c.block_size)
-    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
-    with pytest.raises(UserError, match='`python prepare.py`'):
-        train.load_splits(c.data_dir, c.dataset, c.block_size)
-
-
-def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
-    for n, refused in ((33, True), (34, False)):  # block_size 32: a window and its targets span 33, and the starts
-        # are drawn from [0, n - 33): at least one
-        folder = tmp_path / str(n) / 'd'
-        folder.mkdir(parents=True)
-        for split in ('train', 'val'):
-            np.zeros(n if split == 'val' else 1000, dtype=np.uint16).tofile(folder / f'{split}.bin')
-        (folder / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint16',
-                                                          tokens=dict(train=1000, val=n))))
-        if refused:
-            with pytest.raises(UserError, match=f'the val split of d has {n} tokens, too few for block_size 32'):
-                load_splits(str(tmp_path / str(n)), 'd', 32)
-        else:
-            assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
-
-
-# -----------------------------------------------------------------------------
 # the tokenizers (tiktoken's BPE stood in by a small one built here, as its ranks need a download)
 
 @pytest.fixture
@@ -111,59 +69,50 @@ def test_a_tokenizer_is_the_encoding_named_and_decodes_a_cut_character_as_errors
 
 
 # -----------------------------------------------------------------------------
-# a checkpoint without its training config, loaded on the data folder named
+# the prepared splits: missing data is one line naming the command that makes it, a split too short for a
+# window refused
 
-def test_a_checkpoint_without_its_config_loads_on_the_data_folder_named(bare_checkpoint, tiny_data, tmp_path,
-                                                                         monkeypatch):
-    folder = tiny_data / 'tiny-bytes'
-    model, config, val = load_run(str(bare_checkpoint), 'cpu', 'val', data_dir=str(folder))
-    assert config == {} and not model.training
-    assert np.array_equal(val, np.fromfile(folder / 'val.bin', dtype=np.uint16))
-    model, tokenizer = sample.load(dict(sample.SETTINGS, out_dir=str(bare_checkpoint), data_dir=str(folder)), 'cpu')
-    assert tokenizer.name == 'bytes' and not model.training
-    # without --data_dir there is nothing to find it by: one line naming the folder looked in
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match=r"no prepared data in data/ \(meta.json missing\)"):
-        load_run(str(bare_checkpoint), 'cpu', 'val')
-
-
-# -----------------------------------------------------------------------------
-# scoring: the progress bar and the first batch
-
-class Terminal(io.StringIO):
-    def isatty(self):
-        return True
+def test_a_tasks_missing_data_names_the_module_that_makes_it(tmp_path):
+    # config/parity.py's dataset is written by python -m beyond.parity, not by prepare.py
+    try:
+        with pytest.raises(UserError, match=r'make it with `python -m beyond.parity`'):
+            train.main([f'{HERE}/config/parity.py', f'--data_dir={tmp_path}', f'--out_dir={tmp_path / "out"}'])
+    finally:
+        torch.set_flush_denormal(False)
+    assert not (tmp_path / 'out').exists()
+    # a name that no module of beyond/ writes is text for prepare.py, as before
+    with pytest.raises(UserError, match=r'python prepare.py --text_dir .* --out_dir data/my-text'):
+        train.load_splits(str(tmp_path), 'my-text', 16)
 
 
-@pytest.mark.parametrize('stream', [Terminal, io.StringIO])
-def test_the_scoring_progress_bar_counts_batches_and_shows_only_on_a_terminal(stream, monkeypatch):
-    windows = score_windows(100, 16)  # 6 windows of 16 and one of 3: 2 batches of 4, then the tail
-    sc = Scoring(None, np.arange(100), windows, 4, 'cpu', None)
-    monkeypatch.setattr(sys, 'stderr', stream())
-    with sc.progress(windows, 'scoring') as bar:
-        bar.update(1)
-    shown = sys.stderr.getvalue()
-    if stream is Terminal:
-        assert 'scoring' in shown and '0/3 ' in shown, shown  # (3 batches: the tail is one of its own)
-    else:
-        assert shown == ''  # a log file or a pipe gets no bar
+def test_missing_data_names_the_prepare_command(tmp_path):
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}', '--dataset=wikitext-2-bytes'))
+    with pytest.raises(UserError, match='python prepare.py --dataset wikitext-2 --tokenizer bytes'):
+        train.load_splits(c.data_dir, c.dataset, c.block_size)
+    c = SimpleNamespace(**settings(f'--data_dir={tmp_path}'))
+    with pytest.raises(UserError, match='`python prepare.py`'):
+        train.load_splits(c.data_dir, c.dataset, c.block_size)
 
 
-def test_first_batch_is_the_first_batch_size_windows_in_their_order():
-    tokens = np.arange(200)
-    sc = Scoring(None, tokens, [(0, 8), (8, 16), (24, 16), (40, 16)], 1, 'cpu', None)
-    x, y = sc.first_batch()  # the first window, though a longer one follows it
-    assert x.tolist() == [list(range(0, 8))] and y.tolist() == [list(range(1, 9))]
-    x, _ = sc.first_batch(sc.windows[1:], 2)
-    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
-    sc.batch_size = 3  # the first 3: a batch is of one length, the longest first
-    x, _ = sc.first_batch()
-    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path):
+    for n, refused in ((33, True), (34, False)):  # block_size 32: a window and its targets span 33, and the starts
+        # are drawn from [0, n - 33): at least one
+        folder = tmp_path / str(n) / 'd'
+        folder.mkdir(parents=True)
+        for split in ('train', 'val'):
+            np.zeros(n if split == 'val' else 1000, dtype=np.uint16).tofile(folder / f'{split}.bin')
+        (folder / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=256, dtype='uint16',
+                                                          tokens=dict(train=1000, val=n))))
+        if refused:
+            with pytest.raises(UserError, match=f'the val split of d has {n} tokens, too few for block_size 32'):
+                load_splits(str(tmp_path / str(n)), 'd', 32)
+        else:
+            assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
 
 
 # -----------------------------------------------------------------------------
 # the token windows train.py draws and the evaluation scores: a function of the iteration, from the whole split,
-# no more than it holds, spread evenly
+# no more than it holds, spread evenly; every token scored exactly once
 
 def test_batches_are_a_function_of_the_iteration():
     data = np.arange(10000, dtype=np.uint16)
@@ -221,7 +170,23 @@ def test_every_token_is_scored_exactly_once(n, block, max_tokens):
 
 
 # -----------------------------------------------------------------------------
-# train.py's draw of rows: every row can be drawn
+# a task in rows: whole rows drawn from seed, rank and iteration (every row can be drawn), evaluated in the split's
+# order, on the device asked
+
+def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):
+    train_data, val_data, meta = load_splits(str(parity_data), 'parity', 32)
+    assert isinstance(train_data, Rows)
+    kw = dict(seed=1, n_micro=2, batch_size=8, block_size=32, device='cpu')
+    xs, ys = train_batches(train_data, 5, 0, **kw)
+    assert xs.shape == ys.shape == (2, 8, 9)
+    rows = {(tuple(x), tuple(y)) for x, y in zip(train_data.x.tolist(), train_data.y.tolist())}
+    assert all((tuple(x), tuple(y)) in rows for x, y in zip(xs.reshape(-1, 9).tolist(), ys.reshape(-1, 9).tolist()))
+    again = train_batches(train_data, 5, 0, **kw)
+    assert torch.equal(xs, again[0]) and not torch.equal(xs, train_batches(train_data, 6, 0, **kw)[0])
+    vx, vy = eval_batches(val_data, eval_iters=10, batch_size=16, block_size=32, device='cpu')
+    assert vx.shape == (2, 16, 13)  # no more batches than the split's 40 rows hold
+    assert torch.equal(vx.reshape(-1, 13), torch.from_numpy(val_data.x[:32].astype(np.int64)))
+
 
 def rows_drawn(rows, iters=20, batch_size=16, n_micro=2):
     """How often each row is drawn in the first iters iterations of rank 0 (seed 1)."""
@@ -258,9 +223,6 @@ def test_over_enough_draws_every_row_is_drawn(monkeypatch):
     assert short[-1] == 0 and (short[:-1] > 0).all()
 
 
-# -----------------------------------------------------------------------------
-# a task's batches of whole rows sit on the device asked
-
 def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
     # train.py's and the evaluation's batches of a task in rows (beyond/parity.py's) are made on the run's
     # device, as the token windows are: on a GPU, a batch left on the CPU would meet the model's weights there
@@ -276,18 +238,51 @@ def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
 
 
 # -----------------------------------------------------------------------------
-# a task in rows: whole rows drawn from seed, rank and iteration, evaluated in the split's order
+# scoring: the progress bar and the first batch
 
-def test_train_batches_draw_whole_rows_from_seed_rank_and_iteration(parity_data):
-    train_data, val_data, meta = load_splits(str(parity_data), 'parity', 32)
-    assert isinstance(train_data, Rows)
-    kw = dict(seed=1, n_micro=2, batch_size=8, block_size=32, device='cpu')
-    xs, ys = train_batches(train_data, 5, 0, **kw)
-    assert xs.shape == ys.shape == (2, 8, 9)
-    rows = {(tuple(x), tuple(y)) for x, y in zip(train_data.x.tolist(), train_data.y.tolist())}
-    assert all((tuple(x), tuple(y)) in rows for x, y in zip(xs.reshape(-1, 9).tolist(), ys.reshape(-1, 9).tolist()))
-    again = train_batches(train_data, 5, 0, **kw)
-    assert torch.equal(xs, again[0]) and not torch.equal(xs, train_batches(train_data, 6, 0, **kw)[0])
-    vx, vy = eval_batches(val_data, eval_iters=10, batch_size=16, block_size=32, device='cpu')
-    assert vx.shape == (2, 16, 13)  # no more batches than the split's 40 rows hold
-    assert torch.equal(vx.reshape(-1, 13), torch.from_numpy(val_data.x[:32].astype(np.int64)))
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize('stream', [Terminal, io.StringIO])
+def test_the_scoring_progress_bar_counts_batches_and_shows_only_on_a_terminal(stream, monkeypatch):
+    windows = score_windows(100, 16)  # 6 windows of 16 and one of 3: 2 batches of 4, then the tail
+    sc = Scoring(None, np.arange(100), windows, 4, 'cpu', None)
+    monkeypatch.setattr(sys, 'stderr', stream())
+    with sc.progress(windows, 'scoring') as bar:
+        bar.update(1)
+    shown = sys.stderr.getvalue()
+    if stream is Terminal:
+        assert 'scoring' in shown and '0/3 ' in shown, shown  # (3 batches: the tail is one of its own)
+    else:
+        assert shown == ''  # a log file or a pipe gets no bar
+
+
+def test_first_batch_is_the_first_batch_size_windows_in_their_order():
+    tokens = np.arange(200)
+    sc = Scoring(None, tokens, [(0, 8), (8, 16), (24, 16), (40, 16)], 1, 'cpu', None)
+    x, y = sc.first_batch()  # the first window, though a longer one follows it
+    assert x.tolist() == [list(range(0, 8))] and y.tolist() == [list(range(1, 9))]
+    x, _ = sc.first_batch(sc.windows[1:], 2)
+    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+    sc.batch_size = 3  # the first 3: a batch is of one length, the longest first
+    x, _ = sc.first_batch()
+    assert x.tolist() == [list(range(8, 24)), list(range(24, 40))]
+
+
+# -----------------------------------------------------------------------------
+# a run loaded back: a checkpoint without its training config, on the data folder named
+
+def test_a_checkpoint_without_its_config_loads_on_the_data_folder_named(bare_checkpoint, tiny_data, tmp_path,
+                                                                         monkeypatch):
+    folder = tiny_data / 'tiny-bytes'
+    model, config, val = load_run(str(bare_checkpoint), 'cpu', 'val', data_dir=str(folder))
+    assert config == {} and not model.training
+    assert np.array_equal(val, np.fromfile(folder / 'val.bin', dtype=np.uint16))
+    model, tokenizer = sample.load(dict(sample.SETTINGS, out_dir=str(bare_checkpoint), data_dir=str(folder)), 'cpu')
+    assert tokenizer.name == 'bytes' and not model.training
+    # without --data_dir there is nothing to find it by: one line naming the folder looked in
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"no prepared data in data/ \(meta.json missing\)"):
+        load_run(str(bare_checkpoint), 'cpu', 'val')

@@ -17,20 +17,8 @@ from data import load_rows
 
 
 # -----------------------------------------------------------------------------
-# the folder
-
-def test_parity_rewrites_its_folder_whole(tmp_path):
-    parity.write(str(tmp_path), 1, PARITY_SPLITS)
-    parity.write(str(tmp_path), 2, dict(PARITY_SPLITS, train=(12, [3])))
-    meta = json.loads((tmp_path / 'meta.json').read_text())
-    assert meta['seed'] == 2 and meta['rows']['train'] == 12 and meta['row_len']['train'] == 4
-    assert load_rows(str(tmp_path), 'train').x.shape == (12, 4)
-    assert sorted(p.name for p in tmp_path.iterdir() if 'meta' in p.name) == ['meta.json']  # (no .tmp left)
-
-
-# -----------------------------------------------------------------------------
-# the rows: both bits, both targets, each target the XOR so far by hand (all-zero strings pass every other
-# parity check)
+# the rows: both bits, both targets, each target the XOR so far by hand (all-zero strings pass every other parity
+# check); python -m beyond.parity's rows decoded back (conftest's parity_data is its output on TASK)
 
 def running_xor(x):
     """Each row's targets by hand: -1 at bos and the pads, the XOR of the bits so far at each bit."""
@@ -70,33 +58,6 @@ def test_parity_rows_hold_both_bits_and_both_targets_each_the_running_xor_by_han
         assert_balanced(rows.y[rows.y >= 0], f'{split} targets')
 
 
-# -----------------------------------------------------------------------------
-# the command line: every option documented in --help, as tests/snapshots/argparse.json holds it
-
-def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
-    assert_options_documented('beyond/parity.py', parity.main, monkeypatch)
-
-
-# -----------------------------------------------------------------------------
-# python -m beyond.parity: the rows written and decoded back, the splits' lengths and the probe's, meta.json,
-# bad input in one line (conftest's parity_data is its output on TASK)
-
-def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
-    # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
-    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
-    parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
-    parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
-                 '--probe_rows', '4', '--probe_lengths', '24'])
-    meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
-    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
-    assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
-    probe = load_rows(str(tmp_path / 'p'), 'probe')
-    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
-    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
-        a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
-        assert (a.x == b.x).all() and (a.y == b.y).all()
-
-
 def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     folder = parity_data / 'parity'
     meta = json.loads((folder / 'meta.json').read_text())
@@ -121,6 +82,44 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     assert not np.array_equal(load_rows(str(parity_data / 'other'), 'train').x, load_rows(str(folder), 'train').x)
 
 
+# -----------------------------------------------------------------------------
+# the splits: their lengths and the probe's, meta.json saying what the folder holds, the folder rewritten whole
+
+def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
+    # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
+    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
+    parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
+    parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
+                 '--probe_rows', '4', '--probe_lengths', '24'])
+    meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
+    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
+    assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
+    probe = load_rows(str(tmp_path / 'p'), 'probe')
+    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
+    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
+        a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
+        assert (a.x == b.x).all() and (a.y == b.y).all()
+
+
+def test_meta_json_describes_the_rows_it_holds(parity_data):
+    # the row layout the first test decodes, said in meta.json for whoever reads the data folder
+    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
+    assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
+                            '-1 at bos and pads')
+
+
+def test_parity_rewrites_its_folder_whole(tmp_path):
+    parity.write(str(tmp_path), 1, PARITY_SPLITS)
+    parity.write(str(tmp_path), 2, dict(PARITY_SPLITS, train=(12, [3])))
+    meta = json.loads((tmp_path / 'meta.json').read_text())
+    assert meta['seed'] == 2 and meta['rows']['train'] == 12 and meta['row_len']['train'] == 4
+    assert load_rows(str(tmp_path), 'train').x.shape == (12, 4)
+    assert sorted(p.name for p in tmp_path.iterdir() if 'meta' in p.name) == ['meta.json']  # (no .tmp left)
+
+
+# -----------------------------------------------------------------------------
+# the command line: bad input in one line, every option documented in --help as tests/snapshots/argparse.json holds it
+
 def test_bad_task_input_is_one_line_and_leaves_no_data(tmp_path):
     assert_one_line_error(run_script('beyond/parity.py', '--out_dir', tmp_path / 'x', '--val_lengths', '12-6'),
                           'beyond.parity', '--val_lengths', 'the low end first')
@@ -131,8 +130,5 @@ def test_bad_task_input_is_one_line_and_leaves_no_data(tmp_path):
     assert not (tmp_path / 'x' / 'meta.json').exists()
 
 
-def test_meta_json_describes_the_rows_it_holds(parity_data):
-    # the row layout the first test decodes, said in meta.json for whoever reads the data folder
-    meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
-    assert meta['text'] == ('one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, '
-                            '-1 at bos and pads')
+def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
+    assert_options_documented('beyond/parity.py', parity.main, monkeypatch)

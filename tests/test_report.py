@@ -13,7 +13,6 @@ from dataclasses import asdict, fields
 
 import numpy as np
 import pytest
-
 import torch
 
 import report
@@ -34,7 +33,8 @@ def test_perplexity_by_hand_with_its_overflow_and_nan():
 
 
 # -----------------------------------------------------------------------------
-# NaN and inf in results.json and log.jsonl: null, valid JSON for a strict parser
+# NaN and inf in results.json and log.jsonl: null, valid JSON for a strict parser; what cannot be null (a dict's key)
+# is an error, not a file or a line with a 'NaN' in it
 
 NON_FINITE = dict(loss=float('inf'), ce=[float('nan'), 1.5, -float('inf')], nested={'radial': (float('nan'),)},
                   numpy=np.float64('inf'), iter=3, name='x')
@@ -74,7 +74,73 @@ def test_the_log_refuses_a_non_finite_number_it_cannot_null_as_a_results_file_do
 
 
 # -----------------------------------------------------------------------------
-# the label a group of seeds goes by
+# train.py's lines: each printed line shows its record's numbers in their places (the still run's, conftest's); the
+# train line's MFU against the peak (log_train called by the test that checks it, with a peak given: the still
+# run's calls are its fixture's), and peak memory
+
+def printed_line(r):
+    """train.py's line of the log record r, as each label names its field."""
+    row = lambda key, spec: ' '.join('-' if v is None else format(v, spec) for v in r[key])  # noqa: E731
+    if r['kind'] == 'train':
+        return (f"iter {r['iter']}: loss {r['loss']:.4f} | ce {row('ce', '.3f')} | |H_k| {row('h_norm', '.1f')} | "
+                f"lr {r['lr']:.1e} | {r['ms_per_iter']:.1f} ms/iter | {r['tok_per_s']:,.0f} tok/s | mfu {100 * r['mfu']:.1f}%")
+    return (f"eval {r['iter']}: val loss K=1..{len(r['val_loss'])} {row('val_loss', '.4f')} | ppl {row('val_ppl', '.4g')} | "
+            f"|H_k| mean {row('norm_mean', '.1f')} p99 {row('norm_p99', '.1f')} | radial {row('radial', '.1e')} | "
+            f"angular {row('angular', '.2e')}")
+
+
+def test_each_printed_line_shows_its_records_numbers_in_their_places(still_run):
+    from report import eval_line
+    _, log, printed = still_run
+    lines = printed.splitlines()
+    for r in log:
+        assert printed_line(r) in lines, printed_line(r)
+    # the tiny run's norms agree to one decimal: a record whose every field is its own number
+    ev = dict(val_loss=[1.25], val_ppl=[3.5], norm_mean=[10.5], norm_median=[20.5], norm_p99=[30.5], norm_max=[40.5],
+              radial=[5e-3], angular=[6e-4])
+    assert eval_line(7, ev) == printed_line(dict(kind='eval', iter=7, **ev))
+
+
+def test_the_train_line_and_its_record_give_the_mfu_against_the_peak(tmp_path, capsys):
+    sums = report.LogSums(3, 'cpu')
+    for loss, ce, h_norm in ((2.5, [3.0, 2.0], [1.0, 4.0]), (1.5, [2.0, 1.0], [1.0, 2.0])):  # K=2 of 3: loop 3 unread
+        sums.add(torch.tensor(loss), torch.tensor(ce), torch.tensor(h_norm), flops=1.5e9)
+    # 3e9 FLOPs in 0.5 s against a peak of 1e10 FLOP/s: 60 % of the peak
+    report.log_train(str(tmp_path), 8, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=1e10, device='cpu')
+    report.log_train(str(tmp_path), 9, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=None,
+                     device='cpu')  # (no peak known: no MFU)
+    assert capsys.readouterr().out.splitlines() == [
+        'iter 8: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s | mfu 60.0%',
+        'iter 9: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s']
+    with open(tmp_path / 'log.jsonl') as f:
+        records = [json.loads(line) for line in f]
+    assert records[0] == dict(kind='train', iter=8, loss=2.0, ce=[2.5, 1.5, None], h_norm=[1.0, 3.0, None], lr=3e-4,
+                              ms_per_iter=250.0, tok_per_s=2048.0, mfu=pytest.approx(0.6), peak_mem_gib=None)
+    assert records[1]['mfu'] is None
+
+
+def test_peak_memory_is_cudas_peak_in_gib(tmp_path, monkeypatch, capsys):
+    from report import log_train
+    monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda device: 3 * 2 ** 30 + 2 ** 29)
+    from report import LogSums
+    sums = LogSums(1, 'cpu')
+    sums.add(torch.tensor(2.0), torch.ones(1), torch.ones(1), flops=0)
+    log_train(str(tmp_path), 1, sums, seconds=1.0, lr=1e-3, tokens_per_iter=1, peak=None, device='cuda')
+    assert read_log(tmp_path)[0]['peak_mem_gib'] == 3.5 and '| 3.5 GiB' in capsys.readouterr().out
+
+
+# -----------------------------------------------------------------------------
+# a group's mean and spread, and the label a group of seeds goes by
+
+def test_a_group_of_one_run_with_a_nan_value_has_a_nan_mean_and_spread():
+    # a diverged run's NaN (its val loss, in memory as eval_depth scores it): alone in its group, mean and std
+    # are NaN, as a NaN among several runs makes them; nothing raises
+    mean, std = report.mean_std([dict(loss=[float('nan'), 2.0], K=3)])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0]) and mean['K'] == 3
+    assert mean['loss'][1] == 2.0 and math.isnan(std['loss'][1])  # (one run: no spread)
+    mean, std = report.mean_std([dict(loss=[float('nan')]), dict(loss=[1.0])])
+    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0])
+
 
 def test_every_model_field_off_its_default_is_in_the_label():
     # the label a group of seeds goes by (report.label, with its settings) names every field that splits a
@@ -135,16 +201,6 @@ def groups():
         return dict(name=name, runs=[r['name'] for r in runs], seeds=[r['seed'] for r in runs], n=len(runs), mean=mean,
                     std=std)
     return [group('raw', RUNS[:2]), group('norm', RUNS[2:])]
-
-
-def test_a_group_of_one_run_with_a_nan_value_has_a_nan_mean_and_spread():
-    # a diverged run's NaN (its val loss, in memory as eval_depth scores it): alone in its group, mean and std
-    # are NaN, as a NaN among several runs makes them; nothing raises
-    mean, std = report.mean_std([dict(loss=[float('nan'), 2.0], K=3)])
-    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0]) and mean['K'] == 3
-    assert mean['loss'][1] == 2.0 and math.isnan(std['loss'][1])  # (one run: no spread)
-    mean, std = report.mean_std([dict(loss=[float('nan')]), dict(loss=[1.0])])
-    assert math.isnan(mean['loss'][0]) and math.isnan(std['loss'][0])
 
 
 def drawn(plt, *figures):
@@ -234,65 +290,3 @@ def test_every_figure_is_drawn_as_its_description_says(plt, figure):
     name = figure.__name__
     assert matches_snapshot('figures.json', name, describe(drawn(plt, figure)[name])), \
         f'{name} differs from tests/snapshots/figures.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
-
-
-# -----------------------------------------------------------------------------
-# train.py's train line. (test_train.py checks MFU on a trained run, the still run, through a session fixture: a
-# fixture's calls of log_train are the fixture's, not those of a test that reads MFU, so here log_train is
-# called by the test that checks it, with a peak given.)
-
-def test_the_train_line_and_its_record_give_the_mfu_against_the_peak(tmp_path, capsys):
-    sums = report.LogSums(3, 'cpu')
-    for loss, ce, h_norm in ((2.5, [3.0, 2.0], [1.0, 4.0]), (1.5, [2.0, 1.0], [1.0, 2.0])):  # K=2 of 3: loop 3 unread
-        sums.add(torch.tensor(loss), torch.tensor(ce), torch.tensor(h_norm), flops=1.5e9)
-    # 3e9 FLOPs in 0.5 s against a peak of 1e10 FLOP/s: 60 % of the peak
-    report.log_train(str(tmp_path), 8, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=1e10, device='cpu')
-    report.log_train(str(tmp_path), 9, sums, seconds=0.5, lr=3e-4, tokens_per_iter=512, peak=None,
-                     device='cpu')  # (no peak known: no MFU)
-    assert capsys.readouterr().out.splitlines() == [
-        'iter 8: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s | mfu 60.0%',
-        'iter 9: loss 2.0000 | ce 2.500 1.500 - | |H_k| 1.0 3.0 - | lr 3.0e-04 | 250.0 ms/iter | 2,048 tok/s']
-    with open(tmp_path / 'log.jsonl') as f:
-        records = [json.loads(line) for line in f]
-    assert records[0] == dict(kind='train', iter=8, loss=2.0, ce=[2.5, 1.5, None], h_norm=[1.0, 3.0, None], lr=3e-4,
-                              ms_per_iter=250.0, tok_per_s=2048.0, mfu=pytest.approx(0.6), peak_mem_gib=None)
-    assert records[1]['mfu'] is None
-
-
-# -----------------------------------------------------------------------------
-# train.py's printed lines: each shows its record's numbers in their places (the still run's, conftest's)
-
-def printed_line(r):
-    """train.py's line of the log record r, as each label names its field."""
-    row = lambda key, spec: ' '.join('-' if v is None else format(v, spec) for v in r[key])  # noqa: E731
-    if r['kind'] == 'train':
-        return (f"iter {r['iter']}: loss {r['loss']:.4f} | ce {row('ce', '.3f')} | |H_k| {row('h_norm', '.1f')} | "
-                f"lr {r['lr']:.1e} | {r['ms_per_iter']:.1f} ms/iter | {r['tok_per_s']:,.0f} tok/s | mfu {100 * r['mfu']:.1f}%")
-    return (f"eval {r['iter']}: val loss K=1..{len(r['val_loss'])} {row('val_loss', '.4f')} | ppl {row('val_ppl', '.4g')} | "
-            f"|H_k| mean {row('norm_mean', '.1f')} p99 {row('norm_p99', '.1f')} | radial {row('radial', '.1e')} | "
-            f"angular {row('angular', '.2e')}")
-
-
-def test_each_printed_line_shows_its_records_numbers_in_their_places(still_run):
-    from report import eval_line
-    _, log, printed = still_run
-    lines = printed.splitlines()
-    for r in log:
-        assert printed_line(r) in lines, printed_line(r)
-    # the tiny run's norms agree to one decimal: a record whose every field is its own number
-    ev = dict(val_loss=[1.25], val_ppl=[3.5], norm_mean=[10.5], norm_median=[20.5], norm_p99=[30.5], norm_max=[40.5],
-              radial=[5e-3], angular=[6e-4])
-    assert eval_line(7, ev) == printed_line(dict(kind='eval', iter=7, **ev))
-
-
-# -----------------------------------------------------------------------------
-# peak memory
-
-def test_peak_memory_is_cudas_peak_in_gib(tmp_path, monkeypatch, capsys):
-    from report import log_train
-    monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda device: 3 * 2 ** 30 + 2 ** 29)
-    from report import LogSums
-    sums = LogSums(1, 'cpu')
-    sums.add(torch.tensor(2.0), torch.ones(1), torch.ones(1), flops=0)
-    log_train(str(tmp_path), 1, sums, seconds=1.0, lr=1e-3, tokens_per_iter=1, peak=None, device='cuda')
-    assert read_log(tmp_path)[0]['peak_mem_gib'] == 3.5 and '| 3.5 GiB' in capsys.readouterr().out

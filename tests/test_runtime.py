@@ -17,8 +17,8 @@ from conftest import settings, torchrun_environment
 
 
 # -----------------------------------------------------------------------------
-# the device and its dtype: 'auto' as the hardware allows, a CPU flushes denormals, a device that is not there
-# refused in one line
+# the device and its dtype: 'auto' as the hardware allows (a CPU's bf16 read from its flags), a CPU flushes
+# denormals, a device that is not there refused in one line
 
 def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on_a_cpu(monkeypatch):
     import runtime
@@ -32,12 +32,19 @@ def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on
             assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
 
 
-def test_each_gpu_name_torch_reports_finds_its_own_peak():
-    from runtime import peak_flops_of
-    names = {'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
-             'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12, 'NVIDIA A100-SXM4-80GB': 312e12,
-             'NVIDIA L40S': 362e12, 'NVIDIA A10G': 70e12, 'NVIDIA GeForce RTX 4090': 165e12, 'Tesla T4': None}
-    assert {name: peak_flops_of(name) for name in names} == names
+@pytest.mark.parametrize('flags, native', [('fpu avx512f avx512_bf16', True), ('fpu amx_bf16 amx_tile', True),
+                                           ('fpu avx512f avx2', False), (None, False)])
+def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, flags, native):
+    """runtime.cpu_has_bf16 (which decides dtype='auto' on a CPU) reads Linux's /proc/cpuinfo: AVX-512 BF16
+    or AMX is native bf16, any other CPU is not, and a machine without the file (macOS) is not either."""
+    import io
+
+    def fake_open(path, *args, **kwargs):
+        if path != '/proc/cpuinfo' or flags is None:
+            raise FileNotFoundError(path)
+        return io.StringIO(f'processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\nbugs\t\t: none\n')
+    monkeypatch.setattr(runtime, 'open', fake_open, raising=False)
+    assert runtime.cpu_has_bf16() is native
 
 
 def test_the_cpu_device_flushes_denormals_to_zero():
@@ -73,6 +80,25 @@ def test_a_device_that_is_not_there_is_refused():
 
 
 # -----------------------------------------------------------------------------
+# the peak an MFU is against: each GPU's own, a 16-bit run's only
+
+def test_each_gpu_name_torch_reports_finds_its_own_peak():
+    from runtime import peak_flops_of
+    names = {'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
+             'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12, 'NVIDIA A100-SXM4-80GB': 312e12,
+             'NVIDIA L40S': 362e12, 'NVIDIA A10G': 70e12, 'NVIDIA GeForce RTX 4090': 165e12, 'Tesla T4': None}
+    assert {name: peak_flops_of(name) for name in names} == names
+
+
+def test_mfu_is_against_the_16_bit_peak_only_for_a_16_bit_run(monkeypatch):
+    import runtime
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda device=None: 'NVIDIA H100 80GB HBM3')
+    assert runtime.peak_flops('cuda', 'bfloat16') == runtime.peak_flops('cuda', 'float16') == 989e12
+    assert runtime.peak_flops('cuda', 'float32') is None  # (its peak is another: no MFU rather than a wrong one)
+    assert runtime.peak_flops('cpu', 'bfloat16') is None
+
+
+# -----------------------------------------------------------------------------
 # under torchrun: each rank its own GPU over NCCL, a CPU rank gloo
 
 def test_under_torchrun_each_rank_takes_its_own_gpu_over_nccl_and_a_cpu_rank_gloo(monkeypatch):
@@ -93,32 +119,3 @@ def test_under_torchrun_each_rank_takes_its_own_gpu_over_nccl_and_a_cpu_rank_glo
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         torch.set_flush_denormal(False)
-
-
-# -----------------------------------------------------------------------------
-# the CPU's flags
-
-@pytest.mark.parametrize('flags, native', [('fpu avx512f avx512_bf16', True), ('fpu amx_bf16 amx_tile', True),
-                                           ('fpu avx512f avx2', False), (None, False)])
-def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, flags, native):
-    """runtime.cpu_has_bf16 (which decides dtype='auto' on a CPU) reads Linux's /proc/cpuinfo: AVX-512 BF16
-    or AMX is native bf16, any other CPU is not, and a machine without the file (macOS) is not either."""
-    import io
-
-    def fake_open(path, *args, **kwargs):
-        if path != '/proc/cpuinfo' or flags is None:
-            raise FileNotFoundError(path)
-        return io.StringIO(f'processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\nbugs\t\t: none\n')
-    monkeypatch.setattr(runtime, 'open', fake_open, raising=False)
-    assert runtime.cpu_has_bf16() is native
-
-
-# -----------------------------------------------------------------------------
-# the peak an MFU is against
-
-def test_mfu_is_against_the_16_bit_peak_only_for_a_16_bit_run(monkeypatch):
-    import runtime
-    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda device=None: 'NVIDIA H100 80GB HBM3')
-    assert runtime.peak_flops('cuda', 'bfloat16') == runtime.peak_flops('cuda', 'float16') == 989e12
-    assert runtime.peak_flops('cuda', 'float32') is None  # (its peak is another: no MFU rather than a wrong one)
-    assert runtime.peak_flops('cpu', 'bfloat16') is None

@@ -138,10 +138,6 @@ STUDIES = {
 # -----------------------------------------------------------------------------
 # the studies
 
-
-
-
-
 @pytest.fixture(scope='session')
 def studies(tiny_data, shared_runs, tmp_path_factory):
     """Every study's run.sh, two at a time (the shared runs train in one lane while the first
