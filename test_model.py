@@ -61,7 +61,8 @@ def ce(logits, y):
 
 
 # ---------------------------------------------------------------------------------------
-# the visibility lemma
+# the visibility lemma, and the diagnostics that measure it (the radial fraction, each loop's norm and angle, their
+# quantiles)
 
 @pytest.mark.parametrize('readout', READOUTS)
 def test_a_normalized_readout_is_scale_invariant_and_the_others_are_not(readout):
@@ -174,6 +175,38 @@ def test_the_per_loop_norm_and_angular_change_by_hand():
     assert torch.allclose(got['angular'], torch.tensor([[1 - s, 0.0], [1 + s, 0.0]]), atol=1e-7)  # 1 - cos(H_k, H_k-1)
 
 
+def test_a_token_predicted_with_probability_one_has_no_radial_fraction():
+    # with the raw readout and the head the identity, a state 360 along its target's row gives the other
+    # tokens p = e^-360 ~ 4e-157: in float64 the target's p is 1 exactly, and the gradient, (p - onehot),
+    # is not zero but below sqrt(tiny) ~ 1.5e-154, where its square, in its norm, is subnormal: a
+    # direction made of rounding. Its radial fraction is NaN and left out of the mean; the other token's
+    # is a number, and it is the mean. (Denormals kept, torch's default: flushed, as train.py's setup_device
+    # does on a CPU, the square is 0 and so is the norm)
+    torch.set_flush_denormal(False)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, block_size=2, n_layer=1, n_head=1, n_embd=4, n_loops=1,
+                                      readout='raw', dropout=0.0))
+    with torch.no_grad():
+        model.lm_head.weight.copy_(torch.eye(4))
+    h = torch.tensor([[[360.0, 0, 0, 0], [0.3, -0.2, 0.1, 0.5]]])  # (1, 2, 4)
+    targets = torch.tensor([[0, 1]])
+    p = torch.softmax(h[0, 0].double(), -1)
+    g_norm = (p - F.one_hot(torch.tensor(0), 4)).norm()
+    assert p[0] == 1 and 0 < g_norm < torch.finfo(torch.float64).tiny ** 0.5  # the case: tiny, not zero
+    per_token = token_diagnostics(model, [torch.ones_like(h), h], targets)
+    radial = per_token['radial'][0]
+    assert radial[0].isnan() and 0 < radial[1] <= 1
+    assert summarize(per_token)['radial'] == [pytest.approx(radial[1].item())]
+
+
+def test_the_quantiles_of_a_row_past_2_24_tokens_take_its_first_and_last_token():
+    # torch.quantile takes at most 2**24 elements a row: summarize subsamples a longer row evenly, from its
+    # first token to its last. 2**25 tokens, the last a NaN (a diverged token): the median and p99 are NaN,
+    # as the mean and max of the whole row are (in float32 indices the last index was 2**25: an IndexError)
+    norm = torch.ones(1, 2**25)
+    norm[0, -1] = float('nan')
+    got = summarize(dict(norm=norm, radial=torch.zeros(1, 1), angular=torch.zeros(1, 1)))
+    assert all(math.isnan(got[name][0]) for name in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max'))
+
 # ---------------------------------------------------------------------------------------
 # the block: it drops the MLP's output in training (model.py's block comment) and each of its RMSNorms
 # (ln_1, ln_2) uses the layer's eps
@@ -220,39 +253,6 @@ def test_every_norm_of_the_block_uses_the_layers_eps():
         default = reference_block(blk, x)
     assert not torch.allclose(want, default, atol=1e-3)  # (the eps matters at this scale)
     assert torch.allclose(got, want, atol=1e-5)
-
-
-def test_a_token_predicted_with_probability_one_has_no_radial_fraction():
-    # with the raw readout and the head the identity, a state 360 along its target's row gives the other
-    # tokens p = e^-360 ~ 4e-157: in float64 the target's p is 1 exactly, and the gradient, (p - onehot),
-    # is not zero but below sqrt(tiny) ~ 1.5e-154, where its square, in its norm, is subnormal: a
-    # direction made of rounding. Its radial fraction is NaN and left out of the mean; the other token's
-    # is a number, and it is the mean. (Denormals kept, torch's default: flushed, as train.py's setup_device
-    # does on a CPU, the square is 0 and so is the norm)
-    torch.set_flush_denormal(False)
-    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, block_size=2, n_layer=1, n_head=1, n_embd=4, n_loops=1,
-                                      readout='raw', dropout=0.0))
-    with torch.no_grad():
-        model.lm_head.weight.copy_(torch.eye(4))
-    h = torch.tensor([[[360.0, 0, 0, 0], [0.3, -0.2, 0.1, 0.5]]])  # (1, 2, 4)
-    targets = torch.tensor([[0, 1]])
-    p = torch.softmax(h[0, 0].double(), -1)
-    g_norm = (p - F.one_hot(torch.tensor(0), 4)).norm()
-    assert p[0] == 1 and 0 < g_norm < torch.finfo(torch.float64).tiny ** 0.5  # the case: tiny, not zero
-    per_token = token_diagnostics(model, [torch.ones_like(h), h], targets)
-    radial = per_token['radial'][0]
-    assert radial[0].isnan() and 0 < radial[1] <= 1
-    assert summarize(per_token)['radial'] == [pytest.approx(radial[1].item())]
-
-
-def test_the_quantiles_of_a_row_past_2_24_tokens_take_its_first_and_last_token():
-    # torch.quantile takes at most 2**24 elements a row: summarize subsamples a longer row evenly, from its
-    # first token to its last. 2**25 tokens, the last a NaN (a diverged token): the median and p99 are NaN,
-    # as the mean and max of the whole row are (in float32 indices the last index was 2**25: an IndexError)
-    norm = torch.ones(1, 2**25)
-    norm[0, -1] = float('nan')
-    got = summarize(dict(norm=norm, radial=torch.zeros(1, 1), angular=torch.zeros(1, 1)))
-    assert all(math.isnan(got[name][0]) for name in ('norm_mean', 'norm_median', 'norm_p99', 'norm_max'))
 
 
 # ---------------------------------------------------------------------------------------
