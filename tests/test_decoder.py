@@ -2,7 +2,9 @@
 Decoding (decoder.py): the static KV cache gives the full forward's logits, per-token early
 exit means what it says (an exit at loop j costs j loops; later tokens read the exited
 token's stand-in, copied or recomputed), and speculative decoding with the model's own first
-loops gives the K-loop model's output: the same greedy text, the same distribution.
+loops gives the K-loop model's output: the same greedy text, the same distribution. The policies that lossless
+checks cannot see are checked by hand (what speculation drafted, the loop each token exits at), and the compiled
+step's code runs here as Python, on its inputs' device.
 
     python -m pytest -q tests/test_decoder.py
 """

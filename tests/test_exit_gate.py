@@ -2,7 +2,9 @@
 The learned exit gate (exit_gate.py): its labels by hand, its training learns from the state
 (and a control with shuffled labels does not), a gate saved with a run loads back and decodes
 the same exits, and python -m beyond.sample and python -m beyond.eval_decode take it as a criterion, or say in one line
-how to train one.
+how to train one. Its held-out loss is recomputed (trained on other windows than it is scored on), its base rate
+clamped off 0 and 1, a trained gate is confident where its label says exit, and a checkpoint file where a run
+folder goes gets the gate beside it.
 
     python -m pytest -q tests/test_exit_gate.py
 """

@@ -1,6 +1,7 @@
 """
 The exit-criteria registry (beyond/exits.py): adding a criterion is one entry, and every reader
 (the decoder, speculation's draft stop, eval_depth.py's rows, python -m beyond.sample's settings) takes it by name.
+Each criterion's confidence and the gate's exit probability by hand, and a confident gate exits.
 
     python -m pytest -q tests/test_exits.py
 """

@@ -1,7 +1,8 @@
 """
 prepare.py on small text files made here, the byte tokenizer, no network: once from the
 outside for a clean run and for the one-line error, otherwise prepare.main in-process
-(each subprocess costs an interpreter start and an import, most of these tests' time).
+(each subprocess costs an interpreter start and an import, most of these tests' time). Its progress bar, its
+refusal of a folder beyond.parity wrote, and every option documented in its --help.
 
     python -m pytest -q tests/test_prepare.py
 """

@@ -1,6 +1,6 @@
 """
 sample.py, the plain sampler (model.forward at any K, no cache), on a tiny run trained here:
-its main in-process, its checks, and its one-line error from the outside. It needs nothing
+its main in-process, its checks, its summary line, and its one-line error from the outside. It needs nothing
 from beyond/ (the cached sampler, python -m beyond.sample, is tests/test_beyond_sample.py's).
 
     python -m pytest -q tests/test_sample.py
