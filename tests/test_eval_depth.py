@@ -552,3 +552,11 @@ def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_p
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('eval_depth.py', eval_depth.main, monkeypatch)
+
+
+def test_help_heads_itself_with_the_script_a_user_runs(capsys):
+    """main's script: the name --help and the errors give (eval_depth.py, or python -m beyond.eval_decode's)."""
+    for script in ('eval_depth.py', 'python -m beyond.eval_decode'):
+        with pytest.raises(SystemExit):
+            eval_depth.main(['--help'], script=script)
+        assert capsys.readouterr().out.startswith(f'usage: {script} ')

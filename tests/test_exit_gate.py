@@ -302,3 +302,13 @@ def test_the_exit_gate_is_trained_on_other_windows_than_it_is_scored_on(monkeypa
     assert info['heldout_bce_base'] == pytest.approx(F.binary_cross_entropy(rate.expand(len(test_y)), test_y).item(),
                                                      rel=1e-5)
     assert 0 < rate < 1  # (both labels met)
+
+
+def test_a_gate_may_be_named_gate_or_gate_dash_anything_the_criteria_take():
+    """check_settings: the name is 'gate' or starts with 'gate-' (gate, gate-raw, ...), as beyond/exits.py names them."""
+    for name in ('gate', 'gate-raw', 'gate-norm-2'):
+        exit_gate.check_settings(dict(exit_gate.SETTINGS, name=name))
+        assert exits.is_gate(name)
+    for name in ('gates', 'gate-', 'gate-a b'):
+        with pytest.raises(UserError, match='name'):
+            exit_gate.check_settings(dict(exit_gate.SETTINGS, name=name))

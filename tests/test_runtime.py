@@ -119,3 +119,18 @@ def test_under_torchrun_each_rank_takes_its_own_gpu_over_nccl_and_a_cpu_rank_glo
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         torch.set_flush_denormal(False)
+
+
+def test_a_cuda_device_turns_tf32_matmuls_on(monkeypatch):
+    """setup_device: TF32 matmuls on CUDA (its docstring), and only there."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        runtime.setup_device('cpu')
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        assert runtime.setup_device('cuda') == 'cuda'
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        torch.set_flush_denormal(False)

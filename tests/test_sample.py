@@ -148,3 +148,16 @@ def test_samples_summary_line_gives_the_tokens_a_second(monkeypatch, capsys):
     finally:
         torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
     assert capsys.readouterr().err.splitlines()[-1] == 'tokens=10 seconds=2.500 tok_per_s=4.0 n_loops=2'
+
+
+def test_the_model_is_loaded_onto_the_device_it_samples_on(run, monkeypatch):
+    """load() hands the device to the one loader (a CUDA sampler must not read the model onto the CPU)."""
+    asked = []
+    real = LoopedGPT.from_checkpoint.__func__
+
+    def spy(cls, path, *args, **kwargs):
+        asked.append((args, kwargs))
+        return real(cls, path, *args, **kwargs)
+    monkeypatch.setattr(LoopedGPT, 'from_checkpoint', classmethod(spy))
+    model, _ = sample.load(dict(sample.SETTINGS, out_dir=str(run), data_dir=''), 'cpu')[:2]
+    assert asked == [(('cpu',), {})] or asked == [((), {'device': 'cpu'})]
