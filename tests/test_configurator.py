@@ -182,3 +182,18 @@ def test_an_unknown_setting_names_the_scripts_help_from_a_config_file_as_from_th
             configurator.configure({'steps': 3}, argv, [str(script)])
         assert "unknown setting 'stepz'" in str(e.value) and "did you mean 'steps'?" in str(e.value)
         assert '`python toy.py --help` lists the settings' in str(e.value), argv
+
+
+def test_an_indented_comment_goes_on_its_setting_only_when_no_blank_line_parts_them(tmp_path):
+    """settings_block: a comment line indented past the settings, under one, is that setting's comment going on;
+    after a blank line it is a comment of its own."""
+    path = tmp_path / 'script.py'
+    path.write_text('# ---\n'
+                    'x = 1                         # the x\n'
+                    '                              # goes on\n'
+                    '\n'
+                    '                              # a note after a blank line\n'
+                    'y = 2                         # the y\n'
+                    '# ---\n')
+    assert configurator.settings_block(str(path)) == [('x', '1', 'the x goes on'), (None, '', 'a note after a blank line'),
+                                                      ('y', '2', 'the y')]

@@ -142,3 +142,15 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
     first, then = graphs[True]
     assert first <= 4 and then == first
     assert graphs[False][1] >= graphs[False][0] + 2  # the whole model compiled: a graph for each new K
+
+
+def test_a_step_of_the_progressive_draw_is_the_draw_its_settings_give():
+    """step_depth: 'progressive' is draw_progressive with every setting of the run (late_share and late_loops
+    included), and without random_depth the trained K and c.bptt."""
+    from types import SimpleNamespace
+    c = SimpleNamespace(random_depth=True, depth_draw='progressive', seed=5, max_loops=6, late_share=0.5,
+                        late_loops=40, bptt=3, n_loops=4, depth_sigma=0.5)
+    draws = [depth.step_depth(c, it) for it in range(200)]
+    assert draws == [depth.draw_progressive(5, it, cap=6, late_share=0.5, late_loops=40) for it in range(200)]
+    assert any(K > 6 for K, _ in draws) and any(K <= 6 for K, _ in draws)  # late prefixes past the cap, and not
+    assert depth.step_depth(SimpleNamespace(**dict(c.__dict__, random_depth=False)), 7) == (None, 3)
