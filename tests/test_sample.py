@@ -161,3 +161,11 @@ def test_the_model_is_loaded_onto_the_device_it_samples_on(run, monkeypatch):
     monkeypatch.setattr(LoopedGPT, 'from_checkpoint', classmethod(spy))
     model, _ = sample.load(dict(sample.SETTINGS, out_dir=str(run), data_dir=''), 'cpu')[:2]
     assert asked == [(('cpu',), {})] or asked == [((), {'device': 'cpu'})]
+
+
+def test_the_distribution_is_over_the_vocabulary_whatever_the_leading_dimensions():
+    """next_token_probs: (..., vocab) logits -> a distribution over the last dimension, for any leading shape."""
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(0))
+    probs = sample.next_token_probs(logits, 1.0, None)
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 3))
+    assert torch.allclose(probs, torch.exp(logits - logits.logsumexp(-1, keepdim=True)))
