@@ -397,6 +397,8 @@ def report(names, operators, generated, chosen, args, left_out, seconds):
     for row in tables.get('file', {}).values():
         for k in total:
             total[k] += row[k]
+    for op in generated:  # (every operator has its row, sampled or not)
+        tables.setdefault('operator', {}).setdefault(op, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
     for table, rows in tables.items():
         extra = ' generated |' if table == 'operator' else ''
         print(f'\n| {table} |{extra} sampled | killed | survived | no tests | other | score |')
