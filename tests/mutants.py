@@ -52,7 +52,10 @@ import subprocess
 import sys
 import time
 
-import libcst as cst
+try:
+    import libcst as cst  # (mutmut's own dependency, installed with it; --help needs neither)
+except ImportError:
+    cst = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENT = os.path.join(ROOT, 'tests', 'mutants-equivalent.txt')
