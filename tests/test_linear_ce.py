@@ -505,3 +505,19 @@ def test_the_gradient_of_a_scaled_loss_is_the_scaled_gradient_rounded_once():
             return xr.grad
         unit = grad(1.0)
         assert torch.equal(grad(1 / 3), (unit.float() * torch.tensor(1 / 3)).to(dtype)), dtype
+
+
+def test_the_weight_gradient_of_bf16_weights_is_summed_over_chunks_in_float32():
+    """forward: grad_w is summed over the chunks in float32 (w_wide) and rounded to the weight's bf16 once, so its
+    error is one rounding's, however many chunks (summed in bf16 it grows with them)."""
+    g = torch.Generator().manual_seed(0)
+    N, C, V = 1024, 32, 64
+    x = torch.randn(N, C, generator=g).bfloat16()
+    w = (torch.randn(V, C, generator=g) * 0.3).bfloat16().requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+    linear_cross_entropy(x, w, t, chunk=8)[0].backward()  # 128 chunks
+    w64 = w.detach().double().requires_grad_()
+    F.cross_entropy(x.double() @ w64.t(), t, reduction='sum').backward()
+    error = (w.grad.double() - w64.grad).norm() / w64.grad.norm()
+    one_rounding = (w64.grad.bfloat16().double() - w64.grad).norm() / w64.grad.norm()
+    assert w.grad.dtype == torch.bfloat16 and error < 1.5 * one_rounding, (error, one_rounding)

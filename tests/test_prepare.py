@@ -8,7 +8,9 @@ refusal of a folder beyond.parity wrote, and every option documented in its --he
 """
 
 import hashlib
+import itertools
 import json
+import re
 import os
 
 import numpy as np
@@ -336,3 +338,19 @@ def test_prepare_refuses_a_parity_folder_naming_what_it_holds(tmp_path, tiny_dat
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('prepare.py', prepare.main, monkeypatch)
+
+
+def test_each_split_prints_its_tokens_its_source_and_its_rate(tmp_path, monkeypatch):
+    """prepare.py prints one line a split: its tokens (meta's count), the file it read, the seconds and the rate."""
+    clock = itertools.count(0, 10.0)  # (every reading of the clock 10 s after the last: whole seconds to divide by)
+    monkeypatch.setattr(prepare.time, 'time', lambda: next(clock))
+    write_texts(tmp_path / 'mytext')
+    out = prepare_in_process('--text_dir', tmp_path / 'mytext', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o')
+    meta = json.load(open(tmp_path / 'o' / 'meta.json'))
+    for split, name in (('train', 'train.txt'), ('val', 'valid.txt'), ('test', 'test.txt')):
+        m = re.search(rf'^{split}: ([\d,]+) tokens from (\S+) in ([\d.]+)s \(([\d,]+) tokens/s\)$', out, re.M)
+        assert m, out
+        tokens, seconds, rate = int(m[1].replace(',', '')), float(m[3]), int(m[4].replace(',', ''))
+        assert tokens == meta['tokens'][split] == len(TEXT[split].encode('utf-8'))
+        assert m[2].endswith(name)
+        assert seconds > 0 and abs(rate - tokens / seconds) <= 0.5
