@@ -489,3 +489,24 @@ def test_beyond_tasks_refuses_a_run_trained_on_text(tiny_data, tmp_path):
 
 def test_every_option_of_an_argparse_script_is_documented_in_its_help(monkeypatch):
     assert_options_documented('beyond/tasks.py', tasks.main, monkeypatch)
+
+
+def test_a_run_reads_strings_past_its_block_size_only_without_learned_positions(tmp_path):
+    """evaluate: a run with learned positions cannot read a string longer than its block_size (one line saying so);
+    one trained with positions='none' (FieldGPT) reads any length; a folder with no checkpoint is one line naming it."""
+    torch.manual_seed(0)
+    config = dict(data_dir=str(tmp_path), dataset='parity')
+    for name, cls, cfg in (('learned', LoopedGPT, LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2,
+                                                                    n_embd=16, n_loops=2, dropout=0.0)),
+                           ('none', FieldGPT, FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=16,
+                                                             n_loops=2, dropout=0.0, positions='none'))):
+        (tmp_path / name).mkdir()
+        torch.save(dict(model_args=asdict(cfg), model=cls(cfg).state_dict(), config=config,
+                        model_class=f'{cls.__module__}.{cls.__qualname__}'), tmp_path / name / 'ckpt.pt')
+    with pytest.raises(UserError, match='learned positions up to 16 tokens'):
+        tasks.evaluate([str(tmp_path / 'learned')], [20], [1], seed=2, rows=4)
+    assert len(tasks.evaluate([str(tmp_path / 'learned')], [15], [1], seed=2, rows=4)) == 1  # 15 bits + start: 16
+    assert {r['length'] for r in tasks.evaluate([str(tmp_path / 'none')], [40], [1, 2], seed=2, rows=4)} == {40}
+    with pytest.raises(UserError, match=f'no checkpoint at {tmp_path / "empty"}'):
+        (tmp_path / 'empty').mkdir()
+        tasks.evaluate([str(tmp_path / 'empty')], [8], [1], seed=2, rows=4)
