@@ -1010,3 +1010,22 @@ def test_a_steppers_copy_shares_the_models_weights_in_their_dtype_and_reads_gate
     cast = decoder.Weights(model, torch.bfloat16, static=False)
     linears = [p for p in cast.blocks.parameters() if p.dtype == torch.bfloat16]
     assert len(linears) == 2 * 5 and not any(p.requires_grad for p in linears)  # (2 layers x 5 matrices)
+
+
+@pytest.mark.parametrize('interloop_norm', [False, True])
+def test_a_projected_stand_in_is_each_layers_key_and_value_of_the_state_with_the_layers_own_norm(interloop_norm):
+    """Stepper.project: each layer's key and value of h as the layer would see it in the next loop (after the
+    inter-loop norm, if any), through that layer's input norm, its eps included (0.5 here: far from the default)."""
+    model = tiny(readout='raw', init_std=0.1, interloop_norm=interloop_norm).eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.RMSNorm):
+            m.eps = 0.5
+    h = 0.3 * torch.randn(2, 5, D, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = decoder.Stepper(model).project(h)
+        x = model.loop_input(h, 1, None)
+        want = []
+        for b in model.transformer.h:
+            kv = F.linear(b.ln_1(x), b.attn.c_attn.weight[D:]).view(2, 5, 2, 2, D // 2)  # (B, T, k|v, nh, hs)
+            want.append(kv.permute(2, 0, 3, 1, 4))  # (2, B, nh, T, hs)
+    assert torch.allclose(got, torch.stack(want), atol=1e-5)
