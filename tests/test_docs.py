@@ -2798,7 +2798,7 @@ NOT_STORED.update({
     (T, 'the data drawn at seed 2001'): "run.sh's PREP_ARGS",
     (T, 'from 2n to 4n loops'): "beyond.tasks.probe's depths",
     (T, 'at K=2n and K=4n (n bits'): "beyond.tasks.probe's depths",
-    (T, 'the recipe\'s has 48-bit ones'): 'the recipe paragraph above, checked there',
+    (T, "config/parity.py's has 48-bit ones"): 'the recipe paragraph above, checked there',
     (T, 'relax: each loop past the trained K moves the state a quarter'): 'beyond.tasks.RELAX',
     (T, 'with the inter-loop norm and the probe\'s checkpoint, 32-bit strings at K=48 and past, without overthinking to '
         'K=384'): 'the table above',
@@ -2933,8 +2933,8 @@ def probe_why():
 
 PROSE[T, 'keep one that passes 64 bits on 9 of its 10 seeds (the tenth, seed 1010, at 90%), against # with the 24-bit '
          'probe.'] = lambda: [seed_share('norm-il', 64)['passed']]
-PROSE[T, 'train.py reads it every # steps, not #.'] = lambda: [study_probe(NEW, NEW_SEEDS)[1],
-                                                               study_probe('parity-seeds', range(1001, 1011))[1]]
+PROSE[T, "in this study train.py reads it every # steps, not # (`select = 'beyond.tasks.probe'`);"] = lambda: [
+    study_probe(NEW, NEW_SEEDS)[1], study_probe('parity-seeds', range(1001, 1011))[1]]
 def study_draws(study):
     """A one-design study's first and last seed, its data's seed (its run.sh's PREP_ARGS) and its test strings' seed."""
     seeds = [int(r[-4:]) for r in results(f'{study}/results.json')['runs']]
