@@ -2860,6 +2860,13 @@ def late_holds():
     return [8, 32, 64, 100 * min(stopped), 100 * max(stopped)]
 
 
+@prose(T, '**Three seeds never learn to extrapolate with it, judged at its evaluations every # steps.**')
+def late_interval():
+    steps = {b['iter'] - a['iter'] for e in seed_evals('norm-il-late', study=LATE) for a, b in zip(e, e[1:])}
+    assert len(steps) == 1
+    return [steps.pop()]
+
+
 @prose(T, 'Seeds 1008, 1009 and 1010 keep no checkpoint with the probe right (the lowest probe '
           'error of each: #%, #%, #%), where the recipe without it kept one on each of the ten. Their state stays bounded '
           '(‖H_384‖ # against # on the passing seeds)')
