@@ -1298,6 +1298,9 @@ def readme_speed():
 
 NOT_STORED.update({
     (R, 'Sharma & Vu, 2026'): 'the paper',
+    (R, 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
+    ('docs/cpu-demo.md', 'Kanavalau, Amo Alonso and Lall (arXiv 2602.10408'): 'the prior art, cited',
+    ('docs/paper-shape.md', 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
     (R, '(8 conditions, 3 seeds, 300 iterations)'): "the study's design",
     (R, 'torch 2.13 or 2.14 (CI: 2.13.0)'): "requirements.txt's and CI's versions",
     (R, "the CPU demo's 1–3"): 'seeds',
@@ -3301,7 +3304,7 @@ def test_a_number_no_fragment_holds_is_found(monkeypatch):
 
 
 def test_readme_is_a_front_page():
-    assert len((ROOT / 'README.md').read_text()) < 15_000
+    assert len((ROOT / 'README.md').read_text()) < 15_300   # 15,000 before the prior art's credit (issue 66)
 
 
 # docs/tasks.md, two initializations (assets/parity-inits, and its tuning, assets/parity-inits-tuning) --------------
