@@ -18,18 +18,14 @@ def draw_depth(seed, it, *, mean, cap, sigma):
     return int(min(cap, 1 + rng.poisson(lam)))
 
 
-def draw_progressive(seed, it, *, cap, late_share=0.0, late_loops=0):
+def draw_progressive(seed, it, *, cap):
     """(K, graph loops) for iteration `it` of the progressive loss (Bansal et al. 2022, DeepThinking): n ~ U[0, cap)
     loops run without a graph, then k ~ U[1, cap - n] with one, so K = n + k <= cap. The loss reads the k graph
     loops (truncated backprop through k): a loop learns to improve whatever state it is handed, not to reach
-    the answer from the embedding in a fixed number of loops.
-    Late-state CE (sotaku's): on a share late_share of the iterations the prefix is drawn far past the cap,
-    n ~ U[cap, late_loops], then k ~ U[1, cap]: the loops learn to hold an answer they reached long ago."""
+    the answer from the embedding in a fixed number of loops."""
     rng = np.random.default_rng([seed, it, 3])
     n = int(rng.integers(0, cap))
     k = int(rng.integers(1, cap - n + 1))
-    if late_share and rng.random() < late_share:
-        n, k = int(rng.integers(cap, late_loops + 1)), int(rng.integers(1, cap + 1))
     return n + k, k
 
 
@@ -39,11 +35,11 @@ def step_depth(c, it):
     if not c.random_depth:
         return None, c.bptt
     if c.depth_draw == 'progressive':
-        return draw_progressive(c.seed, it, cap=c.max_loops, late_share=c.late_share, late_loops=c.late_loops)
+        return draw_progressive(c.seed, it, cap=c.max_loops)
     return draw_depth(c.seed, it, mean=c.n_loops, cap=c.max_loops, sigma=c.depth_sigma), c.bptt
 
 
 def deepest(c):
-    """The deepest K evaluated during training, and the loops a train line logs: max_loops with random_depth (a
-    late-state CE step runs deeper; report.LogSums logs its loops up to this), else n_loops."""
+    """The deepest K a training step can run, evaluated during training and logged by a train line: max_loops with
+    random_depth, else n_loops."""
     return c.max_loops if c.random_depth else c.n_loops

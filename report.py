@@ -163,8 +163,7 @@ class LogSums:
 
     def add(self, loss, ce, h_norm, flops):
         """One train_step's loss, per-loop CE (NaN where unread) and per-loop ||H_k||, and its FLOPs."""
-        K = min(len(ce), len(self.ce))  # (late-state CE's iterations run past `loops`: their deep loops unlogged)
-        ce, h_norm = ce[:K], h_norm[:K]
+        K = len(ce)
         self.loss += loss
         self.ce[:K] += ce.nan_to_num()
         self.ce_read[:K] += ~ce.isnan()

@@ -67,8 +67,6 @@ depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the large
 max_loops = 16                # the cap on a drawn K, and the deepest K evaluated during training with random_depth
 bptt = 0                      # truncated backprop: only the last bptt loops run with a graph and are read by the loss (0: all)
 depth_draw = 'poisson'        # random_depth's draw: 'poisson' (Huginn's, above) | 'progressive' (DeepThinking's progressive loss: n ~ U[0, max_loops) loops without a graph, then k ~ U[1, max_loops - n] with one, read by the loss; bptt unused)
-late_share = 0.0              # with the progressive draw, late-state CE (sotaku's): the share of iterations whose no-graph prefix is drawn past max_loops, n ~ U[max_loops, late_loops], then k ~ U[1, max_loops]
-late_loops = 0                # late-state CE's deepest no-graph prefix
 loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one-pass loss) | 'plain' (K logit tensors and F.cross_entropy, fused by inductor under compile)
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
 learning_rate = 3e-4          # AdamW's peak learning rate
@@ -93,8 +91,7 @@ OWN = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isi
 # what each setting may be (the model's fields: what LoopedGPTConfig itself accepts); configurator.check_ranges reads it
 RANGES = dict(eval_interval='>= 1', log_interval='>= 1', eval_iters='>= 1', diag_tokens='>= 1', batch_size='>= 1',
               gradient_accumulation_steps='>= 1', max_loops='>= 1', depth_sigma='>= 0', bptt='>= 0',
-              late_share='[0, 1)', late_loops='>= 0', inits='>= 1',
-              learning_rate='> 0', epochs='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)',
+              inits='>= 1', learning_rate='> 0', epochs='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)',
               beta2='[0, 1)', grad_clip='>= 0', warmup_iters='>= 0', min_lr='>= 0', seed='>= 0',
               init_from=('scratch', 'resume'), depth_draw=('poisson', 'progressive'), lr_decay=('constant', 'cosine'),
               dtype=('auto', 'float32', 'bfloat16', 'float16'), compile=('auto', 'on', 'off'), loss_path=LOSS_PATHS)
@@ -262,10 +259,6 @@ def check_settings(config, model_class=LoopedGPT):
     except ValueError as e:
         raise UserError(str(e))
     progressive = config['random_depth'] and config['depth_draw'] == 'progressive'
-    if config['late_share'] and not (progressive and config['late_loops'] >= config['max_loops']):
-        raise UserError(f"late_share draws the no-graph prefix of the progressive draw past max_loops: it needs "
-                        f"random_depth=True, depth_draw='progressive' and late_loops >= max_loops "
-                        f"({config['max_loops']}); got late_loops={config['late_loops']}")
     if (config['bptt'] or progressive) and 'bptt' not in inspect.signature(model_class.forward).parameters:
         what = 'the progressive draw' if progressive else f"bptt={config['bptt']}"
         raise UserError(f"{what} trains with truncated backprop, which {config['model_class']} does not (it runs "

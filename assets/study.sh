@@ -39,19 +39,18 @@ train_grid() {  # train_grid NAME CONFIG SETTINGS...: train NAME from CONFIG, SE
   if [ -n "${RUN_WITH:-}" ]; then wait_lanes; fi
 }
 
-parity_design() {  # parity_design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed][-late] (the
-  local parts part il=False  # inter-loop norm off unless -il; -late: late-state CE on a fifth of the steps, prefixes
-  IFS=- read -ra parts <<< "$1"  # to 128 loops), on top of config/parity.py (assets/tasks, parity-seeds, parity-late)
+parity_design() {  # parity_design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop
+  local parts part il=False  # norm off unless -il), on top of config/parity.py (assets/tasks, assets/parity-seeds)
+  IFS=- read -ra parts <<< "$1"
   printf -- '--readout=%s' "${parts[0]}"
   for part in "${parts[@]:1}"; do
     case $part in
       il) il=True ;;
-      late) printf ' --late_share=0.2 --late_loops=128' ;;
       pen) printf ' --norm_penalty=0.01' ;;
       damp) printf ' --damping=True' ;;
       noinj) printf ' --inject=False' ;;
       fixed) printf ' --random_depth=False' ;;
-      *) echo "unknown design part '$part' in '$1' (READOUT[-il][-pen][-damp][-noinj][-fixed][-late])" >&2; return 1 ;;
+      *) echo "unknown design part '$part' in '$1' (READOUT[-il][-pen][-damp][-noinj][-fixed])" >&2; return 1 ;;
     esac
   done
   printf ' --interloop_norm=%s' "$il"

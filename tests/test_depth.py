@@ -1,6 +1,6 @@
 """
 Random depth (depth.py; docs/depth.md): the K each training step runs, drawn from (seed, iteration) alone,
-Poisson's draw with its mean, cap and tail, and the progressive draw with its late-state share; a run with
+Poisson's draw with its mean, cap and tail, and the progressive draw; a run with
 random depth resumes as the uninterrupted one and logs the loops it ran, and one compiled loop serves every K.
 (The truncated backprop the draws train with is beyond/additions.py's: tests/test_additions.py.)
 
@@ -58,31 +58,6 @@ def test_progressive_draw_is_detached_loops_then_graph_loops_within_the_cap():
     rng = np.random.default_rng(0)
     assert not follows_the_rule(rng.integers(1, cap + 1, 4000), np.ones(4000, dtype=int))  # or one graph loop alone
     assert depth.draw_progressive(5, 17, cap=cap) == depth.draw_progressive(5, 17, cap=cap)
-
-
-def test_late_state_ce_draws_a_share_of_prefixes_past_the_cap_and_leaves_the_other_draws_as_they_were():
-    cap, late, share, seed = 8, 40, 0.25, 5
-    draws = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=share, late_loops=late) for it in range(4000)])
-    plain = np.array([depth.draw_progressive(seed, it, cap=cap) for it in range(4000)])
-
-    def follows_the_rule(draws):  # late on a share: n ~ U[cap, late], k ~ U[1, cap]; else the progressive draw itself
-        K, k = draws[:, 0], draws[:, 1]
-        n = K - k
-        is_late = n >= cap
-        if not (np.array_equal(draws[~is_late], plain[~is_late]) and abs(is_late.mean() - share) < 0.03):
-            return False
-        nl, kl = n[is_late], k[is_late]
-        freq = np.bincount(nl - cap, minlength=late - cap + 1) / len(nl)
-        return (len(freq) == late - cap + 1 and freq.min() > 0 and nl.max() == late and kl.min() == 1
-                and kl.max() == cap and abs(kl.mean() - (cap + 1) / 2) < 0.2 and abs(nl.mean() - (cap + late) / 2) < 1)
-
-    assert follows_the_rule(draws)
-    assert not follows_the_rule(plain)                                   # a wrong rule: no late draws
-    wrong = draws.copy()
-    wrong[:, 0] = np.where(draws[:, 0] - draws[:, 1] >= cap, draws[:, 1] + late, draws[:, 0])  # every prefix the deepest
-    assert not follows_the_rule(wrong)
-    half = np.array([depth.draw_progressive(seed, it, cap=cap, late_share=0.5, late_loops=late) for it in range(4000)])
-    assert not follows_the_rule(half)                                    # or the wrong share
 
 
 # -----------------------------------------------------------------------------
@@ -145,12 +120,11 @@ def test_random_depth_compiles_one_loop_that_serves_every_k(monkeypatch):
 
 
 def test_a_step_of_the_progressive_draw_is_the_draw_its_settings_give():
-    """step_depth: 'progressive' is draw_progressive with every setting of the run (late_share and late_loops
-    included), and without random_depth the trained K and c.bptt."""
+    """step_depth: 'progressive' is draw_progressive with the run's seed and cap, and without random_depth the
+    trained K and c.bptt."""
     from types import SimpleNamespace
-    c = SimpleNamespace(random_depth=True, depth_draw='progressive', seed=5, max_loops=6, late_share=0.5,
-                        late_loops=40, bptt=3, n_loops=4, depth_sigma=0.5)
+    c = SimpleNamespace(random_depth=True, depth_draw='progressive', seed=5, max_loops=6, bptt=3, n_loops=4,
+                        depth_sigma=0.5)
     draws = [depth.step_depth(c, it) for it in range(200)]
-    assert draws == [depth.draw_progressive(5, it, cap=6, late_share=0.5, late_loops=40) for it in range(200)]
-    assert any(K > 6 for K, _ in draws) and any(K <= 6 for K, _ in draws)  # late prefixes past the cap, and not
+    assert draws == [depth.draw_progressive(5, it, cap=6) for it in range(200)]
     assert depth.step_depth(SimpleNamespace(**dict(c.__dict__, random_depth=False)), 7) == (None, 3)

@@ -94,11 +94,7 @@ STUDIES = {
                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
                       'scores/raw-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-raw-s1.jsonl',
                       'logs/score-norm-il-32.log', 'logs/prepare.log', 'logs/timed.seconds']),
-    'parity-late': (dict(PREP_ARGS='--seed=2001 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
-                                '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
-                    ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-late-32/results.json',
-                     'scores/norm-il-late-64/results.json', 'logs/parity-norm-il-late-s1.log',
-                     'logs/parity-norm-il-late-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
+    'parity-late': (dict(), False, []),  # (it reruns only at the commit it ran at: its run.sh says how, and writes nothing)
     'parity-new-seeds': (dict(PREP_ARGS='--seed=2002 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                      '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
                          ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
@@ -185,6 +181,18 @@ def test_every_study_folder_has_its_script_and_readme():
         with open(os.path.join(HERE, 'assets', study, 'README.md')) as f:
             readme = f.read()
         assert f'bash assets/{study}/run.sh' in readme, study
+
+
+def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():
+    """assets/parity-late ran at a commit whose train.py had late-state CE, since removed: its run.sh prints how to
+    rerun it at that commit, the one its README names, passing on the variables it was given."""
+    env = {'PATH': os.environ['PATH'], 'SEEDS': '1001 1002', 'RUNS': '/tmp/runs'}
+    r = subprocess.run(['bash', 'assets/parity-late/run.sh'], cwd=HERE, env=env, capture_output=True, text=True, timeout=60)
+    commit = re.search(r'ran at commit (\w+)', r.stdout).group(1)
+    with open(os.path.join(HERE, 'assets', 'parity-late', 'README.md')) as f:
+        assert r.returncode == 0 and f'It ran at commit `{commit}`' in f.read()
+    assert f"git worktree add ../parity-late-{commit} {commit}\n" in r.stdout
+    assert f"cd ../parity-late-{commit} && SEEDS='1001 1002' RUNS='/tmp/runs' bash assets/parity-late/run.sh" in r.stdout
 
 
 @pytest.mark.parametrize('study', STUDIES)

@@ -26,7 +26,6 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import depth
 import eval_depth
 import train as train_module
 from beyond.additions import FieldGPT, FieldGPTConfig
@@ -870,7 +869,7 @@ def test_a_new_field_is_a_setting_a_checkpoint_entry_and_a_result(tiny_data, tmp
 
 # -----------------------------------------------------------------------------
 # a task in rows (conftest's parity_data): the val loss reads only scored positions, a run trains on rows with the
-# progressive loss and late-state CE
+# progressive loss
 
 def test_val_loss_reads_only_scored_positions(parity_data):
     _, val_data, _ = load_splits(str(parity_data), 'parity', 32)
@@ -904,26 +903,6 @@ def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_
     # learned positions cannot read rows longer than block_size: one line, before any training
     with pytest.raises(train_module.UserError, match='block_size 8'):
         train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
-
-
-def test_late_state_ce_trains_and_logs_the_loops_up_to_the_cap(parity_data, tmp_path):
-    out = tmp_path / 'run'
-    progressive = ['--random_depth=True', '--depth_draw=progressive', '--max_loops=4', '--n_loops=4']
-    try:
-        train_module.main(parity_args(parity_data, out, *progressive, '--late_share=0.5', '--late_loops=30',
-                               '--max_iters=4', '--eval_interval=4', '--log_interval=4'))
-    finally:
-        torch.set_flush_denormal(False)
-    lines = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
-    train_line = [l for l in lines if l.get('kind') == 'train'][-1]
-    assert len(train_line['ce']) == 4 and len(train_line['h_norm']) == 4 and np.isfinite(train_line['loss'])
-    late = [it for it in range(4) if depth.draw_progressive(1337, it, cap=4, late_share=0.5, late_loops=30)[0] > 4]
-    assert late  # (the run's seed draws some late iterations: the branch ran)
-    # late-state CE needs the progressive draw and a deepest prefix past its cap: one line, before training
-    for bad in (['--random_depth=True', '--max_loops=4', '--late_share=0.2', '--late_loops=30'], [*progressive, '--late_share=0.2'],
-                [*progressive, '--late_share=0.2', '--late_loops=3']):
-        with pytest.raises(UserError, match='late_share'):
-            train_module.main(parity_args(parity_data, tmp_path / 'x', *bad, '--max_iters=1'))
 
 
 # -----------------------------------------------------------------------------
