@@ -2171,8 +2171,8 @@ PROSE[P, "A readout costs # of a loop in float32 and # in bf16 (the head is 26M 
     readout_share(F32), readout_share(BF16), log_line_number('cpu-44m/logs/norm_perloop-cpu44m-s1.log',
                                                              'number of parameters:')]
 PROSE[P, '(# ms from the parts in float32, # ms measured'] = lambda: from_parts(F32)
-PROSE[P, 'varies by up to 22% between runs on this machine (the bf16 loop: 4.48 against # ms), and the exit speed-ups below '
-         'by up to 0.02 in float32 and 0.21 in bf16 (exit after loop 1: 2.79x against #x)'] = lambda: [
+PROSE[P, 'varies by up to 22% between runs on this machine (the bf16 loop: 4.48 against # ms), and the estimated exit speed-ups '
+         'below by up to 0.02 in float32 and 0.21 in bf16 (exit after loop 1: 2.79x against #x)'] = lambda: [
     cost_nums(BF16, 'part', (LOOP44,), 'ms')[0], mean(stored_cells(BF16, 'exit after loop e', '1')[2])[0]]
 
 
