@@ -8,14 +8,11 @@ Trains a looped GPT with per-loop (or terminal) cross-entropy, on one GPU, a CPU
     python train.py --help                                    # every setting, with its comment
     python train.py config/sandwich_perloop.py config/cpu.py  # beyond the paper: a config naming beyond/'s model
 
-Settings are the globals below and every field of the model's config (LoopedGPTConfig in
-model.py, where each is documented; a config that names another model_class, a subclass in
-beyond/, adds that class's fields). Config files and --key=value override them, in order
-(configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl; the same numbers as the
-log lines, one JSON object per line, for plots.
-
-The helpers take what they read as arguments (beyond/bench.py and the tests call them), and
-main() runs them top to bottom; nothing here reads a setting from a module global.
+Settings are the globals below and every field of the model's config (LoopedGPTConfig in model.py, where each
+is documented; a config naming another model_class, a subclass in beyond/, adds that class's fields). Config files
+and --key=value override them, in order (configurator.py). Writes out_dir/ckpt.pt and out_dir/log.jsonl (the log
+lines' numbers, one JSON object per line, for plots). The helpers take what they read as arguments (beyond/bench.py
+and the tests call them), and main() runs them top to bottom; nothing here reads a setting from a module global.
 """
 
 import bisect
@@ -47,27 +44,19 @@ from runtime import autocast, compile_errors, compile_failed, exit_process, peak
 out_dir = 'out'               # the run folder: ckpt.pt and log.jsonl
 eval_interval = 500           # iterations between validation passes; a checkpoint is written at each
 log_interval = 50             # iterations between train log lines (the only host-device syncs)
-eval_iters = 40               # validation batches per eval: fixed windows, the same every time (at most the split's worth)
-diag_tokens = 2048            # tokens (whole windows of the first validation batch) the per-loop diagnostics run on, in float64
+eval_iters = 40               # validation batches per eval, the same windows each time (at most the split's)
+diag_tokens = 2048            # tokens (whole windows of the first val batch) for the diagnostics, in float64
 eval_only = False             # evaluate once and exit (with init_from='resume': out_dir's checkpoint)
 always_save_checkpoint = True # False: save only when the validation loss improves
-keep_checkpoints = False      # also keep every evaluation's checkpoint, as ckpt-<iter>.pt (to choose among them afterwards)
-select = ''                   # what "better" means to the checkpoint rule: '' the validation loss at the trained K; 'module.function' a task's own score, function(model, settings) -> {name: value} at each evaluation, in float32, logged, its first value kept lowest (config/parity.py)
 init_from = 'scratch'         # 'scratch' | 'resume' (out_dir/ckpt.pt)
 # data
 data_dir = 'data'             # where prepare.py writes its datasets
 dataset = 'wikitext-103'      # a folder in data_dir written by prepare.py
-batch_size = 64               # sequences per micro-step (per GPU with DDP); block_size, the tokens per sequence, is the model's
-gradient_accumulation_steps = 1  # micro-steps per optimizer step, in total: with DDP, a multiple of the GPUs
-# the model: every field of LoopedGPTConfig (model.py), listed under it below, but vocab_size (the data's)
-model_class = 'model.LoopedGPT'  # the model trained: the paper's, or a subclass by 'module.Class' (beyond.additions.FieldGPT: its fields are settings too)
-# random depth (depth.py; docs/depth.md): K drawn per iteration, the same on every rank and after a resume
-random_depth = False          # K = 1 + Poisson(lambda), lambda log-normal with mean n_loops - 1 (Huginn's draw): mean K = n_loops
-depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the tail of deep draws
-max_loops = 16                # the cap on a drawn K, and the deepest K evaluated during training with random_depth
-bptt = 0                      # truncated backprop: only the last bptt loops run with a graph and are read by the loss (0: all)
-depth_draw = 'poisson'        # random_depth's draw: 'poisson' (Huginn's, above) | 'progressive' (DeepThinking's progressive loss: n ~ U[0, max_loops) loops without a graph, then k ~ U[1, max_loops - n] with one, read by the loss; bptt unused)
-loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one-pass loss) | 'plain' (K logit tensors and F.cross_entropy, fused by inductor under compile)
+batch_size = 64               # sequences per micro-step (per GPU with DDP), each block_size tokens
+gradient_accumulation_steps = 1  # micro-steps per optimizer step, in all: with DDP, a multiple of the GPUs
+# the model: every field of LoopedGPTConfig (model.py), listed below, but vocab_size (the data's)
+model_class = 'model.LoopedGPT'  # the model, 'module.Class': a subclass in beyond/ adds its fields
+loss_path = 'fused'           # the readout loss: 'fused' (linear_ce's chunked one pass) | 'plain'
 # optimizer: AdamW with weight decay on every parameter, as the paper's released code
 learning_rate = 3e-4          # AdamW's peak learning rate
 epochs = 4.0                  # training length in passes over the train tokens (when max_iters = 0)
@@ -80,12 +69,20 @@ grad_clip = 1.0               # max gradient norm; 0 = off
 warmup_iters = 0              # iterations of linear warm-up (0 = none)
 lr_decay = 'constant'         # 'constant' | 'cosine'
 min_lr = 3e-5                 # the end of the cosine
-inits = 1                     # initializations trained one after another in the run, each for its share of the iterations from a fresh start (its own seed, warm-up and schedule, the optimizer's moments cleared); with always_save_checkpoint=False the checkpoint rule keeps the best over all (config/parity.py)
 # system
 device = 'auto'               # 'auto' (cuda, then mps, then cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
-dtype = 'auto'                # 'auto' (bfloat16 on GPUs, and on CPUs with native bf16) | 'float32' | 'bfloat16' | 'float16'
+dtype = 'auto'                # 'auto' (bf16 where native: runtime.py) | 'float32' | 'bfloat16' | 'float16'
 compile = 'auto'              # torch.compile: 'auto' (on for CUDA, off elsewhere) | 'on' | 'off'
 seed = 1337                   # seeds the init, the batches and the dropout masks (with rank and iteration)
+# beyond the paper, off by default: random depth (docs/depth.md); checkpoints, inits (docs/tasks.md)
+random_depth = False          # K drawn per step: 1 + Poisson(lambda), lambda log-normal of mean n_loops - 1
+depth_sigma = 0.5             # the log-normal's sigma (Huginn's 0.5): the larger, the heavier the deep tail
+max_loops = 16                # the cap on a drawn K, and the deepest K evaluated in training (random_depth)
+bptt = 0                      # truncated backprop: only the last bptt loops run with a graph (0: all)
+depth_draw = 'poisson'        # 'poisson' (Huginn's, above) | 'progressive' (DeepThinking's progressive loss)
+select = ''                   # the checkpoint rule's score: '' val loss at the trained K | 'module.function'
+keep_checkpoints = False      # also keep every evaluation's checkpoint, as ckpt-<iter>.pt
+inits = 1                     # initializations trained one after another in the run, each from a fresh start
 # -----------------------------------------------------------------------------
 OWN = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))}
 # what each setting may be (the model's fields: what LoopedGPTConfig itself accepts); configurator.check_ranges reads it
@@ -123,7 +120,8 @@ def model_class_of(config, default=LoopedGPT):
 
 
 def selector(name):
-    """The function the select setting names ('' : None, the validation loss decides)."""
+    """The function the select setting names ('' : None, the validation loss decides): function(model, settings) ->
+    {name: value}, run at each evaluation in float32 and logged; the checkpoint rule keeps its first value lowest."""
     try:
         return named_class(name, 'select') if name else None
     except ValueError as e:
@@ -145,20 +143,17 @@ def get_lr(it, *, learning_rate, min_lr, warmup_iters, max_iters, lr_decay):
 
 
 def seed_step(seed, it, rank):
-    """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed
-    run, on every rank, draws the masks the uninterrupted run would have drawn, with no RNG
-    state to save or gather."""
+    """Seeds torch's RNG (dropout) from (seed, rank, iteration), as the batches are: a resumed run, on every rank,
+    draws the masks the uninterrupted run would have drawn, with no RNG state to save or gather."""
     torch.manual_seed(int(np.random.SeedSequence([seed, rank, it, 1]).generate_state(1)[0]))
 
 
 @torch.no_grad()
 def evaluate(model, val_batches, ctx, n_loops=None, diag_tokens=2048, select=None, settings=None):
-    """Validation CE at every K from 1 to n_loops (default: the trained K; one pass: the model run
-    with K loops is its readout at loop K), and the per-loop diagnostics on the first diag_tokens
-    tokens of the first batch (whole windows, at least one: float64 is slow on many GPUs). ctx:
-    the precision context (autocast or nullcontext) the forward passes run in. select: a task's
-    score (the select setting's function), run on the model in float32 with the settings; its
-    values under 'select'."""
+    """Validation CE at every K from 1 to n_loops (default: the trained K; one pass: the model run with K loops is
+    its readout at loop K), and the per-loop diagnostics on the first diag_tokens tokens of the first batch (whole
+    windows, at least one: float64 is slow on many GPUs), under ctx (the precision context). select: a task's score
+    (the select setting's function), run on the model in float32 with the settings; its values under 'select'."""
     model.eval()
     xs, ys = val_batches
     K = n_loops or model.config.n_loops
@@ -197,12 +192,11 @@ def clip(model, optimizer, grad_clip, folded=True):
 
 
 def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n_loops=None, bptt=0):
-    """One optimizer step on the micro-batches xs, ys (n_micro, B, T): forward under ctx (the
-    precision context) with n_loops loops (None: the trained K) and truncated backprop through
-    the last bptt (0: all; a model whose forward takes bptt: beyond/additions.py's), backward through
-    the scaler (a no-op unless float16), clip (grad_clip 0: off), AdamW. Returns device tensors, not
-    read here (no sync): the loss, and the per-loop CE and mean ||H_k|| of the forward passes
-    (model.stats), each averaged over the micro-steps. beyond/bench.py times this."""
+    """One optimizer step on the micro-batches xs, ys (n_micro, B, T): forward under ctx (the precision context)
+    with n_loops loops (None: the trained K) and truncated backprop through the last bptt (0: all; a model whose
+    forward takes bptt: beyond/additions.py's), backward through the scaler (a no-op unless float16), clip
+    (grad_clip 0: off), AdamW. Returns device tensors, not read here (no sync): the loss, and the per-loop CE and
+    mean ||H_k|| of the forward passes (model.stats), averaged over the micro-steps (beyond/bench.py times this)."""
     n_micro = len(xs)
     raw = model.module if ddp else model  # (whose forward leaves the stats; a compiled model passes them through)
     loss_sum, ce, h_norm = 0.0, 0.0, 0.0
@@ -230,15 +224,9 @@ def train_step(model, optimizer, scaler, xs, ys, *, ctx, grad_clip, ddp=False, n
 def save_checkpoint(out_dir, raw_model, optimizer, iter_num, best_val_loss, config, name='ckpt.pt'):
     """out_dir/name (ckpt.pt), written whole or not at all. The batches and the dropout masks are a
     function of (seed, rank, iteration), so iter_num is all the position there is to save."""
-    ckpt = {
-        'model_class': class_name(type(raw_model)),  # the class LoopedGPT.from_checkpoint rebuilds
-        'model_args': asdict(raw_model.config),
-        'model': raw_model.state_dict(),      # the uncompiled model: no _orig_mod. prefixes
-        'optimizer': optimizer.state_dict(),
-        'iter_num': iter_num,
-        'best_val_loss': best_val_loss,
-        'config': config,
-    }
+    ckpt = {'model_class': class_name(type(raw_model)),  # the class LoopedGPT.from_checkpoint rebuilds
+            'model_args': asdict(raw_model.config), 'model': raw_model.state_dict(),  # (uncompiled: no _orig_mod.)
+            'optimizer': optimizer.state_dict(), 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': config}
     path = os.path.join(out_dir, name)
     torch.save(ckpt, path + '.tmp')
     os.replace(path + '.tmp', path)  # never a half-written ckpt.pt
@@ -261,16 +249,14 @@ def check_settings(config, model_class=LoopedGPT):
     progressive = config['random_depth'] and config['depth_draw'] == 'progressive'
     if (config['bptt'] or progressive) and 'bptt' not in inspect.signature(model_class.forward).parameters:
         what = 'the progressive draw' if progressive else f"bptt={config['bptt']}"
-        raise UserError(f"{what} trains with truncated backprop, which {config['model_class']} does not (it runs "
-                        "every loop with a graph): model_class = 'beyond.additions.FieldGPT' does, as "
-                        "config/random_depth.py names it")
+        raise UserError(f"{what} trains with truncated backprop, which {config['model_class']} does not (it runs every "
+                        "loop with a graph): beyond.additions.FieldGPT does (config/random_depth.py names it)")
 
 
 def setup(argv, settings=None, scripts=(__file__,), model_class=LoopedGPT):
-    """The settings: the defaults above and model_class's fields (and those of the class a config names
-    instead), then config files and --key=value, checked. Returns a dict, as given (saved in the
-    checkpoint: device and dtype stay 'auto' there). beyond/bench.py passes its own settings added to
-    these, and its own file first."""
+    """The settings: the defaults above and model_class's fields (and those of the class a config names instead),
+    then config files and --key=value, checked. Returns a dict, as given (saved in the checkpoint: device and dtype
+    stay 'auto' there). beyond/bench.py passes its own settings added to these, and its own file first."""
     settings = {**(settings or {**OWN, **model_fields(model_class)}), 'model_class': class_name(model_class)}
     configs = [c for c in reversed(model_class.config_class.__mro__) if is_dataclass(c)]  # (for --help)
     config = configure(settings, argv, [*scripts, *configs])
@@ -282,9 +268,8 @@ def setup(argv, settings=None, scripts=(__file__,), model_class=LoopedGPT):
 # the parts of a run, in the order main() takes them
 
 def build_model(c, meta, device, cls=None):
-    """A new model of class cls (default: the class the settings name, model_class), or with
-    init_from='resume' out_dir's checkpoint, which must match these settings and this data.
-    Returns (the model, the checkpoint or None)."""
+    """A new model of class cls (default: the class the settings name, model_class), or with init_from='resume'
+    out_dir's checkpoint, which must match these settings and this data. Returns (the model, the checkpoint or None)."""
     cls = cls or model_class_of(vars(c))
     model_args = {**{k: getattr(c, k) for k in model_fields(cls)}, 'vocab_size': meta['vocab_size']}
     config = cls.config_class(**model_args)
@@ -308,16 +293,13 @@ def build_model(c, meta, device, cls=None):
 
 
 def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
-    """The module train_step runs: DDP around the model first, then torch.compile around
-    that, so that dynamo's DDPOptimizer splits the compiled graph at DDP's gradient buckets
-    and each bucket's all-reduce overlaps the rest of the backward (compiled first and
-    wrapped after, the backward is one graph and every all-reduce waits for its end).
-    raw_model itself stays unwrapped and uncompiled, for saving and evaluating.
-    random_depth: K changes from step to step, and a compiled model would be compiled again for
-    each K; the one loop is compiled instead (model.loop: the same graphs at every loop and K, one
-    for each way a loop runs, with or without a graph, as truncated backprop runs them). At a fixed K
-    the whole model: at the 44M shape on a CPU its loop alone compiled in 0.35x the time and stepped
-    9% slower, as a nested compile region 0.61x and 5% (assets/speed/roofline.md)."""
+    """The module train_step runs: DDP around the model first, then torch.compile around that, so that dynamo's
+    DDPOptimizer splits the compiled graph at DDP's gradient buckets and each bucket's all-reduce overlaps the rest
+    of the backward (compiled first and wrapped after, the backward is one graph and every all-reduce waits for its
+    end). raw_model itself stays unwrapped and uncompiled, for saving and evaluating. random_depth: K changes each
+    step, so the one loop is compiled (model.loop: the same graphs at every K, one for each way a loop runs, with or
+    without a graph), not the whole model, which would compile again for each K; at a fixed K the whole model, slower
+    to compile and faster per step than its loop alone (assets/speed/roofline.md)."""
     model = raw_model
     if ddp:
         model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device.startswith('cuda') else None,
@@ -330,10 +312,9 @@ def wrap_for_training(raw_model, ddp, compile_it, device, random_depth=False):
 
 
 def eval_and_save(c, raw_model, optimizer, val_batches, *, ctx, iter_num, best_val_loss, can_save, select=None):
-    """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless
-    always_save_checkpoint). Returns (whether the val loss is finite, the best score).
-    The score that decides is the val loss at the trained K (with random depth: the mean K's),
-    or the first value of select's (the select setting's function), when there is one."""
+    """Rank 0's eval: logs it and saves a checkpoint when it is finite (and better, unless always_save_checkpoint).
+    Returns (whether the val loss is finite, the best score). The score that decides is the val loss at the trained
+    K (with random depth: the mean K's), or the first value of select's (the select setting's function), if any."""
     ev = evaluate(raw_model, val_batches, ctx, deepest(c), c.diag_tokens, select, vars(c))
     log(c.out_dir, dict(kind='eval', iter=iter_num, **ev), eval_line(iter_num, ev))
     finite = all(math.isfinite(v) for v in ev['val_loss'])
@@ -393,9 +374,8 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     raw_model, ckpt = build_model(c, meta, device, model_class)  # raw_model: kept for saving and for evaluating at other K
     longest = max(val_data.x.shape[1], seq_len) if isinstance(train_data, Rows) else seq_len
     if longest > getattr(raw_model, 'max_length', c.block_size):  # (before any training; beyond/'s NoPE reads any length)
-        raise UserError(f"{c.dataset}'s rows are up to {longest} tokens, more than the model reads (block_size "
-                        f"{c.block_size}, the positions learned): raise block_size, or use positions='none' "
-                        "(beyond.additions.FieldGPT)")
+        raise UserError(f"{c.dataset}'s rows are up to {longest} tokens, more than block_size {c.block_size} (the "
+                        "positions learned): raise block_size, or positions='none' (beyond.additions.FieldGPT)")
     raw_model.loss_path = c.loss_path  # how model.readout_loss computes the CE (linear_ce.linear_cross_entropy or not)
     optimizer = make_optimizer(raw_model, learning_rate=c.learning_rate, betas=(c.beta1, c.beta2),
                                weight_decay=c.weight_decay)
@@ -419,9 +399,7 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
     if master:
         start_log(c, iter_num)
 
-    # -------------------------------------------------------------------------
-    # the training loop. Per-loop numbers stay on the device as tensors and are read once
-    # per log line; `finite` is checked there too, so a NaN costs no sync per step.
+    # the training loop: per-loop numbers stay on the device, read (and `finite` checked) once per log line
     sums = LogSums(deepest(c), device)  # what the next train line averages
     finite = torch.ones((), dtype=torch.bool, device=device)
     t0 = time.time()

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 import eval_depth
 import train as train_module
 from beyond.additions import FieldGPT, FieldGPTConfig
-from configurator import UserError, check_ranges, configure
+from configurator import UserError, check_ranges, configure, settings_block
 from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, STEP_S, T, assert_close, assert_one_line_error,
                       ce_by_hand, load, norm_stats, one_minus_cos, parity_args, radial_by_hand, read_log, run_script, settings,
                       stand_in_python, states_by_hand, torchrun_environment, train_args, train_in_process)
@@ -642,6 +642,10 @@ def test_help_lists_every_setting_with_its_comment(capsys):
         value, _, comment = line.strip().partition(' ')
         assert comment.strip(), f"setting {key} has no comment (every setting says its unit or options)"
     assert "  --loss_path='fused'" in text and "'fused' (linear_ce's chunked" in text
+    # the block: one line a setting, at most 110 characters, the studies' settings under one heading at its end
+    block = open(train_module.__file__).read().split('\n# ---')[1].splitlines()[1:]
+    assert max(map(len, block)) <= 110 and [r[2] for r in settings_block(train_module.__file__) if not r[0]][-1].startswith(
+        'beyond the paper')
 
 
 EXIT = '--model_class=beyond.exit_train.ExitTrainedGPT'  # (exit-aware training: beyond/'s class, with its field)
