@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-if os.environ.get('PYTEST_XDIST_WORKER'):  # the suite's processes (pytest.ini: -n auto): one thread each, for its
+if os.environ.get('PYTEST_XDIST_WORKER'):  # the suite's processes (pyproject.toml: -n auto): one thread each, for its
     os.environ['OMP_NUM_THREADS'] = '1'     # tests and the scripts they run (two 2-thread torch processes on
     import torch                            # 2 cores ran tens of times slower)
     torch.set_num_threads(1)

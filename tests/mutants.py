@@ -7,7 +7,7 @@ tens of minutes); run it from the repository root after installing mutmut (pip i
     python tests/mutants.py --names 'model.x_*'          # mutmut's names or globs, as `mutmut run` takes
     python tests/mutants.py --sample 200 --seed 1 --reuse --unkilled   # again, after tests were added
 
-mutmut (setup.cfg, [mutmut]) copies the repository into mutants/, rewrites each function of the files
+mutmut (pyproject.toml, [tool.mutmut]) copies the repository into mutants/, rewrites each function of the files
 it mutates into its variants (an operator, a constant, a string, a call's argument changed), and for
 each mutant runs, in a process of its own, the tests that call that function, stopping at the first
 failure. The mutants are the tool's: this script only chooses which of them run, by the seed, and leaves
