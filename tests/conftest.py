@@ -112,6 +112,25 @@ def train_in_process(data_dir, out_dir, *extra):
 # -----------------------------------------------------------------------------
 # helpers and fixtures that the tests of several modules share (one copy each, here)
 
+def built_once(tmp_path_factory, name, build):
+    """The folder name, filled by build(folder) once for the whole run of the suite: pytest-xdist's processes
+    share the run's temporary root, so the first to ask builds it (under a lock) and the others wait and read it.
+    For the fixtures whose tests sit in several files (each file's tests run in one process, -n auto --dist
+    loadfile): what they train is trained once, not once a process."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        root = root.parent  # (the run's, above each process's own)
+    folder, done = root / name, root / f'{name}.done'
+    with open(root / f'{name}.lock', 'a') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 def read_log(out_dir):
     """A run's log.jsonl, one record a line."""
     with open(os.path.join(out_dir, 'log.jsonl')) as f:
@@ -250,24 +269,26 @@ SHARED = {'raw_perloop-cpu-s1': ['--readout=raw'], 'norm_perloop-cpu-s1': [],
 
 class SharedRuns:
     """The CPU demo's and the 4-epoch study's runs that other studies read, trained tiny and
-    in-process on first use (from any thread: the first studies run meanwhile)."""
+    in-process on first use (from any thread: the first studies run meanwhile; once for the run of the suite:
+    built_once)."""
 
-    def __init__(self, root, data_dir):
-        self.root, self.data_dir, self.lock, self.trained = root, data_dir, threading.Lock(), False
+    def __init__(self, tmp_path_factory, data_dir):
+        self.factory, self.data_dir, self.lock, self.root = tmp_path_factory, data_dir, threading.Lock(), None
 
     def folder(self):
         with self.lock:
-            if not self.trained:
-                for name, extra in SHARED.items():
-                    train_in_process(self.data_dir, self.root / f'out-{name}', '--max_iters=2', '--eval_interval=1',
-                                     *extra)
-                self.trained = True
+            if self.root is None:
+                self.root = built_once(self.factory, 'shared-runs', self.train)
         return self.root
+
+    def train(self, root):
+        for name, extra in SHARED.items():
+            train_in_process(self.data_dir, root / f'out-{name}', '--max_iters=2', '--eval_interval=1', *extra)
 
 
 @pytest.fixture(scope='session')
 def shared_runs(tiny_data, tmp_path_factory):
-    return SharedRuns(tmp_path_factory.mktemp('shared-runs'), tiny_data)
+    return SharedRuns(tmp_path_factory, tiny_data)
 
 
 # -----------------------------------------------------------------------------
@@ -458,12 +479,13 @@ def still_evaluated(still_run, tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def runs(tiny_data, tmp_path_factory):
-    import train
-    root = tmp_path_factory.mktemp('runs')
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
-        for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
-            train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
+    def train_them(root):
+        import train
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train, 'peak_flops', lambda device, dtype: PEAK)
+            for name, extra in (('norm-perloop', ()), ('raw-terminal', ('--readout=raw', '--loss=terminal'))):
+                train_in_process(tiny_data, root / name, '--max_iters=30', '--eval_interval=30', *extra)
+    root = built_once(tmp_path_factory, 'runs', train_them)
     return root / 'norm-perloop', root / 'raw-terminal'
 
 
@@ -492,14 +514,21 @@ def evaluate(*argv, main=None):
 
 @pytest.fixture(scope='session')
 def evaluated(runs, tmp_path_factory):
-    import eval_depth
-    out = tmp_path_factory.mktemp('eval')
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
-        r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', out, f'--max_tokens={SCORED}',
-                     '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
-    with open(out / 'results.json') as f:
-        return r, out, json.load(f)['runs']
+    """(what the evaluation printed: stdout and stderr, its out folder, the runs of its results.json)."""
+    from types import SimpleNamespace
+
+    def evaluate_them(root):
+        import eval_depth
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
+            r = evaluate(*runs, '--clamp', '--exit', '1e-9,0.5,1.0', '--out', root / 'eval', f'--max_tokens={SCORED}',
+                         '--bench_iters=2', '--batch_size=16', '--lemma_loops=6', '--lemma_tokens=256', '--curves')
+        (root / 'stdout').write_text(r.stdout)
+        (root / 'stderr').write_text(r.stderr)
+    root = built_once(tmp_path_factory, 'evaluated', evaluate_them)
+    r = SimpleNamespace(stdout=(root / 'stdout').read_text(), stderr=(root / 'stderr').read_text())
+    with open(root / 'eval' / 'results.json') as f:
+        return r, root / 'eval', json.load(f)['runs']
 
 
 # -----------------------------------------------------------------------------
