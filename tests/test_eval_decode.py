@@ -241,3 +241,13 @@ def test_retime_with_device_auto_times_on_the_device_the_runs_were_timed_on(monk
     finally:
         torch.set_flush_denormal(False)
     assert seen == ['cpu']
+
+
+def test_each_token_stops_at_its_first_confident_loop_and_the_last_loop_always_answers():
+    """exit_loops: the first loop whose confidence exceeds tau (strictly), and the last loop for a token that is
+    never confident."""
+    conf = torch.tensor([[0.2, 0.9, 0.5, 0.1],
+                         [0.8, 0.95, 0.5, 0.2],
+                         [0.1, 0.1, 0.7, 0.3]])  # (K=3, N=4)
+    assert eval_decode.exit_loops(conf.clone(), 0.5).tolist() == [1, 0, 2, 2]  # 0.5 is not over 0.5; token 3 never
+    assert eval_decode.exit_loops(conf.clone(), 0.99).tolist() == [2, 2, 2, 2]

@@ -354,3 +354,16 @@ def test_each_split_prints_its_tokens_its_source_and_its_rate(tmp_path, monkeypa
         assert tokens == meta['tokens'][split] == len(TEXT[split].encode('utf-8'))
         assert m[2].endswith(name)
         assert seconds > 0 and abs(rate - tokens / seconds) <= 0.5
+
+
+def test_a_text_dir_holding_several_accepted_names_for_a_split_reads_the_first_in_order_of_preference(tmp_path):
+    """TEXT_FILES: the names each split accepts in --text_dir, in order of preference: WikiText's raw file before its
+    tokenized one, before a plain valid.txt."""
+    folder = tmp_path / 'mytext'
+    write_texts(folder)
+    for name, text in (('wiki.valid.tokens', 'tokens file\n' * 5), ('wiki.valid.raw', 'raw file\n' * 5)):
+        (folder / name).write_text(text)
+    out = prepare_in_process('--text_dir', folder, '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o')
+    ids, _ = read_split(tmp_path / 'o', 'val')
+    assert ByteTokenizer().decode(ids) == 'raw file\n' * 5
+    assert re.search(r'^val: .* tokens from \S*wiki\.valid\.raw ', out, re.M), out

@@ -1086,3 +1086,26 @@ if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP t
     ddp_wrap_checks(sys.argv[2])
     print('checked', flush=True)
     os._exit(0)
+
+
+def test_the_best_val_loss_a_checkpoint_records_is_the_lowest_so_far_even_when_every_one_is_saved(monkeypatch):
+    """eval_and_save: with always_save_checkpoint every evaluation is saved, and each checkpoint records the best val
+    loss so far (the lowest), not the last; without it only a better one is saved."""
+    saved = []
+    losses = iter([3.0, 2.0, 2.5, 1.5])
+    monkeypatch.setattr(train_module, 'evaluate', lambda *a, **k: dict(val_loss=[9.0, next(losses)]))
+    monkeypatch.setattr(train_module, 'log', lambda *a, **k: None)
+    monkeypatch.setattr(train_module, 'eval_line', lambda *a, **k: '')
+    monkeypatch.setattr(train_module, 'save_checkpoint', lambda out_dir, m, o, it, best, config, name='ckpt.pt':
+                        saved.append((it, best, name)))
+    model = SimpleNamespace(config=SimpleNamespace(n_loops=2))
+    for always, want_saved in ((True, [(1, 3.0), (2, 2.0), (3, 2.0), (4, 1.5)]), (False, [(1, 3.0), (2, 2.0), (4, 1.5)])):
+        losses, saved[:] = iter([3.0, 2.0, 2.5, 1.5]), []
+        c = SimpleNamespace(**dict(train_module.OWN, always_save_checkpoint=always, keep_checkpoints=False, n_loops=2))
+        best, bests = float('inf'), []
+        for it in range(1, 5):
+            finite, best = train_module.eval_and_save(c, model, None, None, ctx=nullcontext(), iter_num=it,
+                                                      best_val_loss=best, can_save=True)
+            bests.append(best)
+        assert bests == [3.0, 2.0, 2.0, 1.5]
+        assert [(it, b) for it, b, _ in saved] == want_saved
