@@ -197,3 +197,17 @@ def test_an_indented_comment_goes_on_its_setting_only_when_no_blank_line_parts_t
                     '# ---\n')
     assert configurator.settings_block(str(path)) == [('x', '1', 'the x goes on'), (None, '', 'a note after a blank line'),
                                                       ('y', '2', 'the y')]
+
+
+@pytest.mark.parametrize('rule,inside,outside', [('>= 1', [1, 2.5], [0.999, 0]), ('> 0', [1e-9, 3], [0, -1]),
+                                                 ('[0, 1)', [0, 0.5, 0.999], [1, 1.5, -1e-9]),
+                                                 (('a', 'b'), ['a', 'b'], ['c', 'A'])])
+def test_a_range_rule_takes_its_bounds_as_written_and_refuses_the_first_value_past_them(rule, inside, outside):
+    """check_ranges: '>= x', '> x', '[a, b)' (a <= value < b) or a tuple of the values a setting may take; one line
+    naming the setting and the rule."""
+    for value in inside:
+        configurator.check_ranges(dict(s=value), dict(s=rule))
+    for value in outside:
+        with pytest.raises(UserError) as e:
+            configurator.check_ranges(dict(s=value), dict(s=rule))
+        assert "setting 's' must be" in str(e.value) and '\n' not in str(e.value)

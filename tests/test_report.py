@@ -290,3 +290,20 @@ def test_every_figure_is_drawn_as_its_description_says(plt, figure):
     name = figure.__name__
     assert matches_snapshot('figures.json', name, describe(drawn(plt, figure)[name])), \
         f'{name} differs from tests/snapshots/figures.json (UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)'
+
+
+def test_a_train_line_averages_each_loops_ce_over_the_iterations_that_read_it_and_nan_where_none_did(tmp_path):
+    """LogSums and log_train: per-loop CE summed where read (NaN: unread) and averaged over the iterations that read
+    that loop, ||H_k|| over the iterations that ran it; a loop no iteration read has CE NaN."""
+    sums = report.LogSums(4, 'cpu')
+    nan = float('nan')
+    sums.add(torch.tensor(1.0), torch.tensor([nan, 2.0, 4.0]), torch.tensor([1.0, 2.0, 3.0]), 10)  # K=3, loop 1 unread
+    sums.add(torch.tensor(3.0), torch.tensor([nan, nan]), torch.tensor([5.0, 6.0]), 20)            # K=2, nothing read
+    sums.add(torch.tensor(2.0), torch.tensor([nan, 6.0, 8.0]), torch.tensor([3.0, 4.0, 5.0]), 30)
+    report.log_train(str(tmp_path), 7, sums, seconds=2.0, lr=1e-3, tokens_per_iter=100, peak=None, device='cpu')
+    rec = read_log(tmp_path)[-1]
+    assert rec['loss'] == pytest.approx(2.0) and rec['iter'] == 7
+    assert rec['ce'][0] is None and rec['ce'][3] is None  # NaN, written null: loop 1 never read, loop 4 never ran
+    assert rec['ce'][1:3] == pytest.approx([4.0, 6.0])                    # (2 + 6) / 2 and (4 + 8) / 2, not over 3
+    assert rec['h_norm'][:3] == pytest.approx([3.0, 4.0, 4.0])            # over the 3, 3 and 2 iterations that ran it
+    assert rec['tok_per_s'] == pytest.approx(150.0) and rec['ms_per_iter'] == pytest.approx(2000 / 3)
