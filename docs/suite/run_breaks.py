@@ -5,7 +5,12 @@ whether it was caught and by which tests. Run from the repository root:
 
     python docs/suite/run_breaks.py docs/suite/round-1/breaks.json --out /tmp/round-1.json
 
-A break whose line is not in its file exactly once is an error, not a miss.
+    python docs/suite/run_breaks.py docs/suite/round-1/breaks.json --out /tmp/own.json --own --at 5881e63
+
+--own runs each break against its module's own test file alone (test_model.py for model.py, tests/test_<name>.py
+for the others, tests/test_beyond_sample.py for beyond/sample.py), one process: is it caught by the tests that hold
+that module's promises? --at clones that commit instead of HEAD. A break whose line is not in its file exactly
+once is an error, not a miss.
 """
 
 import argparse
@@ -14,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -32,24 +38,42 @@ def apply(clone, brk):
     return path, text
 
 
+def own_file(module):
+    """The test file that holds a module's promises."""
+    if module == 'model.py':
+        return 'test_model.py'
+    name = os.path.basename(module)[:-3]
+    return 'tests/test_beyond_sample.py' if module == 'beyond/sample.py' else f'tests/test_{name}.py'
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('breaks', help='the breaks (a JSON list of {id, file, old, new, ...})')
     parser.add_argument('--out', required=True, help='where the results are written (JSON)')
     parser.add_argument('--only', nargs='*', default=[], help='only these breaks (ids)')
     parser.add_argument('--repo', default=ROOT, help='the repository whose HEAD is cloned (default: this one)')
+    parser.add_argument('--at', default='HEAD', help='the commit to clone (default: HEAD)')
+    parser.add_argument('--own', action='store_true', help="only the module's own test file, in one process")
     args = parser.parse_args(argv)
-    breaks = [b for b in json.load(open(args.breaks)) if not args.only or b['id'] in args.only]
-    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=args.repo, capture_output=True, text=True, check=True).stdout.strip()
+    if args.breaks.endswith('.tar.gz'):  # a sealed set (round-2/sealed.tar.gz): read without unpacking it here
+        with tarfile.open(args.breaks) as tar:
+            every = json.load(tar.extractfile('./breaks.json'))
+    else:
+        every = json.load(open(args.breaks))
+    breaks = [b for b in every if not args.only or b['id'] in args.only]
+    head = subprocess.run(['git', 'rev-parse', args.at], cwd=args.repo, capture_output=True, text=True, check=True).stdout.strip()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         clone = os.path.join(tmp, 'repo')
         subprocess.run(['git', 'clone', '-q', args.repo, clone], check=True)
+        subprocess.run(['git', 'checkout', '-q', head], cwd=clone, check=True)
         for brk in breaks:
             path, text = apply(clone, brk)
             t0 = time.time()
-            r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider'], cwd=clone,
-                               capture_output=True, text=True)
+            cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider']
+            cmd += ['-n0', own_file(brk['module'])] if args.own else ['-x']
+            r = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS='1')
+                               if args.own else None)
             open(path, 'w').write(text)
             failed = sorted(set(re.findall(r'^FAILED (\S+)', r.stdout, re.M)))
             errors = sorted(set(re.findall(r'^ERROR (\S+)', r.stdout, re.M)))
