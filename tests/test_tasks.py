@@ -510,3 +510,20 @@ def test_a_run_reads_strings_past_its_block_size_only_without_learned_positions(
     with pytest.raises(UserError, match=f'no checkpoint at {tmp_path / "empty"}'):
         (tmp_path / 'empty').mkdir()
         tasks.evaluate([str(tmp_path / 'empty')], [8], [1], seed=2, rows=4)
+
+
+def test_the_shares_table_gives_each_bar_the_runs_passing_their_interval_and_the_norms_of_both_sides():
+    """render_shares, on shares of hand-made rows: a row a design x bar x intervention, its bar as written (≥95% by
+    K=.., held to ..), k/n, the Wilson interval in percent, and the mean ||H_K|| at the deepest K of the runs that pass
+    and of those that fail ('-' where there are none)."""
+    def rows(run, exact_by_k, h):
+        return [dict(run=run, length=32, K=k, intervention='none', exact=e, h_norm=h) for k, e in exact_by_k.items()]
+    good = {96: 0.97, 384: 0.99}
+    results = rows('out/p-s1', good, 10.0) + rows('out/p-s2', good, 20.0) + rows('out/p-s3', {96: 0.5, 384: 0.5}, 70.0)
+    results += rows('out/q-s1', good, 5.0)
+    table = tasks.render_shares(tasks.shares(results)).splitlines()
+    low, high = tasks.wilson(2, 3)
+    assert table[2] == f"| p | 32 | ≥95% by K=96, held to 384 | none | 2/3 | {100 * low:.0f}–{100 * high:.0f}% | 15, 70 |"
+    low, high = tasks.wilson(1, 1)
+    assert table[3] == f"| q | 32 | ≥95% by K=96, held to 384 | none | 1/1 | {100 * low:.0f}–{100 * high:.0f}% | 5, - |"
+    assert len(table) == 4  # (no 64-bit rows: none scored)
