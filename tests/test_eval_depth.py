@@ -560,3 +560,16 @@ def test_help_heads_itself_with_the_script_a_user_runs(capsys):
         with pytest.raises(SystemExit):
             eval_depth.main(['--help'], script=script)
         assert capsys.readouterr().out.startswith(f'usage: {script} ')
+
+
+def test_a_runs_curves_are_its_eval_lines_and_its_denser_train_lines_from_the_first_evals_mean(tmp_path):
+    """read_curve: per eval line the iteration, p99 ||H_K|| and the val loss at K=1 and at K; per train line the mean
+    ||H_K||, starting from the first eval line's mean (its validation batch, before the first step)."""
+    records = [dict(kind='eval', iter=0, norm_p99=[5, 6], norm_mean=[1, 2], val_loss=[3.0, 2.5]),
+               dict(kind='train', iter=1, h_norm=[7, 8]), dict(kind='train', iter=2, h_norm=[9, 10]),
+               dict(kind='eval', iter=2, norm_p99=[11, 12], norm_mean=[3, 4], val_loss=[2.0, None])]
+    (tmp_path / 'log.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+    curve = eval_depth.read_curve(str(tmp_path), 2)
+    assert (curve['iter'], curve['norm_p99'], curve['val_loss_1']) == ([0, 2], [6, 12], [3.0, 2.0])
+    assert curve['val_loss_K'][0] == 2.5 and math.isnan(curve['val_loss_K'][1])
+    assert (curve['train_iter'], curve['norm_mean']) == ([0, 1, 2], [2, 8, 10])

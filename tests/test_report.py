@@ -307,3 +307,9 @@ def test_a_train_line_averages_each_loops_ce_over_the_iterations_that_read_it_an
     assert rec['ce'][1:3] == pytest.approx([4.0, 6.0])                    # (2 + 6) / 2 and (4 + 8) / 2, not over 3
     assert rec['h_norm'][:3] == pytest.approx([3.0, 4.0, 4.0])            # over the 3, 3 and 2 iterations that ran it
     assert rec['tok_per_s'] == pytest.approx(150.0) and rec['ms_per_iter'] == pytest.approx(2000 / 3)
+
+
+def test_a_runs_settings_name_every_field_off_its_default_each_after_a_comma():
+    """settings_of: 'raw readout, perloop CE, <field> <value>, K=4', a bool field by its name alone."""
+    run = dict(model=dict(asdict(LoopedGPTConfig()), readout='raw', norm_penalty=0.01, interloop_norm=True), trained_K=4)
+    assert report.settings_of(run) == 'raw readout, perloop CE, norm_penalty 0.01, interloop_norm, K=4'

@@ -169,3 +169,10 @@ def test_the_distribution_is_over_the_vocabulary_whatever_the_leading_dimensions
     probs = sample.next_token_probs(logits, 1.0, None)
     assert torch.allclose(probs.sum(-1), torch.ones(2, 3))
     assert torch.allclose(probs, torch.exp(logits - logits.logsumexp(-1, keepdim=True)))
+
+
+def test_top_k_zero_samples_from_every_token_and_a_negative_one_is_refused():
+    """top_k: 'sample among the k likeliest tokens only; 0: all of them' (its setting's comment)."""
+    sample.check_settings(dict(sample.SETTINGS, top_k=0))
+    with pytest.raises(UserError, match='top_k'):
+        sample.check_settings(dict(sample.SETTINGS, top_k=-1))
