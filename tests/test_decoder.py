@@ -1029,3 +1029,26 @@ def test_a_projected_stand_in_is_each_layers_key_and_value_of_the_state_with_the
             kv = F.linear(b.ln_1(x), b.attn.c_attn.weight[D:]).view(2, 5, 2, 2, D // 2)  # (B, T, k|v, nh, hs)
             want.append(kv.permute(2, 0, 3, 1, 4))  # (2, B, nh, T, hs)
     assert torch.allclose(got, torch.stack(want), atol=1e-5)
+
+
+def test_stand_ins_fill_every_later_loop_of_the_stopped_tokens_only():
+    """fill_stand_ins: the stand-ins of the tokens at t0.. that stopped after loop `loop` go into every later loop's
+    slots, cast to the cache's dtype; with stopped given, only those tokens' slots change (None: every token's)."""
+    from types import SimpleNamespace
+    K, L, B, nh, T_max, hs, T, t0, loop = 4, 2, 2, 2, 6, 3, 2, 1, 1
+    before = torch.randn(K, L, 2, B, nh, T_max, hs, generator=torch.Generator().manual_seed(0)).bfloat16()
+    src = torch.randn(L, 2, B, nh, T, hs, generator=torch.Generator().manual_seed(1))
+    stopped = torch.tensor([[True, False], [False, True]])  # (B, T)
+    cache = SimpleNamespace(all=before.clone())
+    decoder.fill_stand_ins(cache, src, t0, loop, stopped)
+    for b in range(B):
+        for t in range(T):
+            want = src[:, :, b, :, t].bfloat16() if stopped[b, t] else before[loop + 1:, :, :, b, :, t0 + t]
+            assert torch.equal(cache.all[loop + 1:, :, :, b, :, t0 + t], want.expand_as(cache.all[loop + 1:, :, :, b, :, t0 + t]))
+    assert torch.equal(cache.all[:loop + 1], before[:loop + 1])  # the loops that ran keep their own
+    keep = torch.ones(T_max, dtype=torch.bool)
+    keep[t0:t0 + T] = False
+    assert torch.equal(cache.all[..., keep, :], before[..., keep, :])  # other positions untouched
+    cache = SimpleNamespace(all=before.clone())
+    decoder.fill_stand_ins(cache, src, t0, loop)  # every token's
+    assert torch.equal(cache.all[loop + 1:, ..., t0:t0 + T, :], src.bfloat16().expand(K - loop - 1, *src.shape))
