@@ -36,7 +36,7 @@ from conftest import (B, BPTT, DEPTH, HERE, MAX_K, MEAN_K, PEAK, SEED, SHORT, ST
 from data import eval_batches, load_splits, load_tokens, train_batches
 from depth import draw_depth
 from model import LoopedGPT, LoopedGPTConfig, diagnostics
-from runtime import autocast
+from runtime import autocast, resolve_dtype
 from test_model import batch
 
 
@@ -85,6 +85,9 @@ def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(t
     assert sum(e['loss'] for e in trains[-10:]) / 10 < 0.8 * sum(e['loss'] for e in trains[:10]) / 10
     assert evals[-1]['val_loss'][-1] < evals[0]['val_loss'][-1] - 1.0
     assert 'iter 60: loss' in r.stdout and 'eval 60: val loss K=1..3' in r.stdout
+    # the run's opening line: its device, dtype, tokens an iteration (batch x block x micro-steps) and iterations
+    dtype = resolve_dtype('auto', 'cpu', training=True)  # (bfloat16 on a CPU with native bf16)
+    assert f'device cpu, {dtype}, {8 * 32:,} tokens per iteration, 60 iterations' in r.stdout, r.stdout[:500]
     assert os.path.isfile(out / 'ckpt.pt') and not os.path.exists(out / 'ckpt.pt.tmp')
     assert torch.load(out / 'ckpt.pt', weights_only=True)['iter_num'] == 60
 
