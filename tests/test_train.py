@@ -1112,3 +1112,14 @@ def test_the_best_val_loss_a_checkpoint_records_is_the_lowest_so_far_even_when_e
             bests.append(best)
         assert bests == [3.0, 2.0, 2.0, 1.5]
         assert [(it, b) for it, b, _ in saved] == want_saved
+
+
+def test_a_task_in_rows_reads_a_row_a_sequence_and_its_epochs_count_the_rows_tokens(parity_data, tmp_path, capsys):
+    """A task written in rows (beyond/parity.py) is read a whole row at a time: a sequence is a row, so the tokens an
+    iteration are batch_size x the row's length, and max_iters 0 makes `epochs` passes over the rows' tokens."""
+    from conftest import parity_args
+    from data import load_rows
+    rows = load_rows(str(parity_data / 'parity'), 'train')
+    train_module.main(parity_args(parity_data, tmp_path / 'run', '--max_iters=0', '--epochs=2', '--eval_interval=1000'))
+    per_iter = 8 * rows.x.shape[1]  # (TINY: batch_size 8)
+    assert f'{per_iter:,} tokens per iteration, {math.ceil(2 * rows.x.size / per_iter):,} iterations' in capsys.readouterr().out
