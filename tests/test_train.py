@@ -1123,3 +1123,23 @@ def test_a_task_in_rows_reads_a_row_a_sequence_and_its_epochs_count_the_rows_tok
     train_module.main(parity_args(parity_data, tmp_path / 'run', '--max_iters=0', '--epochs=2', '--eval_interval=1000'))
     per_iter = 8 * rows.x.shape[1]  # (TINY: batch_size 8)
     assert f'{per_iter:,} tokens per iteration, {math.ceil(2 * rows.x.size / per_iter):,} iterations' in capsys.readouterr().out
+
+
+def test_by_default_the_clip_with_fused_adamw_leaves_the_gradients_and_hands_its_factor_to_the_optimizer():
+    """clip's policy (its docstring): with fused AdamW the factor goes to the optimizer as its grad_scale and no
+    gradient is touched (no pass of its own over them); folded=False scales the gradients as clip_grad_norm_."""
+    xs, ys = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1)).unbind(0)
+    for folded in (None, False):
+        torch.manual_seed(0)
+        model = tiny_model()
+        optimizer = train_module.make_optimizer(model, learning_rate=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
+        model(xs, ys)[1].backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        norm = torch.nn.utils.get_total_norm(grads)
+        train_module.clip(model, optimizer, 1e-3, **({} if folded is None else dict(folded=folded)))
+        if folded is None:
+            assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+            assert float(optimizer.grad_scale) == pytest.approx(float((norm + 1e-6) / 1e-3), rel=1e-5)
+        else:
+            assert getattr(optimizer, 'grad_scale', None) is None
+            assert torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]) == pytest.approx(1e-3, rel=1e-3)
