@@ -211,3 +211,12 @@ def test_a_range_rule_takes_its_bounds_as_written_and_refuses_the_first_value_pa
         with pytest.raises(UserError) as e:
             configurator.check_ranges(dict(s=value), dict(s=rule))
         assert "setting 's' must be" in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_script_is_named_by_its_place_in_the_repository_whatever_the_working_directory(tmp_path, monkeypatch):
+    """configurator.command: `python train.py` at the top, `python -m beyond.name` below it, by the script's place in
+    the repository (not the folder it is run from); a script outside it by its name."""
+    monkeypatch.chdir(tmp_path)
+    assert configurator.command(os.path.join(HERE, 'train.py')) == 'python train.py'
+    assert configurator.command(os.path.join(HERE, 'beyond', 'tasks.py')) == 'python -m beyond.tasks'
+    assert configurator.command(str(tmp_path / 'mine.py')) == 'python mine.py'

@@ -134,3 +134,12 @@ def test_a_cuda_device_turns_tf32_matmuls_on(monkeypatch):
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
         torch.set_flush_denormal(False)
+
+
+def test_the_device_is_auto_unless_named():
+    """setup_device(name='auto'): with no name, the first of cuda, mps and cpu that is there."""
+    try:
+        assert runtime.setup_device() == runtime.setup_device('auto') == (
+            'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu')
+    finally:
+        torch.set_flush_denormal(False)

@@ -1143,3 +1143,16 @@ def test_by_default_the_clip_with_fused_adamw_leaves_the_gradients_and_hands_its
         else:
             assert getattr(optimizer, 'grad_scale', None) is None
             assert torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_eval_only_evaluates_the_resumed_checkpoint_once_and_trains_nothing(tiny_data, tmp_path):
+    """eval_only: 'evaluate once and exit (with init_from='resume': out_dir's checkpoint)': one eval line appended at
+    the checkpoint's iteration, no train line, the checkpoint's weights and iteration as they were."""
+    tiny_checkpoint(tmp_path, tiny_data)  # (iteration 4, untrained)
+    before = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    train_in_process(tiny_data, tmp_path, '--init_from=resume', '--eval_only=True', '--max_iters=20')
+    log = read_log(tmp_path)
+    assert [(r['kind'], r['iter']) for r in log] == [('eval', 4)]
+    after = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
+    assert after['iter_num'] == 4 and all(torch.equal(before['model'][k], after['model'][k]) for k in before['model'])
+
