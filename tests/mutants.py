@@ -40,6 +40,7 @@ or a line in tests/mutants-equivalent.txt with the reason.
 
 import argparse
 import ast
+import collections
 import fnmatch
 import hashlib
 import json
@@ -118,12 +119,17 @@ def swapped(value, names):
     return names[(names.index(value) + 1) % len(names)] if value in names else None
 
 
-def swap_name(node):
-    """`swap name`: a device or dtype name in a plain string swapped for the next of its kind."""
+def swapped_string(node, *kinds):
+    """A plain string naming one of kinds' names, swapped for the next name of its kind."""
     if node.prefix == '':
-        new = swapped(node.evaluated_value, DEVICES) or swapped(node.evaluated_value, DTYPES)
+        new = next((swapped(node.evaluated_value, names) for names in kinds if node.evaluated_value in names), None)
         if new:
             yield node.with_changes(value=f'{node.quote}{new}{node.quote}')
+
+
+def swap_name(node):
+    """`swap name`: a device or dtype name in a plain string swapped for the next of its kind."""
+    yield from swapped_string(node, DEVICES, DTYPES)
 
 
 def swap_dtype_attribute(node):
@@ -133,21 +139,19 @@ def swap_dtype_attribute(node):
         yield node.with_changes(attr=cst.Name(new))
 
 
-SETTINGS = []
+SETTINGS = []  # (filled by install_operators: setting_names())
 
 
 def swap_setting(node):
     """`swap setting`: a plain string naming a setting or a model field swapped for the next such name."""
-    if node.prefix == '':
-        new = swapped(node.evaluated_value, SETTINGS)
-        if new:
-            yield node.with_changes(value=f'{node.quote}{new}{node.quote}')
+    yield from swapped_string(node, SETTINGS)
 
 
-OPERATORS = {'delete statement': ('SimpleStatementLine', delete_statement), 'drop with': ('With', drop_with),
-             'drop if body': ('If', drop_if_body), 'swap name': ('SimpleString', swap_name),
-             'swap name ': ('Attribute', swap_dtype_attribute), 'swap setting': ('SimpleString', swap_setting)}
-# mutmut's operators by what they make (operator_swap_op is `boundary flip` on <, <=, >, >=)
+# (its label, the libcst node it mutates, the operator)
+OPERATORS = [('delete statement', 'SimpleStatementLine', delete_statement), ('drop with', 'With', drop_with),
+             ('drop if body', 'If', drop_if_body), ('swap name', 'SimpleString', swap_name),
+             ('swap name', 'Attribute', swap_dtype_attribute), ('swap setting', 'SimpleString', swap_setting)]
+# each operator by what it makes (mutmut's operator_swap_op is `boundary flip` on <, <=, >, >=)
 MUTMUT_LABELS = {'operator_number': 'number', 'operator_string': 'string', 'operator_name': 'True/False',
                  'operator_assignment': 'assignment to None', 'operator_augmented_assignment': 'augmented to plain',
                  'operator_remove_unary_ops': 'unary removed', 'operator_dict_arguments': 'dict keyword',
@@ -155,6 +159,7 @@ MUTMUT_LABELS = {'operator_number': 'number', 'operator_string': 'string', 'oper
                  'operator_symmetric_string_methods_swap': 'string method',
                  'operator_unsymmetrical_string_methods_swap': 'string method', 'operator_keywords': 'keyword',
                  'operator_swap_op': 'operator swap', 'operator_match': 'match case', 'operator_if_exp': 'ternary arm'}
+MUTMUT_LABELS.update({op.__name__: label for label, _, op in OPERATORS})  # (and ours)
 BOUNDARIES = ('LessThan', 'LessThanEqual', 'GreaterThan', 'GreaterThanEqual')
 
 
@@ -164,15 +169,14 @@ def install_operators():
     if not SETTINGS:
         SETTINGS.extend(setting_names())
     if not any(op is delete_statement for _, op in mutators.mutation_operators):
-        mutators.mutation_operators.extend((getattr(cst, kind), op) for kind, op in OPERATORS.values())
+        mutators.mutation_operators.extend((getattr(cst, kind), op) for _, kind, op in OPERATORS)
 
 
 def label_of(operator, node):
     name = operator.__name__
     if name == 'operator_swap_op' and type(getattr(node, 'operator', None)).__name__ in BOUNDARIES:
         return 'boundary flip'
-    mine = {op.__name__: label.strip() for label, (_, op) in OPERATORS.items()}
-    return mine.get(name) or MUTMUT_LABELS.get(name, name)
+    return MUTMUT_LABELS.get(name, name)
 
 
 def operators_of(sources):
@@ -359,10 +363,8 @@ def main(argv=None):
     chosen, left_out = choose(names, args)
     print(f'mutants: {len(names)} generated; seed {args.seed}; {len(chosen)} chosen; left out by rule: '
           f'{left_out["equivalent"]} recorded equivalent, {left_out["error text"]} error text only', flush=True)
-    generated = {}
-    for n in names:
-        generated[operators.get(n, '?')] = generated.get(operators.get(n, '?'), 0) + 1
-    print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in sorted(generated.items(), key=lambda x: -x[1])))
+    generated = collections.Counter(operators.get(n, '?') for n in names)
+    print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in generated.most_common()))
     if not chosen:
         return
     if args.unkilled and not args.reuse:
