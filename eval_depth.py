@@ -18,6 +18,7 @@ calibrated halting, speculative decoding) added, and redraws their tables from a
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -308,9 +309,53 @@ def table(groups):
 
 
 def render(groups, runs, studies=()):
-    """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2."""
+    """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2, the summary."""
     text = table(groups) + '\n' + ''.join(study.tables(g, runs) for g in groups for study in studies)
-    return text + (lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else '')
+    text += lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else ''
+    return text + summary_table(groups) + '\n'
+
+
+def short(mean, std=None):
+    """mean [± std] to three significant digits of the mean (none after the point from 100 on), thousands split."""
+    if mean is None or not math.isfinite(mean):
+        return '-'
+    spec = f",.{max(0, 2 - math.floor(math.log10(abs(mean)))) if mean else 2}f"
+    return format(mean, spec) + (f" ± {format(std, spec)}" if std is not None and math.isfinite(std) else '')
+
+
+def summary_table(groups):
+    """One row a group, as the pages quote it: ppl at K = 1..the trained K and at its multiples by 2, 4, ..; the
+    best K; and at the trained K: mean ‖H_K‖, the radial fraction, 1 - cos, the clamp's Δ loss (if evaluated), and
+    Lemma 2's s_K and angular step (if measured)."""
+    trained = {g['mean']['trained_K'] for g in groups}
+    T = trained.pop() if len(trained) == 1 else None
+    t = str(T) if T else 'K'
+    evaluated = {r['K'] for g in groups for r in g['mean']['per_K']}
+    top = max(g['mean']['trained_K'] for g in groups)
+    Ks = sorted(k for k in evaluated if k <= top or any(k == g['mean']['trained_K'] * 2 ** i for g in groups
+                                                         for i in range(1, 10)))
+    clamp = any('clamp' in r for g in groups for r in g['mean']['per_K'])
+    lem = any(g['mean'].get('lemma') for g in groups)
+    head = ['run'] + [f"K={k}" + (' (trained)' if k == T else '') for k in Ks] + [
+        'best K', f'mean ‖H_{t}‖', 'radial frac', f'1 − cos, loop {t}'] + (
+        [f'Δ loss clamp, K={t}'] if clamp else []) + ([f's_{t}', f'step, loop {t}'] if lem else [])
+    lines = [f"\nsummary: ppl by K (mean ± std over seeds), the best K, and the state at the trained K{'' if T else ' (its *)'}",
+             '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for g in groups:
+        mean = {r['K']: r for r in g['mean']['per_K']}
+        std = {r['K']: s for r, s in zip(g['mean']['per_K'], g['std']['per_K'])}
+        k, at = g['mean']['trained_K'], mean.get(g['mean']['trained_K'], {})
+        cells = [label(g)] + [short(mean[K]['ppl'], std[K]['ppl']) if K in mean else '-' for K in Ks]
+        cells += [str(min(mean, key=lambda K: mean[K]['ppl'])), short(at.get('norm_mean')),
+                  pm(at.get('radial'), None, '.1e'), pm(at.get('angular'), None, '.1e')]
+        if clamp:
+            cells.append(pm(at['clamp']['delta_loss'], std[k]['clamp']['delta_loss'], '+.4f') if 'clamp' in at else '-')
+        if lem:
+            lm = g['mean'].get('lemma')
+            cells += [format(lm['s'][k - 1], '.3g'), format(lm['angular_step'][k - 1], '.2g')] if lm and lm['loops'] > k \
+                else ['-', '-']
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
 
 
 def lemma_table(groups):

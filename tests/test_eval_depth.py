@@ -373,6 +373,32 @@ def test_each_table_column_shows_its_own_field(still_evaluated):
                          's_k ‖u_k+1 − u_k‖': f"{lem['s_times_angular'][k - 1]:.4g}"}
 
 
+def test_the_summary_is_each_runs_depth_table_row_read_again(evaluated):
+    """The summary the pages embed: its ppl cells are the depth table's ppl to three digits, its best K the depth
+    table's lowest ppl, its state at the trained K (K=2 here) the depth and Lemma 2 tables' cells to fewer digits."""
+    r, _, results = evaluated
+    summary = table_rows(r.stdout, '| run | K=1 |')
+    assert [c['run'] for c in summary] == [run['name'] for run in results]
+    depth_rows = table_rows(r.stdout, '| run | K |')
+    lemma_rows = table_rows(r.stdout, '| run | k |')
+    for cells, run in zip(summary, results):
+        full = {int(c['K'].rstrip('*')): c for c in depth_rows if c['run'] == run['name']}
+        assert list(cells)[1:5] == ['K=1', 'K=2 (trained)', 'K=4', 'best K']   # 1..the trained K, then 2x
+        for K in (1, 2, 4):
+            shown = cells['K=2 (trained)' if K == 2 else f'K={K}']
+            assert abs(float(shown) - float(full[K]['ppl'])) <= 0.5 * 10 ** -len(shown.split('.')[1]) + 5e-4
+        assert cells['best K'] == str(min(full, key=lambda K: float(full[K]['ppl'])))
+        assert float(cells['mean ‖H_2‖'].replace(',', '')) == pytest.approx(float(full[2]['mean ‖H_K‖']), rel=5e-3, abs=0.05)
+        assert (cells['radial frac'], cells['1 − cos, loop 2']) == (full[2]['radial frac'], full[2]['1-cos'])
+        assert cells['Δ loss clamp, K=2'] == full[2]['Δ loss clamp']
+        lem = next(c for c in lemma_rows if c['run'] == run['name'] and c['k'] == '2')
+        assert float(cells['s_2']) == pytest.approx(float(lem['s_k']), rel=5e-3)
+        assert float(cells['step, loop 2']) == pytest.approx(float(lem['‖u_k+1 − u_k‖']), rel=5e-2)
+    # three digits of the mean, the std to as many places, thousands split
+    assert [eval_depth.short(*a) for a in ((5.443, 0.092), (54.21, 2.4), (17360.4, 18913.2), (1330.3, None))] == [
+        '5.44 ± 0.09', '54.2 ± 2.4', '17,360 ± 18,913', '1,330']
+
+
 # -----------------------------------------------------------------------------
 # every field written, and the test that recomputes it (conftest's FIELDS): a new field fails until it has one
 
