@@ -16,7 +16,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from model import MOVED, SIZE, LoopedGPTConfig
+from model import SIZE, named_class
 
 
 def perplexity(loss):
@@ -79,12 +79,18 @@ def pm(mean, std, spec='.3f'):
     return format(mean, spec) + (f" ± {format(std, spec.lstrip('+'))}" if spread else '')
 
 
+def model_defaults(config):
+    """Every field of the model a run was trained as, at its default, as the class that declares it says: the
+    class its training config names (model_class, as train.py saves it), else the paper's LoopedGPT."""
+    return asdict(named_class((config or {}).get('model_class') or 'model.LoopedGPT').config_class())
+
+
 def settings_of(run):
     """What a run (or a group's mean) was trained as: its readout, its loss and its depth, with every
     other field of its model config that differs from its default, by the field's name (the size
     fields, model.SIZE, aside), as 'raw readout, perloop CE, <field> <value>, K=4'. The defaults:
-    LoopedGPTConfig's, those of the fields beyond/ declares (model.MOVED), else the type's (0, False)."""
-    defaults = {**MOVED, **asdict(LoopedGPTConfig())}
+    those of the class its config names (model_defaults), else the type's (0, False)."""
+    defaults = model_defaults(run.get('config'))
     model = run.get('model') or {k: run[k] for k in defaults if k in run}  # (a results.json before 'model': flat keys)
     extra = ''.join(f", {k}" if v is True else f", {k} {v}" for k, v in model.items()
                     if k not in SIZE + ('readout', 'loss') and v != defaults.get(k, type(v)()))  # (a subclass's field: set or not)

@@ -144,11 +144,16 @@ def test_a_group_of_one_run_with_a_nan_value_has_a_nan_mean_and_spread():
 
 def test_every_model_field_off_its_default_is_in_the_label():
     # the label a group of seeds goes by (report.label, with its settings) names every field that splits a
-    # condition, but the size fields (in the run's name) and the depth, told as K
+    # condition, but the size fields (in the run's name) and the depth, told as K. A field's default is the one
+    # the class the run's config names declares (beyond/'s positions, 'learned', is no type's zero)
     default = ExitTrainConfig()
-    run = dict(model=asdict(default), trained_K=default.n_loops, random_depth=False)
+    run = dict(model=asdict(default), trained_K=default.n_loops, random_depth=False,
+               config=dict(model_class='beyond.exit_train.ExitTrainedGPT'))
     plain = settings_of(run)
-    assert plain == settings_of(dict(run, model=asdict(LoopedGPTConfig())))  # beyond/'s fields at their defaults: unnamed
+    assert plain == settings_of(dict(run, model=asdict(LoopedGPTConfig()), config={}))  # beyond/'s fields at their defaults: unnamed
+    # a results.json from before 'model' (flat keys): the fields of the class its config names are read too
+    old = dict(readout='norm', loss='perloop', sandwich_norm=False, damping=True, trained_K=4, config=run['config'])
+    assert settings_of(old) == 'norm readout, perloop CE, damping, K=4'
     for f in fields(ExitTrainConfig):
         if f.name in SIZE and f.name != 'n_loops':
             continue
