@@ -1,5 +1,26 @@
-# What the studies' run.sh share; each sources it from the repo root after setting DATA_DIR,
-# DATASET, RUNS, OUT (with $OUT/logs made) and TRAIN_ARGS.
+# What the studies' run.sh share; each sources it from the repo root, sets OUT with study_out and makes $OUT/logs;
+# the functions below read DATA_DIR, DATASET, RUNS, OUT and TRAIN_ARGS when called.
+
+# study_out STUDY: OUT, where assets/STUDY/run.sh writes. An OUT given is kept as it is (a rerun into it writes over
+# what it writes again); STORE=1 is assets/STUDY, the stored results the pages quote, written over; by default a fresh
+# out-study-STUDY in RUNS (the repo root unless given), refused if it holds anything: a half-old folder never looks
+# complete.
+study_out() {
+  local me="assets/$1/run.sh: error:"
+  case ${STORE:-} in
+    ''|0) ;;
+    1) if [ -n "${OUT:-}" ]; then
+         echo "$me STORE=1 and OUT=$OUT: give one of them (STORE=1 writes into assets/$1)" >&2; exit 1
+       fi
+       OUT=assets/$1; return ;;
+    *) echo "$me STORE=$STORE: set STORE=1 to write over assets/$1, or leave STORE unset" >&2; exit 1 ;;
+  esac
+  if [ -n "${OUT:-}" ]; then return; fi
+  OUT=${RUNS:-.}/out-study-$1 OUT=${OUT#./}
+  if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then
+    echo "$me $OUT is not empty: remove it, or set OUT=$OUT to write into it" >&2; exit 1
+  fi
+}
 
 prepare_wt103() {  # prepare_wt103 TOKENIZER: WikiText-103's validation text to train on, its test text to validate
   [ -d "$DATA_DIR/$DATASET" ] && return

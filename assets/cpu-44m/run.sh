@@ -16,7 +16,9 @@
 #   COSTS        the runs whose decoding step is timed, run:dtype (norm_perloop:float32 norm_perloop:bfloat16
 #                raw_perloop:float32); THREADS their threads (2)
 #   RUNS         where the run folders out-<condition>-cpu44m-s1 and the parts' evaluations go (the repo root)
-#   OUT          where results-<part>.json, tables.md, the costs, the figures and logs/ go (this folder)
+#   OUT          where results-<part>.json, tables.md, the costs, the figures and logs/ go
+#                (a fresh out-study-cpu-44m in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS, EVAL_ARGS, COST_ARGS   extra settings for train.py, python -m beyond.eval_decode, beyond.depth_costs (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,10 +26,11 @@ DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo}
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop interloop_perloop}
 PARTS=${PARTS:-a=norm_perloop,raw_perloop b1=penalty_perloop b2=interloop_perloop}
 COSTS=${COSTS:-norm_perloop:float32 norm_perloop:bfloat16 raw_perloop:float32} THREADS=${THREADS:-2}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-44m}
+RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} COST_ARGS=${COST_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out cpu-44m
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: WikiText-103's validation text to train on, its test text to validate, as GPT-2 BPE tokens
 prepare_wt103 r50k_base

@@ -11,17 +11,20 @@
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (1 2 3)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed> are written (the repo root)
-#   OUT          where the evaluation goes: results.json, tables.md, the figures, logs/ (this folder)
+#   OUT          where the evaluation goes: results.json, tables.md, the figures, logs/
+#                (a fresh out-study-cpu-demo in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-"norm_perloop raw_perloop finalnorm_perloop penalty_perloop interloop_perloop
     norm_terminal raw_terminal penalty_terminal"}
-SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-demo}
+SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out cpu-demo
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: WikiText-103's validation text to train on, its test text to validate, as bytes
 prepare_wt103 bytes

@@ -17,7 +17,9 @@
 #   AGREE        runs whose gates are also trained with target 'agree' (raw_ and penalty_perloop-cpu-long-s1)
 #   COSTS        the run whose decoding step is timed part by part (raw_perloop-cpu-long-s1); THREADS its threads (2)
 #   RUNS         where the run folders are, and where each run's evaluation goes (the repo root)
-#   OUT          where results.json, tables.md, exit_tables.md, the costs, the figures and logs/ go (this folder)
+#   OUT          where results.json, tables.md, exit_tables.md, the costs, the figures and logs/ go
+#                (a fresh out-study-cpu-long-criteria in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   EVAL_ARGS, DECODE_ARGS, GATE_ARGS, COST_ARGS   extra settings for python -m beyond.eval_decode (DECODE_ARGS: its decoding flags), beyond.exit_gate, beyond.depth_costs
 #                (the CI's tiny sizes)
 set -euo pipefail
@@ -26,11 +28,12 @@ CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3}
 DRIFTED=${DRIFTED-norm_perloop-cpu-long-s1} THRESHOLDS=${THRESHOLDS-penalty_perloop-cpu-long-s1}
 AGREE=${AGREE-raw_perloop-cpu-long-s1 penalty_perloop-cpu-long-s1}
 COSTS=${COSTS:-raw_perloop-cpu-long-s1} THREADS=${THREADS:-2}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-criteria}
+RUNS=${RUNS:-.}
 EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-} COST_ARGS=${COST_ARGS:-}
 CRITERIA=max_prob,entropy,converge,angular,latent,gate,gate-raw
+. assets/study.sh  # study_out, lane, wait_lanes
+study_out cpu-long-criteria
 mkdir -p "$OUT/logs"
-. assets/study.sh  # lane, wait_lanes
 
 gate() {  # gate RUN NAME SETTINGS...: the gate RUN/NAME.pt (beyond.exit_gate); its one line in logs/RUN.NAME.log
   local run=$1 name=$2; shift 2

@@ -14,16 +14,19 @@
 #   CONDITIONS   the conditions (config/<condition>.py, and config/<condition>_exit.py for the exit-aware twin)
 #   SEEDS        the seeds (1 2 3)
 #   RUNS         where the run folders are read and written, and each seed's evaluation goes (the repo root)
-#   OUT          where results.json, tables.md, the figures and logs/ go (this folder)
+#   OUT          where results.json, tables.md, the figures and logs/ go
+#                (a fresh out-study-cpu-long-exits in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-raw_perloop penalty_perloop} SEEDS=${SEEDS:-1 2 3}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-exits}
+RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out cpu-long-exits
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 TRAIN="-m beyond.exit_train"  # exit-aware training is beyond the paper: train.py with its model class
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)

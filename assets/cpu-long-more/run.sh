@@ -12,16 +12,19 @@
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (1 2 3)
 #   RUNS         where the run folders out-<condition>-cpu-long-s<seed> and the parts' evaluations go (the repo root)
-#   OUT          where results-<part>.json, tables.md, the figures and logs/ go (this folder)
+#   OUT          where results-<part>.json, tables.md, the figures and logs/ go
+#                (a fresh out-study-cpu-long-more in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-norm_terminal raw_terminal penalty_terminal interloop_perloop}
-SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-more}
+SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out cpu-long-more
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
 prepare_wt103 bytes

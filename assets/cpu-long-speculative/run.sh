@@ -9,12 +9,16 @@
 # from the repo root):
 #   CONDITIONS   the conditions evaluated; SEED the seed (1)
 #   RUNS         where the run folders out-<condition>-cpu-long-s<seed> are (the repo root)
-#   OUT          where results.json, tables.md and the figures go (this folder)
+#   OUT          where results.json, tables.md and the figures go
+#                (a fresh out-study-cpu-long-speculative in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   EVAL_ARGS, DECODE_ARGS   extra settings for python -m beyond.eval_decode (its decoding flags in DECODE_ARGS) (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop finalnorm_perloop} SEED=${SEED:-1}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long-speculative} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
+RUNS=${RUNS:-.} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
+. assets/study.sh  # study_out
+study_out cpu-long-speculative
 mkdir -p "$OUT"
 
 # --- the first 16,384 validation bytes at K = 1..4; speculative decoding timed at every draft depth j,

@@ -12,7 +12,9 @@
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (1 2 3)
 #   RUNS         where the run folders out-<condition>-cpu-long-s<seed> are written (the repo root)
-#   OUT          where the evaluation goes: results.json, tables.md, the figures, calibrated/, logs/ (this folder)
+#   OUT          where the evaluation goes: results.json, tables.md, the figures, calibrated/, logs/
+#                (a fresh out-study-cpu-long in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   REPEATS      python -m beyond.sample's timed decoding runs per setting, of which early-exit.md takes the best (2)
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode; SAMPLE_ARGS for
 #                python -m beyond.sample (the CI's tiny sizes)
@@ -20,10 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop finalnorm_perloop}
-SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/cpu-long} REPEATS=${REPEATS:-2}
+SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} REPEATS=${REPEATS:-2}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} SAMPLE_ARGS=${SAMPLE_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out cpu-long
 mkdir -p "$OUT/logs" "$OUT/calibrated"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- the data: the CPU demo's (WikiText-103's validation text to train on, its test text to validate)
 prepare_wt103 bytes

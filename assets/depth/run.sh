@@ -18,7 +18,9 @@
 #                rdm8 draws a mean of 8 loops instead of the condition's 4), in order
 #   LANES        how many runs train at once (2), each with OMP_NUM_THREADS=THREADS (1)
 #   RUNS         where the run folders out-<condition>[-rd]-cpu-long-s<seed> go (the repo root)
-#   OUT          where results-<run>.json, tables.md, the figures and logs/ go (this folder)
+#   OUT          where results-<run>.json, tables.md, the figures and logs/ go
+#                (a fresh out-study-depth in RUNS, refused if it holds anything; name a stopped one as OUT to go on with it)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS (and DECODE_ARGS: its decoding flags) for python -m beyond.eval_decode (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,10 +35,11 @@ norm_perloop:rd:3 alpha_perloop:rd1.5:1 raw_perloop:rd1.5:1 damped_perloop:rd1.5
 contractive_perloop:rd:1 contractive_perloop:fixed:1 \
 alpha_perloop:rdm8:1 damped_perloop:rdm8:1 \
 penalty_terminal:rd:1 norm_terminal:rd:1 norm_terminal:rd:2 norm_terminal:rd:3}
-LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/depth}
+LANES=${LANES:-2} THREADS=${THREADS:-1} RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out depth
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 prepare_wt103 bytes
 

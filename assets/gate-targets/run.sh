@@ -10,12 +10,16 @@
 # paths are from the repo root):
 #   CONDITIONS   the CPU demo's conditions evaluated; SEED their seed (1: a guess, the measurement did not record it)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed> are (the repo root)
-#   OUT          where results.json, tables.md, the figures and logs/ go (this folder)
+#   OUT          where results.json, tables.md, the figures and logs/ go
+#                (a fresh out-study-gate-targets in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   EVAL_ARGS, DECODE_ARGS, GATE_ARGS   extra settings for python -m beyond.eval_decode (DECODE_ARGS: its decoding flags) and beyond.exit_gate (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONDITIONS=${CONDITIONS:-raw_perloop norm_perloop} SEED=${SEED:-1}
-RUNS=${RUNS:-.} OUT=${OUT:-assets/gate-targets} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-}
+RUNS=${RUNS:-.} EVAL_ARGS=${EVAL_ARGS:-} DECODE_ARGS=${DECODE_ARGS:-} GATE_ARGS=${GATE_ARGS:-}
+. assets/study.sh  # study_out
+study_out gate-targets
 mkdir -p "$OUT/logs"
 
 gate() {  # gate RUN NAME SETTINGS...: the gate RUN/NAME.pt (beyond.exit_gate); its one line in logs/RUN.NAME.log

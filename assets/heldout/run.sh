@@ -11,16 +11,19 @@
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (pydoc-bytes)
 #   CONDITIONS   the conditions trained, each a config/<condition>.py; SEEDS the seeds (11 12 13)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed> are written (the repo root)
-#   OUT          where the evaluation goes: results.json, tables.md, the figures, logs/ (this folder)
+#   OUT          where the evaluation goes: results.json, tables.md, the figures, logs/
+#                (a fresh out-study-heldout in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run; EVAL_ARGS for eval_depth.py (the CI's tiny sizes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-pydoc-bytes}
 CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop penalty_perloop interloop_perloop}
-SEEDS=${SEEDS:-11 12 13} RUNS=${RUNS:-.} OUT=${OUT:-assets/heldout}
+SEEDS=${SEEDS:-11 12 13} RUNS=${RUNS:-.}
 TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_ARGS=${EVAL_ARGS:-}
+. assets/study.sh  # study_out, train, train_grid, lane
+study_out heldout
 mkdir -p "$OUT/logs"
-. assets/study.sh  # train, train_grid, lane
 
 # --- the data: the pydoc topics in name order, every 8th to validate, as text files, then bytes
 if [ ! -d "$DATA_DIR/$DATASET" ]; then

@@ -8,16 +8,19 @@
 #   bash assets/parity-inits-tuning/run.sh
 #
 # Settings (environment variables; relative paths from the repo root): DATA_DIR and TASK_DATASET (data, parity-100),
-# PREP_ARGS (--seed=100), SEEDS (101 .. 106), RUNS (the repo root), OUT (this folder), TRAIN_ARGS (extra train.py
-# settings), BASELINE (the recipe's logs: assets/parity-screen-tuning/logs), EVERY (50: the baseline's evaluations read).
+# PREP_ARGS (--seed=100), SEEDS (101 .. 106), RUNS (the repo root), OUT (a fresh out-study-parity-inits-tuning in RUNS,
+# refused if it holds anything), STORE (1: OUT is this folder, and the stored results the pages quote are written over),
+# TRAIN_ARGS (extra train.py settings), BASELINE (the recipe's logs: assets/parity-screen-tuning/logs, stored),
+# EVERY (50: the baseline's evaluations read).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-100} PREP_ARGS=${PREP_ARGS:---seed=100}
-SEEDS=${SEEDS:-101 102 103 104 105 106} RUNS=${RUNS:-.} OUT=${OUT:-assets/parity-inits-tuning} TRAIN_ARGS=${TRAIN_ARGS:-}
+SEEDS=${SEEDS:-101 102 103 104 105 106} RUNS=${RUNS:-.} TRAIN_ARGS=${TRAIN_ARGS:-}
 BASELINE=${BASELINE:-assets/parity-screen-tuning/logs} EVERY=${EVERY:-50}
-mkdir -p "$OUT/logs"
 DATASET=$TASK_DATASET
-. assets/study.sh  # train, lane
+. assets/study.sh  # study_out, train, lane
+study_out parity-inits-tuning
+mkdir -p "$OUT/logs"
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"

@@ -19,4 +19,6 @@ assets/parity-late ran at commit $AT; late-state CE left train.py after it, so t
 (relative paths from that checkout's root). From this repository's root:
     git worktree add ../parity-late-$AT $AT
     cd ../parity-late-$AT && ${given}bash assets/parity-late/run.sh
+Without OUT, that commit's run.sh writes over its own checkout's assets/parity-late (it reads no STORE): \`git diff\`
+there compares the rerun with the stored results, and this checkout's assets/ stay as they are.
 END

@@ -12,16 +12,19 @@
 #   DATA_DIR     prepare.py's output folder (data); DATASET the data set there (wt103-demo-bytes)
 #   CONDITIONS   the conditions trained in both precisions; SEED their seed (1)
 #   RUNS         where the run folders out-<condition>-cpu-s<seed>-<dtype> are written (the repo root)
-#   OUT          where logs/ goes (this folder)
+#   OUT          where logs/ goes
+#                (a fresh out-study-speed in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   BENCH_ARGS   extra settings for beyond.bench; TRAIN_ARGS for train.py; PARTS_ARGS for parts.py (the CI's tiny sizes)
 #   COMPILED     1: also time the step compiled by the CPU inductor (minutes of compiling at 44M); 0: not
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ANCHOR=${ANCHOR:-} DATA_DIR=${DATA_DIR:-data} DATASET=${DATASET:-wt103-demo-bytes}
-CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.} OUT=${OUT:-assets/speed}
+CONDITIONS=${CONDITIONS:-norm_perloop raw_perloop} SEED=${SEED:-1} RUNS=${RUNS:-.}
 BENCH_ARGS=${BENCH_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-} PARTS_ARGS=${PARTS_ARGS:-} COMPILED=${COMPILED:-1}
+. assets/study.sh  # study_out, prepare_wt103, train, train_grid, lane
+study_out speed
 mkdir -p "$OUT/logs"
-. assets/study.sh  # prepare_wt103, train, train_grid, lane
 
 # --- our step beside the released code's (docs/speed.md, "Against the paper's released code")
 M44="config/norm_perloop.py --device=cpu --batch_size=2 --block_size=256 --vocab_size=50257"

@@ -18,7 +18,9 @@
 #                (norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed)
 #   SEEDS        the seeds (1 2 3)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
-#   OUT          where results.json, accuracy.md, accuracy.png and logs/ go (this folder)
+#   OUT          where results.json, accuracy.md, accuracy.png and logs/ go
+#                (a fresh out-study-tasks in RUNS, refused if it holds anything)
+#   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   RULE         the checkpoint rule and training the study was run with: the best validation loss, evaluated every
 #                250 steps, of one initialization at a cosine learning rate (--select= --eval_interval=250 --inits=1
 #                --lr_decay=cosine; config/parity.py's own rule is its probe's, assets/parity-seeds)
@@ -26,11 +28,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity} PREP_ARGS=${PREP_ARGS:-}
-CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.} OUT=${OUT:-assets/tasks}
+CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.}
 RULE=${RULE:---select= --eval_interval=250 --inits=1 --lr_decay=cosine} TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
-mkdir -p "$OUT/logs"
 DATASET=$TASK_DATASET
-. assets/study.sh  # train
+. assets/study.sh  # study_out, train
+study_out tasks
+mkdir -p "$OUT/logs"
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
