@@ -26,7 +26,7 @@ import eval_depth
 from beyond import eval_decode
 from beyond.eval_decode import DecodingStudies
 from configurator import UserError
-from conftest import HERE, TINY, stand_in_python
+from conftest import HERE, TINY, assert_one_line_error, stand_in_python
 
 TRAIN = ' '.join(TINY + ['--max_iters=2', '--eval_interval=1'])
 SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes the ones it uses)
@@ -134,21 +134,27 @@ STUDIES = {
 # -----------------------------------------------------------------------------
 # the studies
 
+def run_study(study, data_dir, runs, **given):
+    """assets/<study>/run.sh as a user runs it, at its tiny size here: SETTINGS, one seed, the tiny data, RUNS, the
+    study's own settings and the variables given, with the stand-in python first on the PATH (and no OUT or STORE
+    of this shell's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ('OUT', 'STORE')}
+    env.update({**SETTINGS, 'SEEDS': '1', 'DATA_DIR': str(data_dir), 'RUNS': str(runs), **STUDIES[study][0], **given,
+                'PATH': f"{stand_in_python().parent}{os.pathsep}{os.environ['PATH']}"})
+    return subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
 @pytest.fixture(scope='session')
 def studies(tiny_data, shared_runs, tmp_path_factory):
     """Every study's run.sh, two at a time (the shared runs train in one lane while the first
-    study runs): study -> (its CompletedProcess, its OUT), and the files of assets/ (with their
-    times) before and after."""
+    study runs), each with OUT a folder of its own: study -> (its CompletedProcess, its OUT), and the files of
+    assets/ (with their times) before and after."""
     root = tmp_path_factory.mktemp('studies')
-    bin_folder = stand_in_python().parent
 
     def run(study):
-        settings, reads, _ = STUDIES[study]
-        runs = shared.result() if reads else root / f'{study}-runs'
-        env = {**os.environ, **SETTINGS, 'SEEDS': '1', 'DATA_DIR': str(tiny_data), 'RUNS': str(runs),
-               'OUT': str(root / study), **settings, 'PATH': f"{bin_folder}{os.pathsep}{os.environ['PATH']}"}
-        return subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
-                              timeout=600), root / study
+        runs = shared.result() if STUDIES[study][1] else root / f'{study}-runs'
+        return run_study(study, tiny_data, runs, OUT=str(root / study)), root / study
 
     before = listing(os.path.join(HERE, 'assets'))
     with ThreadPoolExecutor(2) as pool:
@@ -220,6 +226,67 @@ def test_a_study_runs_at_a_tiny_size_and_writes_what_its_readme_says(study, stud
 def test_the_scripts_write_nothing_into_assets(studies):
     _, before, after = studies
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
+
+
+# -----------------------------------------------------------------------------
+# where a study writes: a fresh out-study-<study> in its RUNS unless OUT names a folder; assets/<study> only with STORE=1
+# (assets/study.sh's study_out)
+
+def assets_now():
+    """assets/ as git sees it (`git status --porcelain`; None outside a git checkout) and every file's time."""
+    status = subprocess.run(['git', 'status', '--porcelain', '--', 'assets/'], cwd=HERE, capture_output=True, text=True)
+    return status.stdout if status.returncode == 0 else None, listing(os.path.join(HERE, 'assets'))
+
+
+def test_a_study_given_no_out_writes_a_fresh_folder_in_runs_and_leaves_assets_as_they_are(tiny_data, tmp_path):
+    before = assets_now()
+    r = run_study('cpu-demo', tiny_data, tmp_path)  # no OUT, no STORE
+    assert r.returncode == 0, r.stderr[-4000:]
+    after = assets_now()
+    assert after == before, (sorted(set(after[0].splitlines()) ^ set(before[0].splitlines())),
+                             sorted(set(after[1].items()) ^ set(before[1].items())))
+    out = tmp_path / 'out-study-cpu-demo'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out-norm_perloop-cpu-s1', 'out-study-cpu-demo']
+    for name in STUDIES['cpu-demo'][2]:
+        assert (out / name).is_file(), name
+
+
+WRITES_OUT = [s for s in STUDIES if s != 'parity-late']  # (it trains nothing here: it prints how to rerun it)
+
+
+@pytest.mark.parametrize('study', WRITES_OUT)
+def test_a_study_refuses_a_default_folder_that_holds_anything(study, tiny_data, tmp_path):
+    # a half-old folder never looks complete: one error line, before anything is written
+    (tmp_path / f'out-study-{study}').mkdir()
+    (tmp_path / f'out-study-{study}' / 'tables.md').write_text('an older run\n')
+    r = run_study(study, tiny_data, tmp_path)
+    assert_one_line_error(r, f'assets/{study}/run.sh', f'{tmp_path}/out-study-{study} is not empty: remove it, or set OUT=')
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*')) == [f'out-study-{study}',
+                                                                         f'out-study-{study}/tables.md']
+
+
+def study_out(study, **given):
+    """study_out's OUT, in a shell with only the variables given (and the PATH)."""
+    return subprocess.run(['bash', '-c', f'set -eu; . assets/study.sh; study_out {study}; echo "$OUT"'], cwd=HERE,
+                          env={'PATH': os.environ['PATH'], **given}, capture_output=True, text=True, timeout=60)
+
+
+def test_out_is_a_fresh_folder_in_runs_an_out_given_or_the_stored_folder_with_store(tmp_path):
+    # (a-study: a name no run has used, so the repo root holds no out-study-a-study)
+    assert study_out('a-study').stdout == 'out-study-a-study\n'  # RUNS unset: the repo root
+    assert study_out('a-study', RUNS='.').stdout == 'out-study-a-study\n'
+    assert study_out('a-study', RUNS='/r').stdout == '/r/out-study-a-study\n'
+    (tmp_path / 'out-study-a-study').mkdir()  # an empty one is fresh
+    assert study_out('a-study', RUNS=str(tmp_path)).stdout == f'{tmp_path}/out-study-a-study\n'
+    assert study_out('a-study', OUT='here', STORE='0').stdout == 'here\n'  # an OUT given: as it is, full or not
+    assert study_out('a-study', OUT=HERE).stdout == f'{HERE}\n'
+    assert study_out('a-study', STORE='1').stdout == 'assets/a-study\n'
+
+
+@pytest.mark.parametrize('given, says', [(dict(STORE='yes'), 'STORE=yes: set STORE=1 to write over assets/speed, or'),
+                                         (dict(STORE='1', OUT='x'), 'STORE=1 and OUT=x: give one of them')])
+def test_store_other_than_1_or_with_an_out_is_one_error_line(given, says):
+    assert_one_line_error(study_out('speed', **given), 'assets/speed/run.sh', says)
 
 
 # -----------------------------------------------------------------------------
