@@ -12,6 +12,7 @@ which forks each from a server that imported torch once. STUDIES_PYTHON=real giv
 real interpreter instead (minutes).
 """
 
+import collections
 import glob
 import json
 import os
@@ -187,6 +188,18 @@ def test_every_study_folder_has_its_script_and_readme():
         with open(os.path.join(HERE, 'assets', study, 'README.md')) as f:
             readme = f.read()
         assert f'bash assets/{study}/run.sh' in readme, study
+
+
+def test_every_study_folder_has_one_row_in_the_index():
+    # assets/README.md's table of studies: each folder of assets/ with a run.sh or a README.md in exactly one row,
+    # its first cell a link to the folder named as the folder; no row for a folder that is not there
+    with open(os.path.join(HERE, 'assets', 'README.md')) as f:
+        rows = re.findall(r'^\| \[([^]]+)\]\(([^)]+)\) \|', f.read(), re.M)
+    assert [name for name, link in rows if name != link.rstrip('/')] == []
+    assets = os.path.join(HERE, 'assets')
+    folders = {d for d in os.listdir(assets) if any(os.path.isfile(os.path.join(assets, d, f)) for f in ('run.sh', 'README.md'))}
+    rows = collections.Counter(name for name, _ in rows)
+    assert {d: rows[d] for d in sorted(folders | set(rows)) if rows[d] != 1 or d not in folders} == {}
 
 
 def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():
