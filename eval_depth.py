@@ -51,6 +51,7 @@ class Study:
     def rows(self, model, states, K, state): return {}  # a batch's per-token rows (loops 1..K), from its states
     def evaluate(self, run, sc, rows, K, args, state): pass  # into run (K: the trained depth)
     def tables(self, group, runs): return ''
+    def summary(self, groups, runs): return ''  # one table over the groups, after eval_depth's summary
     def from_results(self, runs, args): return False  # redo part of stored runs; True: they changed
 
 
@@ -312,7 +313,7 @@ def render(groups, runs, studies=()):
     """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2, the summary."""
     text = table(groups) + '\n' + ''.join(study.tables(g, runs) for g in groups for study in studies)
     text += lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else ''
-    return text + summary_table(groups) + '\n'
+    return text + summary_table(groups) + '\n' + ''.join(study.summary(groups, runs) for study in studies)
 
 
 def short(mean, std=None):

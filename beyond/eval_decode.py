@@ -589,6 +589,30 @@ def speculative_table(g):
     return '\n'.join(lines)
 
 
+def speculative_summary(groups):
+    """One row a group with timed speculative decoding, as docs/speculative.md quotes it: loop j's acceptance by loop
+    K, greedy and sampled; the best setting of each mode (j, g, draft_stop): its tok/s over fixed K's; the best greedy
+    setting's tokens per pass; and each best setting's timed speed-up as a share of the one its acceptance and
+    measured step costs predict."""
+    groups = [g for g in groups if g['mean'].get('speculative_bench')]
+    if not groups:
+        return ''
+    lines = ['\nspeculative decoding, the best settings: acceptance by loop K (j = 1, 2, ..), the best (j, g, draft_stop) '
+             'of each mode, and its speed-up as a share of the predicted one',
+             '| run | greedy agree, j=1/2/3 | sample accept, j=1/2/3 | best greedy (j, g, stop): tok/s / fixed K | '
+             'best sampled | tokens per pass, greedy | of the predicted, greedy / sampled |', '|---|---|---|---|---|---|---|']
+    for g in groups:
+        spec, bench = g['mean']['speculative'], g['mean']['speculative_bench']
+        best = {m: max((r for r in bench if r['mode'] == m), key=lambda r: r['speedup']) for m in ('greedy', 'sample')}
+        cell = lambda r: (f"({r['j']}, {r['g']}, {r['draft_stop']:g}): {r['tok_per_s']:,.0f} / {r['fixed_tok_per_s']:,.0f} "  # noqa: E731
+                          f"= {r['speedup']:.2f}x")
+        lines.append(f"| {label(g)} | {' / '.join(f'{a:.2f}' for a in spec['greedy_agree'])} | "
+                     f"{' / '.join(f'{a:.2f}' for a in spec['sample_accept'])} | {cell(best['greedy'])} | "
+                     f"{cell(best['sample'])} | {best['greedy']['tokens_per_pass']:.2f} | "
+                     + ' / '.join(f"{100 * best[m]['speedup'] / best[m]['predicted_speedup']:.0f}%" for m in best) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
 # -------------------------------------------------------------------------------------
 # figures (report.all_plots draws them after the paper's)
 
@@ -678,6 +702,9 @@ class DecodingStudies(eval_depth.Study):
 
     def tables(self, group, runs):
         return decoding_tables(group, runs)
+
+    def summary(self, groups, runs):
+        return speculative_summary(groups)
 
     def from_results(self, runs, args):
         if not args.retime:

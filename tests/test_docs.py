@@ -33,6 +33,7 @@ import re
 import runpy
 import shlex
 import statistics
+import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -475,25 +476,6 @@ def paper_shape_speculative():
         rows[label] = [[1, 2, 3]] + [[nums(c[col[name]])[0] for c in cells]
                                      for name in ('sample accept', 'ideal speed-up', 'with the measured costs')]
     return rows
-
-
-@check('docs/speculative.md', 'condition (seed 1)', 'greedy agree, j=1/2/3', 'sample accept, j=1/2/3',
-       'best greedy (j, g, stop): tok/s / fixed K', 'best sampled', 'tokens per pass, greedy')
-def speculative_table():
-    rows = {}
-    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'finalnorm_perloop'):
-        s = spec_run(c)['speculative']
-        rows[c] = [s['greedy_agree'], s['sample_accept'], spec_cell(c, 'greedy'), spec_cell(c, 'sample'),
-                   [spec_best(c, 'greedy')['tokens_per_pass']]]
-    return rows
-
-
-@check('docs/speculative.md', 'condition', 'older decoder', 'static KV cache', 'static cache, compiled step',
-       'older, no cache', 'no cache')
-def speculative_fixed_k():
-    t = fixed_k_before_after()
-    return {f'{c}_perloop': [[t[c][k]] for k in ('old', 'new', 'new-compiled', 'old-nocache', 'new-nocache')]
-            for c in ('raw', 'penalty')}
 
 
 @check('docs/early-exit.md', 'condition', 'full depth', 'max_prob > 0.9: teacher-forced', 'causal, copy',
@@ -987,7 +969,7 @@ BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
 PENDING = {'README.md', 'docs/cpu-demo.md', 'docs/depth.md', 'docs/early-exit.md',
-           'docs/paper-shape.md', 'docs/speculative.md', 'docs/speed.md', 'docs/tasks.md'}   # checked as before (below)
+           'docs/paper-shape.md', 'docs/speed.md', 'docs/tasks.md'}   # checked as before (below)
 
 
 def page_lines(page, text=None):
@@ -1028,6 +1010,8 @@ def printed_blocks(page, text=None):
                 body = body[1:]
             while body and not body[-1].strip():
                 body = body[:-1]
+            if len(body) > 1 and body[0].startswith('```') and body[-1] == '```':   # shown as preformatted text
+                body = body[1:-1]
             out.append((i + 1, m.group(1), m.group(2), body))
             i = j
         i += 1
@@ -1042,8 +1026,13 @@ def block_problem(page, n, command, rel, body):
         return f'{page}:{n}: {rel} does not exist'
     if not body:
         return f'{page}:{n}: an empty block'
+    retired = re.search(r'git show ([0-9a-f]{7,40}:\S+?)\)?$', command)   # a script retired to git, by its commit
+    if retired and subprocess.run(['git', 'cat-file', '-e', retired.group(1)], cwd=ROOT).returncode:
+        return f'{page}:{n}: git has no {retired.group(1)}'
     script = re.search(r'-m (\S+)|(\S+\.(?:py|sh))\b', command)
-    if not script or not ((ROOT / str(script.group(2))).is_file() or (ROOT / f'{script.group(1)}'.replace('.', '/')).with_suffix('.py').is_file()):
+    if retired:
+        pass
+    elif not script or not ((ROOT / str(script.group(2))).is_file() or (ROOT / f'{script.group(1)}'.replace('.', '/')).with_suffix('.py').is_file()):
         return f'{page}:{n}: "{command}" names no script of the repository'
     lines = path.read_text().splitlines()
     if not any(lines[i:i + len(body)] == body for i in range(len(lines) - len(body) + 1)):
@@ -1129,15 +1118,18 @@ def test_every_prose_number_is_in_its_sources(page):
 
 
 def changed_copies(page):
-    """(number, copy of the page): each decimal number of its prose (outside `code`) with its last digit moved by 5."""
+    """(number, copy of the page): each number of two digits or more of its prose (outside `code` and settings), its
+    last digit moved by 5."""
     lines = (ROOT / page).read_text().splitlines()
     for i, (line, kind) in enumerate(page_lines(page)):
         if kind != 'prose':
             continue
-        code = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', line)]
+        code = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', line)] + [
+            m.span() for pattern in SETTINGS for m in re.finditer(pattern.replace('#', NUMBER), line)]
         for m in NUM.finditer(line):
             j = m.end() - 1 if 'e' not in m.group(0) else m.start() + m.group(0).index('e') - 1
-            if '.' in m.group(0) and not any(a <= m.start() < b for a, b in code):
+            if (len(re.sub(r'\D|^0*|e.*', '', m.group(0))) >= 2 and not any(a <= m.start() < b for a, b in code)
+                    and not in_values(Shown(m), command_values(page))):   # (a setting: a changed one is another)
                 changed = line[:j] + str((int(line[j]) + 5) % 10) + line[j + 1:]
                 yield m.group(0), '\n'.join(lines[:i] + [changed] + lines[i + 1:])
 
@@ -2321,61 +2313,6 @@ NOT_STORED.update({
 
 
 # docs/speculative.md -------------------------------------------------------------------------
-
-S = 'docs/speculative.md'
-WORKING = ('raw_perloop', 'penalty_perloop', 'finalnorm_perloop')
-
-
-def spec_best_both(c):
-    return [spec_best(c, mode) for mode in ('greedy', 'sample')]
-
-
-PROSE[S, "loop 1 gives loop 4's greedy token #% of the time), so it gains #–#x, losslessly. The working models agree #–#% at "
-         'j=1 and gain #–#x.'] = lambda: [100 * spec_run('norm_perloop')['speculative']['greedy_agree'][0]] + span(
-    [b['speedup'] for b in spec_best_both('norm_perloop')]) + span(
-    [100 * spec_run(c)['speculative']['greedy_agree'][0] for c in WORKING]) + span(
-    [b['speedup'] for c in WORKING for b in spec_best_both(c)])
-PROSE[S, 'The best settings reach #–#% of the speed-up their acceptance and measured draft and verify costs predict'] = \
-    lambda: span([100 * b['speedup'] / b['predicted_speedup'] for c in ('norm_perloop',) + WORKING
-                  for b in spec_best_both(c)])
-
-
-def fixed_k_repeats():
-    """fixed_k_before_after.txt: {(condition, decoder): its three tok/s}."""
-    out, cur = {}, None
-    for line in (ASSETS / 'cpu-long-speculative/fixed_k_before_after.txt').read_text().splitlines():
-        m = re.match(r'== (\w+)', line)
-        cur = m.group(1) if m else cur
-        m = re.match(r'(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+best', line)
-        if m:
-            out[cur, m.group(1)] = [float(x) for x in m.group(2, 3, 4)]
-    return out
-
-
-@prose(S, 'Within this run the static cache is #–#x the older decoder and #x recomputing the window (`kv_cache=False`); a '
-          'compiled one-token step was slower on this CPU. Its three repeats vary by up to #% (the older decoder on '
-          'penalty_perloop: # to # tok/s).')
-def fixed_k_prose():
-    t, reps = {c: v for c, v in fixed_k_before_after().items() if v}, fixed_k_repeats()   # (those the older code loads)
-    no_cache = {round(t[c]['new'] / t[c]['new-nocache'], 1) for c in t}
-    assert len(no_cache) == 1 and all(t[c]['new-compiled'] < t[c]['new'] for c in t)
-    worst = max(reps, key=lambda k: max(reps[k]) / min(reps[k]))
-    assert worst == ('penalty', 'old')
-    return span([t[c]['new'] / t[c]['old'] for c in t]) + [no_cache.pop(), change(max(reps[worst]), min(reps[worst])),
-                                                          min(reps[worst]), max(reps[worst])]
-
-
-PROSE[S, "the acceptance of loop 1's token by loop 4's is # (norm_perloop) and # (raw_perloop)"] = lambda: [
-    nums(stored_cells(f, 'j', '1')[2])[0] for f in (F32, 'cpu-44m/costs-raw_perloop-float32.md')]
-
-NOT_STORED.update({
-    (S, 'verifies them with loops j+1..K'): 'loops',
-    (S, '(1 − a^(g+1)) / (1 − a) / ((g+1)·j/K + (K−j)/K)'): 'the formula',
-    (S, 'Batch 1, 2 threads'): 'the setting',
-    (S, '(batch 1, 2 threads)'): 'the setting',
-    (S, 'best of 3, tok/s'): 'the harness',
-})
-
 
 # docs/speed.md --------------------------------------------------------------------------------
 

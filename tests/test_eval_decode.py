@@ -186,6 +186,30 @@ def test_speculative_acceptance_and_its_predicted_speed_up_by_hand():
     assert eval_decode.tokens_per_pass(1.0, 3) == 4.0
 
 
+def test_the_speculative_summary_is_each_groups_best_bench_row_read_again():
+    """The summary docs/speculative.md embeds: its best setting of each mode is the first row of that mode in the
+    group's own bench table (sorted by speed-up), read back from the printed table; its share is speed-up over
+    predicted, from the same printed cells."""
+    bench = [dict(mode=m, j=j, g=n, draft_stop=stop, tok_per_s=t, fixed_tok_per_s=f, speedup=t / f, predicted_speedup=p,
+                  accept_rate=0.9, tokens_per_pass=tp)
+             for m, j, n, stop, t, f, p, tp in (('greedy', 1, 4, 0.0, 1878.0, 1166.0, 1.9, 4.57),
+                                                ('greedy', 2, 3, 0.3, 1200.0, 1166.0, 1.2, 2.1),
+                                                ('sample', 1, 6, 0.0, 2082.0, 1227.0, 2.2, 6.4),
+                                                ('sample', 1, 2, 0.5, 1300.0, 1227.0, 1.1, 2.0))]
+    g = dict(name='run', n=1, mean=dict(speculative=dict(greedy_agree=[0.959, 0.974, 0.987], sample_accept=[0.972, 0.981,
+                                                                                                            0.991]),
+                                        speculative_bench=bench))
+    printed = eval_decode.speculative_table(g).splitlines()
+    first = {m: next(l for l in printed if l.startswith(f'| {m} |')).strip('|').split('|') for m in ('greedy', 'sample')}
+    row = eval_decode.speculative_summary([g, dict(g, mean={})]).splitlines()[-1].strip('|').split('|')   # (one row)
+    for m, cell in (('greedy', row[3]), ('sample', row[4])):
+        c = [x.strip() for x in first[m]]
+        assert cell.strip() == f'({c[1]}, {c[2]}, {c[3]}): {c[4]} / {c[5]} = {c[6]}'
+    assert [x.strip() for x in row[:3]] == ['run', '0.96 / 0.97 / 0.99', '0.97 / 0.98 / 0.99']
+    assert row[5].strip() == '4.57' and row[6].strip() == f'{100 * 1878 / 1166 / 1.9:.0f}% / {100 * 2082 / 1227 / 2.2:.0f}%'
+    assert eval_decode.speculative_summary([dict(g, mean={})]) == ''
+
+
 def test_calibration_speculative_timing_and_retime(runs, tmp_path):
     # (a short split: calibration scores 13 thresholds x 3 criteria x 2 stand-ins on its first half)
     out = tmp_path / 'cal'
