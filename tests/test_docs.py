@@ -516,47 +516,6 @@ def early_exit_decoded():
     return exit_tables_rows(5)
 
 
-@check('docs/speed.md', 'shape', 'ours, fp32 eager', 'ours as shipped (bf16)', 'released code, fp32 eager',
-       'ours fp32 / released', 'as shipped / released')
-def speed_anchor():
-    # beyond.bench --anchor's table in the logs of assets/speed/run.sh: median ms/step, then the speed-ups
-    def row(log):
-        cell = lambda step, i: Copied(stored_cells(f'speed/logs/{log}', 'step', step)[i])
-        ours, shipped = 'ours, float32, eager', 'ours as configured (bfloat16, eager)'
-        return [cell(ours, 1), cell(shipped, 1), cell('released code, float32, eager', 1), cell(ours, 3), cell(shipped, 3)]
-    return {'44M (2 x 256)': row('bench-44m.log'), 'CPU demo (16 x 128)': row('bench-demo.log')}
-
-
-@check('docs/speed.md', 'step', 'ms/step', 'achieved TFLOP/s', 'of the measured matmul peak')
-def speed_roofline():
-    # beyond.bench's per-loop row in each log of assets/speed/run.sh: ms/step, TFLOP/s, share of the peak
-    def row(log):
-        cells = stored_cells(f'speed/logs/{log}', 'loss', 'perloop')
-        return [Copied(cells[2]), Copied(cells[3]), Copied(cells[4])]
-    return {'44M, bf16, eager': row('profile-44m-bf16.log'), '44M, float32, eager': row('profile-44m-float32.log'),
-            '44M, bf16, compiled': row('bench-44m-compiled.log'), 'demo, bf16, eager': row('profile-demo.log')}
-
-
-@check('docs/speed.md', 'CPU emulated, dtype', 'matmul peak, TFLOP/s', 'per-loop step, ms', 'of the peak', 'log')
-def speed_without_bf16():
-    # run.sh's beyond.bench under oneDNN (and MKL, ATen) held below native bf16: the peak, then the per-loop row
-    def row(log):
-        text = (ASSETS / 'speed/logs' / log).read_text()
-        peak = re.search(r'matmul peak measured here \(\w+\): ([\d.]+) TFLOP/s', text).group(1)
-        cells = stored_cells(f'speed/logs/{log}', 'loss', 'perloop')
-        return [Copied(peak), Copied(cells[2]), Copied(cells[4]), Text(f'`logs/{log}`')]
-    return {'AVX-512 without BF16, float32': row('bench-44m-nobf16-float32.log'),
-            'AVX-512 without BF16, bfloat16': row('bench-44m-nobf16-bfloat16.log'),
-            'AVX2, float32': row('bench-44m-avx2-float32.log')}
-
-
-@check('docs/speed.md', 'run', 'val loss K=1', 'K=2', 'K=3', 'K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')
-def speed_dtypes():
-    found = [rows for cap, h, rows, _ in stored_tables('speed/old-speed.md') if h[:2] == ('run', 'val loss K=1')]
-    assert len(found) == 1
-    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0]}
-
-
 @check('docs/depth.md', 'design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤trained', 'K=8 vs best',
        'K=16 vs best', 'mean ‖H_K‖', 'p99 ‖H_K‖', 'mean ‖H_16‖', 'radial frac', '1 − cos', 'clamp Δloss, K=16',
        'exit +1%: loops', 'learned', 'the scale is')
@@ -969,7 +928,7 @@ BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
 PENDING = {'README.md', 'docs/cpu-demo.md', 'docs/depth.md', 'docs/early-exit.md',
-           'docs/paper-shape.md', 'docs/speed.md', 'docs/tasks.md'}   # checked as before (below)
+           'docs/paper-shape.md', 'docs/tasks.md'}   # checked as before (below)
 
 
 def page_lines(page, text=None):
@@ -2315,72 +2274,6 @@ NOT_STORED.update({
 # docs/speculative.md -------------------------------------------------------------------------
 
 # docs/speed.md --------------------------------------------------------------------------------
-
-SP = 'docs/speed.md'
-
-
-def record_number(rel, pattern):
-    """The number a stored record (a log, or a study's record in markdown) shows where pattern has its group."""
-    return nums(re.search(pattern, ' '.join((ASSETS / rel).read_text().split())).group(1))[0]
-
-
-def peak(log):
-    return record_number(f'speed/logs/{log}', r'matmul peak measured here \(\w+\): ([\d.]+)')
-
-
-PROSE[SP, '"44M" is #M parameters with GPT-2\'s vocabulary, dropout 0.1; the demo shape is #M parameters, bytes, dropout 0'] = \
-    lambda: [record_number(f'speed/logs/{log}', r'^([\d.]+)M parameters') for log in ('bench-44m.log', 'bench-demo.log')]
-PROSE[SP, 'compiled: the CPU inductor, # s to its first step'] = lambda: [
-    nums(stored_cells('speed/logs/bench-44m-compiled.log', 'loss', 'perloop')[6])[0]]
-PROSE[SP, "(bf16 on AMX: #x float32's peak here, # against # TFLOP/s)"] = lambda: [
-    peak('profile-44m-bf16.log') / peak('profile-44m-float32.log'), peak('profile-44m-bf16.log'),
-    peak('profile-44m-float32.log')]
-PROSE[SP, 'the # dropout masks'] = lambda: [   # the calls of bernoulli_ in one step
-    nums(stored_cells('speed/logs/profile-44m-bf16.log', 'op', 'aten::bernoulli_')[3])[0]]
-
-
-@prose(SP, '(clipping folded into fused AdamW: #x; one graph a fixed-K decoded token: #x at the demo shape compiled, #x at '
-           '44M)')
-def roofline_kept():
-    text = ' '.join((ASSETS / 'speed/roofline.md').read_text().split())
-    graph = [float(x) for x in re.search(r'([\d.]+) against ([\d.]+) ms a token at the demo shape \(1.51x\), ([\d.]+) '
-                                         r'against ([\d.]+) ms at 44M', text).groups()]
-    return [record_number('speed/roofline.md', r'at 44M \(([\d.]+)x; `clip_ab.py`\)'), graph[1] / graph[0],
-            graph[3] / graph[2]]
-
-
-PROSE[SP, 'matmuls take #% of the self time (mm #%, addmm_ #%, bmm #%); the rest is dropout masks (bernoulli_ #%)'] = \
-    lambda: [record_number('speed/speed.md', p) for p in (r'bmm [\d.]+%\) \*\*(\d+)%', r'\(mm ([\d.]+)%',
-                                                         r'addmm_ ([\d.]+)%', r'bmm ([\d.]+)%', r'bernoulli_ ([\d.]+)%')]
-PROSE[SP, 'per-loop CE peaks at # GiB, terminal CE at # GiB (#x;'] = lambda: [
-    record_number('speed/speed.md', p) for p in (r'per-loop ([\d.]+) GiB', r'terminal ([\d.]+) GiB', r'GiB: \*\*([\d.]+)x')]
-PROSE[SP, 'in one process: #x at the 44M shape (# against # ms), #x at the demo shape (# against # ms).'] = lambda: [
-    record_number('speed/speed.md', p) for p in (
-        r'([\d.]+)x at 44M \(', r'at 44M \(([\d,]+) /', r'at 44M \([\d,]+ / ([\d,]+) ms', r'([\d.]+)x at the demo shape \(',
-        r'demo shape \(([\d.]+) /', r'demo shape \([\d.]+ / ([\d.]+) ms')]
-PROSE[SP, "the bf16 step takes #x the float32 step's time"] = lambda: [
-    nums(stored_cells('speed/logs/bench-44m-nobf16-bfloat16.log', 'loss', 'perloop')[2])[0]
-    / nums(stored_cells('speed/logs/bench-44m-nobf16-float32.log', 'loss', 'perloop')[2])[0]]
-PROSE[SP, 'the 44M shape trained at # tokens/s (#% MFU, # GiB), the 129M shape at # tokens/s (#% MFU, # GiB). At that rate 4 '
-          'epochs of WikiText-103 (about 480M GPT-2 tokens, an estimate: [paper-shape.md](paper-shape.md)) take about # '
-          'minutes'] = lambda: [
-    record_number('speed/old-speed.md', p) for p in (r'44M shape ([\d,]+) tokens/s', r'\(([\d.]+)% MFU of',
-                                                     r'TFLOP/s, ([\d.]+) GiB\)', r'129M shape ([\d,]+) tokens/s',
-                                                     r'129M shape [\d,]+ tokens/s \(([\d.]+)% MFU',
-                                                     r'MFU, ([\d.]+) GiB\)\. These', r'take about (\d+) minutes')]
-
-NOT_STORED.update({
-    (SP, 'on a 2-core CPU with AVX-512 BF16 and AMX, torch 2.13 (CPU build), 2 threads'): 'the machine',
-    (SP, 'on an earlier 2-core CPU with AVX-512 BF16'): 'the machine',
-    (SP, '2 threads, other jobs paused'): 'the setting',
-    (SP, 'softmax over 50,257 symbols for 4 loops'): "GPT-2's vocabulary",
-    (SP, 'oneDNN held to AVX-512 without'): 'the emulation',
-    (SP, '(and `--dtype=bfloat16` under AVX-512)'): 'the emulation',
-    (SP, 'half of float32\'s peak with AVX-512'): 'the emulation',
-    (SP, 'Seed 1 of norm_perloop'): 'a seed',
-    (SP, 'torch 2.11, compiled, bf16'): 'the software',
-})
-
 
 # docs/tasks.md --------------------------------------------------------------------------------
 
