@@ -16,7 +16,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from model import SIZE, named_class
+from model import SIZE, LoopedGPT, named_class
 
 
 def perplexity(loss):
@@ -81,8 +81,13 @@ def pm(mean, std, spec='.3f'):
 
 def model_defaults(config):
     """Every field of the model a run was trained as, at its default, as the class that declares it says: the
-    class its training config names (model_class, as train.py saves it), else the paper's LoopedGPT."""
-    return asdict(named_class((config or {}).get('model_class') or 'model.LoopedGPT').config_class())
+    class its training config names (model_class, as train.py saves it), else the paper's LoopedGPT (none named,
+    or beyond/'s where beyond/ is not here: its own fields then have no default here)."""
+    try:
+        cls = named_class((config or {}).get('model_class') or 'model.LoopedGPT')
+    except ValueError:
+        cls = LoopedGPT
+    return asdict(cls.config_class())
 
 
 def settings_of(run):

@@ -154,6 +154,9 @@ def test_every_model_field_off_its_default_is_in_the_label():
     # a results.json from before 'model' (flat keys): the fields of the class its config names are read too
     old = dict(readout='norm', loss='perloop', sandwich_norm=False, damping=True, trained_K=4, config=run['config'])
     assert settings_of(old) == 'norm readout, perloop CE, damping, K=4'
+    # a class that cannot be loaded (beyond/ deleted): the paper's defaults, its own fields named off the type's
+    gone = dict(run, model=dict(run['model'], sandwich_norm=True), config=dict(model_class='beyond.gone.Model'))
+    assert settings_of(gone) == 'norm readout, perloop CE, sandwich_norm, positions learned, K=4'
     for f in fields(ExitTrainConfig):
         if f.name in SIZE and f.name != 'n_loops':
             continue
