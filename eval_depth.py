@@ -313,14 +313,37 @@ def render(groups, runs, studies=()):
     """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2, the summary."""
     text = table(groups) + '\n' + ''.join(study.tables(g, runs) for g in groups for study in studies)
     text += lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else ''
-    return text + summary_table(groups) + '\n' + ''.join(study.summary(groups, runs) for study in studies)
+    text += summary_table(groups) + '\n' + (lemma_summary(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else '')
+    return text + ''.join(study.summary(groups, runs) for study in studies)
+
+
+def sig(x):
+    """Three significant digits, thousands split; below 1e-3 in e-notation."""
+    return format(x, ',.0f') if abs(x) >= 1000 else format(x, '.3g') if x == 0 or abs(x) >= 1e-3 else format(x, '.1e')
+
+
+def lemma_summary(groups):
+    """Lemma 2 at the trained K and at the last loop measured, one row a group: s_k, a_k, the angular step and
+    s_k x the step."""
+    lemmas = [(g, g['mean']['lemma']) for g in groups if g['mean'].get('lemma')]
+    ks = {(g['mean']['trained_K'], lem['loops'] - 1) for g, lem in lemmas}
+    (k, last), = ks if len(ks) == 1 else [('K', 'last')]
+    lines = [f'\nLemma 2 at the trained K and at the last loop measured (token means; step = ‖u_k+1 − u_k‖)',
+             f'| run | s_{k} | s_{last} | a_{k} | a_{last} | step, loop {k} | step, loop {last} | s × step, loop {k} | '
+             f'loop {last} |', '|---|---|---|---|---|---|---|---|---|']
+    for g, lem in lemmas:
+        at = (g['mean']['trained_K'] - 1, lem['loops'] - 2)
+        cells = [sig(lem[key][i]) for key in ('s', 'radial_increment', 'angular_step', 's_times_angular') for i in at]
+        lines.append(f"| {label(g)} | " + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
 
 
 def short(mean, std=None):
-    """mean [± std] to three significant digits of the mean (none after the point from 100 on), thousands split."""
+    """mean [± std] as the pages show them: two decimals below 100, none from 100 on (thousands split), and in
+    e-notation from 100,000 on."""
     if mean is None or not math.isfinite(mean):
         return '-'
-    spec = f",.{max(0, 2 - math.floor(math.log10(abs(mean)))) if mean else 2}f"
+    spec = '.2f' if abs(mean) < 100 else ',.0f' if abs(mean) < 1e5 else '.1e'
     return format(mean, spec) + (f" ± {format(std, spec)}" if std is not None and math.isfinite(std) else '')
 
 

@@ -366,41 +366,6 @@ def readme_demo():
                 Copied(depth(DEMO, demo_run(c), 4, 'Δ loss clamp'))] for c in CONDITIONS}
 
 
-@check('docs/cpu-demo.md', 'condition', 'ppl K=1', 'ppl K=4 (trained)', 'ppl K=8', 'best K', 'mean ‖H_4‖',
-       'radial frac', '1 − cos at loop 4', 'Δ loss, clamp at K=4')
-def demo_depth():
-    rows = {}
-    for c in CONDITIONS:
-        r = demo_run(c)
-        rows[c] = [Copied(depth(DEMO, r, K, 'ppl')) for K in (1, 4, 8)] + [best_k(DEMO, r)] + [
-            Copied(depth(DEMO, r, 4, col)) for col in ('mean ‖H_K‖', 'radial frac', '1-cos', 'Δ loss clamp')]
-    return rows
-
-
-@check('docs/cpu-demo.md', 'condition', 'ppl K=1', 'ppl K=2', 'ppl K=4 (trained)', 'ppl K=8', 'best K', 'mean ‖H_4‖',
-       'radial frac', 'Δ loss, clamp at K=4')
-def heldout_depth():
-    rel = 'heldout/tables.md'
-    rows = {}
-    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'interloop_perloop'):
-        r = demo_run(c)
-        rows[c] = [Copied(depth(rel, r, K, 'ppl')) for K in (1, 2, 4, 8)] + [best_k(rel, r)] + [
-            Copied(depth(rel, r, 4, col)) for col in ('mean ‖H_K‖', 'radial frac', 'Δ loss clamp')]
-    return rows
-
-
-@check('docs/cpu-demo.md', 'condition (3 seeds)', 's_4', 's_29', 'a_4', 'a_29', 'step, loop 4', 'step, loop 29',
-       's × step, loop 4', 'loop 29')
-def demo_lemma():
-    # loop 29 is past tables.md's loops 1, 2, 4, 8, 16: results.json's group means hold every loop
-    rows = {}
-    for c in ('norm_perloop', 'norm_terminal', 'raw_perloop', 'interloop_perloop'):
-        lem = json_group('cpu-demo/results.json', f'out-{c}-cpu')[0]['lemma']
-        rows[c] = [[lem[key][k - 1]] for key in ('s', 'radial_increment', 'angular_step', 's_times_angular')
-                   for k in (4, 29)]
-    return rows
-
-
 @check('README.md', 'condition', 'K=1', 'K=2', 'K=3', 'K=4 (trained)', 'K=8')
 def readme_four_epochs():
     return {c: four_epoch_row(c)[0] for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'penalty_terminal')}
@@ -927,7 +892,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
-PENDING = {'README.md', 'docs/cpu-demo.md', 'docs/depth.md', 'docs/early-exit.md',
+PENDING = {'README.md', 'docs/depth.md', 'docs/early-exit.md',
            'docs/paper-shape.md', 'docs/tasks.md'}   # checked as before (below)
 
 
@@ -1030,8 +995,10 @@ def file_values(rel):
 
 @lru_cache(maxsize=None)
 def command_values(page):
-    """The numbers of a page's commands (its code): the settings it runs with."""
-    return sorted(abs(s.value) for line, kind in page_lines(page) if kind == 'code' for s in shown(line))
+    """The numbers of a page's commands (its code) and of the config files they name: the settings it runs with."""
+    code = '\n'.join(line for line, kind in page_lines(page) if kind == 'code')
+    configs = {c for c in re.findall(r'config/\w+\.py', code) if (ROOT / c).is_file()}
+    return sorted(abs(s.value) for text in [code] + [(ROOT / c).read_text() for c in configs] for s in shown(text))
 
 
 def in_values(s, values):
@@ -1424,7 +1391,6 @@ def readme_speed():
 NOT_STORED.update({
     (R, 'Sharma & Vu, 2026'): 'the paper',
     (R, 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
-    ('docs/cpu-demo.md', 'Kanavalau, Amo Alonso and Lall (arXiv 2602.10408'): 'the prior art, cited',
     ('docs/paper-shape.md', 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
     (R, '(8 conditions, 3 seeds, 300 iterations)'): "the study's design",
     (R, 'torch 2.13 or 2.14 (CI: 2.13.0)'): "requirements.txt's and CI's versions",
@@ -1444,86 +1410,6 @@ NOT_STORED.update({
 
 
 # docs/cpu-demo.md -----------------------------------------------------------------------------
-
-C = 'docs/cpu-demo.md'
-
-
-def demo(c, K, col='ppl', rel=DEMO):
-    """A 3-seed group's mean in the CPU demo's tables.md (or the held-out study's)."""
-    return nums(depth(rel, demo_run(c), K, col))[0]
-
-
-PROSE[C, 'tiny model: 2 shared layers, d=128, 4 heads, K=4, #M parameters'] = PROSE[R, '`config/cpu.py` (#M parameters']
-PROSE[C, '(# and # bytes)'] = lambda: [prepared('quickstart/logs/prepare.log', s) for s in ('train', 'val')]
-
-
-@prose(C, 'The training logs show # to # ms an iteration, # ms in the median')
-def demo_ms_per_iter():
-    ms = [v for c in CONDITIONS for v in log_values(demo_logs(c), 'train', 'ms_per_iter', k=None)]
-    return span(ms) + [statistics.median(ms)]
-
-
-PROSE[C, 'The first # validation bytes'] = lambda: [tokens_scored('cpu-demo/results.json')]
-PROSE[C, 'end at mean ‖H_4‖ # (norm_perloop, drifted within 50 iterations) and # (norm_terminal, still growing at '
-         'iteration 300); every loss that sees the scale (a raw readout somewhere, or the penalty) ends at #–#.'] = lambda: [
-    demo('norm_perloop', 4, 'mean ‖H_K‖'), demo('norm_terminal', 4, 'mean ‖H_K‖')] + span(
-    [demo(c, 4, 'mean ‖H_K‖') for c in ('raw_perloop', 'raw_terminal', 'finalnorm_perloop', 'penalty_perloop',
-                                        'penalty_terminal')])
-PROSE[C, "(#, float64 rounding; the paper's ~1e-9 is the same zero in float32) and about # for raw ones."] = lambda: [
-    normalized_radial(DEMO, CONDITIONS), (demo('raw_perloop', 4, 'radial frac') + demo('raw_terminal', 4, 'radial frac')) / 2]
-PROSE[C, 'barely moves from K=1 to K=4 (# → #, #%) and hardly turns (1 − cos # at loop 4, raw_perloop #); raw_perloop '
-         'gains #% (# → #).'] = lambda: [
-    demo('norm_perloop', 1), demo('norm_perloop', 4), change(demo('norm_perloop', 4), demo('norm_perloop', 1)),
-    demo('norm_perloop', 4, '1-cos'), demo('raw_perloop', 4, '1-cos'),
-    -change(demo('raw_perloop', 4), demo('raw_perloop', 1)), demo('raw_perloop', 1), demo('raw_perloop', 4)]
-PROSE[C, '(norm_perloop at K=1 is within #% of raw_perloop at K=4). The penalty holds ‖H_4‖ near # but its extra loops do '
-         "not help (# at K=1, # at K=4); the inter-loop norm's later loops hurt (# → #): its state freezes (1 − cos ≈ #)."] = \
-    lambda: [change(demo('norm_perloop', 1), demo('raw_perloop', 4)), demo('penalty_perloop', 4, 'mean ‖H_K‖'),
-             demo('penalty_perloop', 1), demo('penalty_perloop', 4), demo('interloop_perloop', 1),
-             demo('interloop_perloop', 4), demo('interloop_perloop', 4, '1-cos')]
-PROSE[C, "changes norm_perloop's loss by # only, as in the paper: the drifted scale carries little information. It costs "
-         'raw_perloop # and norm_terminal #.'] = lambda: [demo(c, 4, 'Δ loss clamp') for c in
-                                                          ('norm_perloop', 'raw_perloop', 'norm_terminal')]
-
-
-@prose(C, '`s_k` grows #x from loop 4 to 29 while the step falls #x. interloop_perloop, pinned at `s` = # by the norm')
-def demo_lemma_prose():
-    return readme_lemma() + [lemma_mean('cpu-demo/results.json', 'out-interloop_perloop-cpu', 's', 4)]
-
-
-PROSE[C, 'ships: # bytes to train, # to validate, every 8th topic'] = lambda: [
-    prepared('heldout/logs/prepare.log', s) for s in ('train', 'val')]
-PROSE[C, 'All # scored validation bytes'] = lambda: [tokens_scored('heldout/results.json')]
-
-
-@prose(C, 'the norm grows only where the readout hides it (# against #–#), the radial fraction is float64\'s zero for '
-          "every normalized readout, norm_perloop's extra loops do not pay (#% from K=1 to K=4) where the raw readout's do "
-          "(#%), the clamp barely moves norm_perloop (#; raw_perloop #), and the inter-loop norm's loops hurt. Two do not. "
-          "The raw readout is the best model (# at K=4, against norm_perloop's best, # at K=2): on this text the blind "
-          'spot costs final quality, not only depth (norm_perloop at K=1 is #% above raw_perloop at K=4). And the '
-          "penalty's loops help: # at K=2, #% from K=1 (#% at K=4).")
-def heldout_prose():
-    h = lambda c, K, col='ppl': demo(c, K, col, rel=HELD)
-    normalized_radial(HELD, ('norm_perloop', 'penalty_perloop', 'interloop_perloop'))   # (one value: float64's zero)
-    best = {c: min(h(c, K) for K in (1, 2, 4, 8)) for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop',
-                                                               'interloop_perloop')}
-    assert min(best, key=best.get) == 'raw_perloop' and best['raw_perloop'] == h('raw_perloop', 4)
-    assert h('interloop_perloop', 4) > h('interloop_perloop', 1)
-    return [h('norm_perloop', 4, 'mean ‖H_K‖')] + span([h(c, 4, 'mean ‖H_K‖') for c in (
-        'raw_perloop', 'penalty_perloop', 'interloop_perloop')]) + [
-        change(h(c, 4), h(c, 1)) for c in ('norm_perloop', 'raw_perloop')] + [
-        h(c, 4, 'Δ loss clamp') for c in ('norm_perloop', 'raw_perloop')] + [
-        h('raw_perloop', 4), best['norm_perloop'], change(h('norm_perloop', 1), h('raw_perloop', 4)),
-        h('penalty_perloop', 2), change(h('penalty_perloop', 2), h('penalty_perloop', 1)),
-        change(h('penalty_perloop', 4), h('penalty_perloop', 1))]
-
-
-NOT_STORED.update({
-    (C, 'on a CPU: 8 conditions'): "the study's design",
-    (C, '(the paper has 0.1), bytes as tokens, batch 16 x 128, lr 3e-3'): "config/cpu.py's settings, and the paper's",
-    (C, 'runs every model 30 loops'): "the command's --lemma_loops",
-})
-
 
 # docs/four-epochs.md --------------------------------------------------------------------------
 
@@ -3174,7 +3060,7 @@ SETTINGS = {
     r'\b# seeds\b': 'how many seeds',
     r'Lemma #': "the paper's lemma",
     r'#-bit|\b# bits\b': 'a string length',
-    r'et al\.,? #': 'a citation',
+    r'et al\.,? #|arXiv #': 'a citation',
     r'\b# iterations\b|\biterations? #': 'a training length, or a point of it',
     r'\b#-epoch\b|\b# epochs\b': 'a training length',
     r'#-core\b|\b# cores\b': 'the machine',

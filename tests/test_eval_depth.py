@@ -394,9 +394,16 @@ def test_the_summary_is_each_runs_depth_table_row_read_again(evaluated):
         lem = next(c for c in lemma_rows if c['run'] == run['name'] and c['k'] == '2')
         assert float(cells['s_2']) == pytest.approx(float(lem['s_k']), rel=5e-3)
         assert float(cells['step, loop 2']) == pytest.approx(float(lem['‖u_k+1 − u_k‖']), rel=5e-2)
-    # three digits of the mean, the std to as many places, thousands split
-    assert [eval_depth.short(*a) for a in ((5.443, 0.092), (54.21, 2.4), (17360.4, 18913.2), (1330.3, None))] == [
-        '5.44 ± 0.09', '54.2 ± 2.4', '17,360 ± 18,913', '1,330']
+    # Lemma 2 at the trained K=2 and at the last loop measured (5, of --lemma_loops=6): each run's own record (one seed)
+    for cells, run in zip(table_rows(r.stdout, '| run | s_2 | s_5 |'), results):
+        lem = run['lemma']
+        assert [float(c.replace(',', '')) for c in list(cells.values())[1:]] == pytest.approx(
+            [lem[key][k - 1] for key in ('s', 'radial_increment', 'angular_step', 's_times_angular') for k in (2, 5)],
+            rel=5e-3, abs=5e-4)
+    # two decimals below 100, none from 100 on (thousands split), e-notation from 100,000 on; the std as its mean
+    assert [eval_depth.short(*a) for a in ((5.443, 0.092), (54.21, 2.4), (17360.4, 18913.2), (1330.3, None),
+                                           (2.7e9, 3.3e8), (float('nan'), None))] == [
+        '5.44 ± 0.09', '54.21 ± 2.40', '17,360 ± 18,913', '1,330', '2.7e+09 ± 3.3e+08', '-']
 
 
 # -----------------------------------------------------------------------------
