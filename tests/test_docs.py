@@ -951,7 +951,9 @@ def block_problem(page, n, command, rel, body):
     if not body:
         return f'{page}:{n}: an empty block'
     retired = re.search(r'git show ([0-9a-f]{7,40}:\S+?)\)?$', command)   # a script retired to git, by its commit
-    if retired and subprocess.run(['git', 'cat-file', '-e', retired.group(1)], cwd=ROOT).returncode:
+    shallow = subprocess.run(['git', 'rev-parse', '--is-shallow-repository'], cwd=ROOT, capture_output=True, text=True)
+    if retired and shallow.stdout.strip() == 'false' and subprocess.run(   # (a shallow clone has not the history)
+            ['git', 'cat-file', '-e', retired.group(1)], cwd=ROOT, capture_output=True).returncode:
         return f'{page}:{n}: git has no {retired.group(1)}'
     script = re.search(r'-m (\S+)|(\S+\.(?:py|sh))\b', command)
     if retired:
