@@ -152,6 +152,7 @@ def studies(tiny_data, shared_runs, tmp_path_factory):
     study runs), each with OUT a folder of its own: study -> (its CompletedProcess, its OUT), and the files of
     assets/ (with their times) before and after."""
     root = tmp_path_factory.mktemp('studies')
+    stand_in_python()  # (its server started here, not in a thread of the pool: a private one dies with its thread)
 
     def run(study):
         runs = shared.result() if STUDIES[study][1] else root / f'{study}-runs'
