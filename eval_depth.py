@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from configurator import UserError, one_line_errors
-from model import MOVED, LoopedGPTConfig, summarize, token_diagnostics
-from report import FIGURES, all_plots, label, mean_std, num, perplexity, pm, settings_of, write_json
+from model import summarize, token_diagnostics
+from report import FIGURES, all_plots, label, mean_std, model_defaults, num, perplexity, pm, settings_of, write_json
 from runtime import autocast, compile_errors, compile_failed, peak_flops, resolve_dtype, setup_device, sync, use_compile
 from data import Scoring, load_run, run_folder, score_windows
 
@@ -230,7 +230,7 @@ SHAPE = ('n_layer', 'n_head', 'n_embd', 'n_loops', 'block_size')
 
 
 def condition(config):
-    config = {**MOVED, **asdict(LoopedGPTConfig()), **config}  # (a model field the run has not: its default)
+    config = {**model_defaults(config), **config}  # (a model field the run has not: its class's default)
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in IDENTITY))
 
 

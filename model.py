@@ -14,7 +14,7 @@ import importlib
 import math
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -310,7 +310,8 @@ class LoopedGPT(nn.Module):
     @classmethod
     def from_checkpoint(cls, path, device='cpu'):
         """The model a checkpoint written by train.py holds (a file, or a run folder holding ckpt.pt), rebuilt as
-        the class it records (model_class). Returns (model, checkpoint dict). The one loader everything uses."""
+        the class it records (model_class; none, the paper's). Returns (model, checkpoint dict). The one loader
+        everything uses."""
         path = os.path.join(path, 'ckpt.pt') if os.path.isdir(path) else path
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no checkpoint at {path} (train.py writes <out_dir>/ckpt.pt)")
@@ -320,13 +321,13 @@ class LoopedGPT(nn.Module):
             raise ValueError(f"{path} is not a checkpoint written by train.py (torch.load: {type(e).__name__})")
         if not isinstance(ckpt, dict) or not {'model_args', 'model'} <= ckpt.keys():
             raise ValueError(f"{path} is not a checkpoint written by train.py (it has no model_args and model)")
-        name, args = ckpt.get('model_class'), dict(ckpt['model_args'])
-        if name is None:  # (older: the fields it holds that beyond/ now declares tell the class; at MOVED, the paper's)
-            moved = {k: v for k, v in [(k, args.pop(k)) for k in MOVED if k in args] if v != MOVED[k]}
-            name = ('beyond.exit_train.ExitTrainedGPT' if 'exit_train' in moved else 'beyond.additions.FieldGPT' if moved
-                    else 'model.LoopedGPT')
-            args.update(moved)
+        name, args = ckpt.get('model_class', 'model.LoopedGPT'), ckpt['model_args']
         model_class = cls if name == f'{cls.__module__}.{cls.__qualname__}' else named_class(name)
+        unknown = sorted(args.keys() - {f.name for f in fields(model_class.config_class)})
+        if unknown:  # (one line that says what to do, where the config would raise a TypeError)
+            raise ValueError(f"{path} holds model fields {name} has not ({', '.join(unknown)}): set its model_class "
+                             "to the class that declares them and save it again (beyond.exit_train.ExitTrainedGPT "
+                             "declares every one the paper's model once held)")
         try:
             model = model_class(model_class.config_class(**args))
             model.load_state_dict(ckpt['model'])
@@ -348,10 +349,6 @@ def named_class(name, setting='model_class'):
         gone = isinstance(e, ModuleNotFoundError) and module.startswith('beyond')
         where = ' (beyond/ is not here: the paper needs only the top level)' if gone else ''
         raise ValueError(f"{setting} {name!r} cannot be loaded{where}: {type(e).__name__}: {e}")
-
-
-# fields of older checkpoints that beyond/additions.py and exit_train.py declare, at defaults (there: the paper's)
-MOVED = dict(sandwich_norm=False, inject=False, damping=False, exit_train=0.0, window=0, positions='learned')
 
 
 # -------------------------------------------------------------------------------------

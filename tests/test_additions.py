@@ -355,25 +355,27 @@ def test_each_pair_of_additions_trains_a_step_and_feeds_each_loop_its_input_by_h
 
 
 # -----------------------------------------------------------------------------
-# older checkpoints: written before beyond/additions.py, they hold beyond/'s fields in model_args and no
-# model_class, and load as the class that declares the fields off their defaults
+# older checkpoints: written before beyond/additions.py, they hold beyond/'s fields in model_args and name no
+# model_class. Loading one is one line that says what to do; done, it loads as the model it was trained as
 
-def test_an_older_checkpoint_loads_as_the_class_its_fields_name(tmp_path):
-    # checkpoints written before beyond/additions.py hold beyond/'s fields in model_args and no model_class:
-    # at their defaults the model is the paper's (the fields dropped); off them, the class that declares them
-    from beyond.exit_train import ExitTrainedGPT, ExitTrainConfig
-    from model import MOVED
+def test_an_older_checkpoint_is_one_line_that_says_what_to_do_and_done_it_loads(tmp_path):
+    import re
     shape = dict(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, n_loops=2, dropout=0.0)
-    x = torch.randint(0, 16, (1, 8))
-    for moved, cls in ((dict(), LoopedGPT), (dict(sandwich_norm=True, positions='none'), FieldGPT),
-                       (dict(exit_train=0.25, damping=True), ExitTrainedGPT)):
+    paper = {f.name for f in fields(LoopedGPTConfig)}
+    moved = {f.name: f.default for f in fields(ExitTrainConfig) if f.name not in paper}  # (every field it held)
+    x, path = torch.randint(0, 16, (1, 8)), tmp_path / 'ckpt.pt'
+    for off, cls in ((dict(), LoopedGPT), (dict(sandwich_norm=True, positions='none'), FieldGPT),
+                     (dict(exit_train=0.25, damping=True), ExitTrainedGPT)):
         torch.manual_seed(0)
-        model = cls(cls.config_class(**shape, **moved)).eval()
-        old_args = {**vars(LoopedGPTConfig(**shape)), **MOVED, **moved}  # every field the older config had
-        torch.save(dict(model_args=old_args, model=model.state_dict()), tmp_path / 'ckpt.pt')
-        loaded, _ = LoopedGPT.from_checkpoint(str(tmp_path))
-        assert type(loaded) is cls and all(getattr(loaded.config, k) == v for k, v in moved.items())
+        model = cls(cls.config_class(**shape, **off)).eval()
+        old = dict(model_args={**vars(LoopedGPTConfig(**shape)), **moved, **off}, model=model.state_dict())
+        torch.save(old, path)
+        with pytest.raises(ValueError) as e:
+            LoopedGPT.from_checkpoint(str(path))
+        message = str(e.value)
+        assert '\n' not in message and 'model_class' in message and all(k in message for k in moved), message
+        torch.save(dict(old, model_class=re.search(r'beyond\.\S+GPT', message).group()), path)  # the class it names
+        loaded, _ = LoopedGPT.from_checkpoint(str(path))
+        assert all(getattr(loaded.config, k) == v for k, v in old['model_args'].items())
         with torch.no_grad():
             assert torch.equal(loaded.eval()(x)[0], model(x)[0])
-    assert set(MOVED) == {f.name for f in fields(ExitTrainConfig)} - {f.name for f in fields(LoopedGPTConfig)}
-    assert all(getattr(ExitTrainConfig(), k) == v for k, v in MOVED.items())  # (MOVED: their defaults, as declared)

@@ -436,9 +436,10 @@ def test_every_field_written_has_a_test_that_recomputes_it(still_run, still_eval
 # included, read from the config so a new field is covered, are not)
 
 def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
-    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1)
-    # a-s3 was made after the window and positions fields (at their defaults): the older runs, which lack
-    # them, read as those defaults, so the three are one condition
+    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, out_dir='x', seed=1,
+                model_class='beyond.additions.FieldGPT')
+    # a-s3 was made after its class's window and positions fields (at their defaults): the older runs, which
+    # lack them, read as the defaults of the class they name, so the three are one condition
     configs = [dict(base, seed=1, out_dir='a-s1'), dict(base, seed=2, out_dir='a-s2'),
                dict(base, seed=3, out_dir='a-s3', window=0, positions='learned'),
                dict(base, readout='raw', out_dir='b'), dict(base, n_embd=64, out_dir='c-s1'), {}]  # {}: no config saved
