@@ -72,13 +72,15 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         """x (B, T, C). cache: None, the T tokens attend to each other causally; or what beyond/ brings, called with
         the new keys and values (2, B, nh, T, hs) and returning those attended over and their mask (None: causal), as
-        gpt-fast's Attention takes its KV cache: beyond/decoder.py's (every cached token too), beyond/additions.py's window."""
+        gpt-fast's Attention takes its KV cache: beyond/decoder.py's (every cached token too), beyond/additions.py's window
+        (keys of its own for each query, (B, nh, T, w, hs): each query is then a batch of one against its w keys)."""
         B, T, C = x.shape
         qkv = F.linear(x, self.c_attn.weight).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # (B, nh, T, hs) each
         mask = None
         if cache is not None:
             k, v, mask = cache(qkv[1:])
+            q = q.unsqueeze(-2) if k.dim() > q.dim() else q  # (B, nh, T, 1, hs) against (B, nh, T, w, hs)
         # under CPU autocast, in float32: PyTorch's bf16 attention was the slower one there (assets/speed/attention.md)
         fp32 = torch.is_autocast_enabled('cpu') and x.device.type == 'cpu'
         if fp32:

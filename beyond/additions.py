@@ -47,15 +47,20 @@ class FieldGPTConfig(LoopedGPTConfig):
 class Window:
     """Sliding-window attention, handed to the model's attention as its cache (model.CausalSelfAttention): token t
     attends to t-w+1 .. t only, so a loop moves information at most w-1 positions and an input n tokens long needs
-    about n/(w-1) loops to be read whole (DeepThinking's bounded work per iteration)."""
+    about n/(w-1) loops to be read whole (DeepThinking's bounded work per iteration). Each query gets its own w keys
+    (a band, O(T w) work and memory, where a (T, T) mask costs O(T^2): 2,048-bit parity strings read thousands of
+    loops deep); a window as wide as the input is causal attention."""
 
     def __init__(self, width):
         self.width = width
 
-    def __call__(self, kv):  # the new keys and values (2, B, nh, T, hs), all of them attended over, with the window's mask
-        t = torch.arange(kv.size(-2), device=kv.device)
-        offset = t[:, None] - t[None, :]  # (T, T): how far back key s sits from query t
-        return kv[0], kv[1], (offset >= 0) & (offset < self.width)
+    def __call__(self, kv):  # the new keys and values (2, B, nh, T, hs)
+        T, w = kv.size(-2), self.width
+        if w >= T:
+            return kv[0], kv[1], None  # (None: causal)
+        band = F.pad(kv, (0, 0, w - 1, 0)).unfold(-2, w, 1).transpose(-1, -2)  # (2, B, nh, T, w, hs): t-w+1 .. t
+        mask = torch.arange(T, device=kv.device)[:, None, None] + torch.arange(1 - w, 1, device=kv.device) >= 0
+        return band[0], band[1], mask  # mask (T, 1, w): the keys before the first token (its padding) left out
 
 
 def sandwich(module, args, y):

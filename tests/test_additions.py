@@ -132,6 +132,41 @@ def test_a_token_outside_the_window_has_no_influence():
         assert not torch.allclose(full(x)[0], model(x)[0], atol=1e-3)
 
 
+@pytest.mark.parametrize('w', [1, 2, 3, 11, 12, 13, 40])
+def test_the_window_is_a_band_of_w_keys_a_query_equal_to_the_masked_attention(w):
+    # the window hands each query its own w keys (O(T w), where a (T, T) mask is O(T^2)); the attention over them is
+    # the one over every key with the band t-w+1 .. t masked in by hand, and a window as wide as the input is causal
+    from beyond.additions import Window
+    torch.manual_seed(0)
+    T = 12
+    q, k, v = torch.randn(3, 2, 3, T, 8).unbind(0)
+    t = torch.arange(T)
+    band = (t[:, None] - t[None, :] >= 0) & (t[:, None] - t[None, :] < w)  # (T, T), by hand
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+    keys, values, mask = Window(w)(torch.stack([k, v]))
+    if w < T:
+        assert keys.shape == (2, 3, T, w, 8) and mask.shape == (T, 1, w)
+        assert int(mask.sum()) == int(band.sum())  # the padding before the first token left out, no key twice
+    else:
+        assert mask is None and torch.equal(keys, k)
+    attn = model_attention(q, keys, values, mask)
+    assert torch.allclose(attn, want, atol=1e-6)
+
+
+def model_attention(q, k, v, mask):
+    """model.CausalSelfAttention's attention on (q, k, v, mask) as the cache hands them over, through the module
+    itself: its c_attn made to emit q, k, v (an identity on C = nh * hs inputs) and its projection an identity."""
+    from model import CausalSelfAttention
+    B, nh, T, hs = q.shape
+    attn = CausalSelfAttention(LoopedGPTConfig(n_embd=nh * hs, n_head=nh, dropout=0.0))
+    with torch.no_grad():
+        attn.c_attn.weight.copy_(torch.cat([torch.eye(nh * hs)] * 3))
+        attn.c_proj.weight.copy_(torch.eye(nh * hs))
+    x = q.transpose(1, 2).reshape(B, T, nh * hs)
+    y = attn(x, cache=lambda kv: (k, v, mask))
+    return y.view(B, T, nh, hs).transpose(1, 2)
+
+
 def test_without_positions_any_length_runs_and_learned_positions_refuse():
     cfg = dict(vocab_size=4, n_layer=1, n_head=2, n_embd=32, n_loops=2, dropout=0.0, block_size=8)
     nope = FieldGPT(FieldGPTConfig(**cfg, positions='none')).eval()
