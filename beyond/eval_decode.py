@@ -17,6 +17,8 @@ size, the device and the precision context).
 """
 
 import itertools
+import math
+import re
 import time
 
 import numpy as np
@@ -613,6 +615,98 @@ def speculative_summary(groups):
     return '\n'.join(lines) + '\n'
 
 
+SUMMARY_EXITS = (('max_prob', 0.9, ('teacher_forced', 'copy', 'project')),   # the exits exit_summary shows: the
+                 ('converge', 0.5, ('project',)))                           # readout's confidence, and converge
+
+
+def twin_change(g, runs):
+    """An exit-trained group's full depth against its normally trained twins (the runs its calibration is measured
+    against, each seed's own): the mean over its seeds of ppl / the twin's ppl - 1 at the trained K, in %; None for
+    a group without twins (or whose twins these results do not hold)."""
+    by_name = {r['name']: r for r in runs}
+    at = lambda r: next(k['ppl'] for k in r['per_K'] if k['K'] == r['trained_K'])  # noqa: E731
+    pairs = [(by_name[n], by_name.get(by_name[n]['calibrated'][0].get('reference')))
+             for n in g['runs'] if n in by_name and by_name[n].get('calibrated')]
+    if not pairs or any(twin is None for _, twin in pairs):
+        return None
+    return 100 * sum(at(r) / at(twin) - 1 for r, twin in pairs) / len(pairs)
+
+
+def fewest_loops(g, target):
+    """The calibrated pick of a target with the fewest mean loops (the first of equals, in the table's order), as
+    'criterion, stand-in: mean loops [± std], ppl, speed-up ± std'; 'none' where every pick runs the trained K."""
+    picks = [(c, s or {}) for c, s in zip(g['mean']['calibrated'], g['std'].get('calibrated') or [None] * 999)
+             if c['target'] == target]
+    c, s = min(picks, key=lambda p: p[0]['mean_loops'])
+    if c['mean_loops'] >= g['mean']['trained_K'] - 0.005:
+        return 'none'
+    spread = lambda key, spec: pm(c[key], s.get(key) if s.get(key) else None, spec)  # noqa: E731
+    return f"{c['criterion']}, {c['stand_in']}: {spread('mean_loops', '.2f')}, {c['ppl']:.2f}, {spread('speedup', '.2f')}x"
+
+
+def exit_summary(groups, runs):
+    """One row a group with early exits and calibrated halting, as docs/early-exit.md quotes it: full depth (ppl at
+    the trained K) and, exit-trained, against its normally trained twins (twin_change); each exit of SUMMARY_EXITS
+    as ppl (mean loops), teacher-forced and causal with its stand-ins; and each target's calibrated pick with the
+    fewest loops (fewest_loops). Then the decode speed-ups of every calibrated pick of every run, by the mean loops it
+    decoded with: every token after the same loop, or per token between two loops."""
+    groups = [g for g in groups if g['mean'].get('early_exit') and g['mean'].get('calibrated')]
+    if not groups:
+        return ''
+    targets = sorted({c['target'] for g in groups for c in g['mean']['calibrated']})
+    head = ['run', 'full depth', 'against its twin'] + [
+        f"{c} > {t:g}: {'teacher-forced' if m == 'teacher_forced' else f'causal, {m}'}"
+        for c, t, modes in SUMMARY_EXITS for m in modes] + [f'fewest loops within +{100 * t:g}%' for t in targets]
+    lines = ['\nearly exit, one row a group: full depth at the trained K (exit-trained: against the normally trained '
+             "twins, each seed's own), exits as ppl (mean loops), and the calibrated pick with the fewest loops "
+             '(criterion, stand-in: mean loops, ppl, decode speed-up over fixed K)',
+             '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for g in groups:
+        K = g['mean']['trained_K']
+        change = twin_change(g, runs)
+        cells = [label(g), short_pm(g, K), '-' if change is None else f'{change:+.1f}%']
+        for criterion, threshold, modes in SUMMARY_EXITS:
+            for m in modes:
+                e = [e for e in g['mean']['early_exit'] if e['criterion'] == criterion and e['threshold'] == threshold
+                     and (e['mode'] == m if m == 'teacher_forced' else e.get('stand_in') == m and e['mode'] == 'causal')]
+                cells.append(f"{three(e[0]['ppl'])} ({e[0]['mean_loops']:.2f})" if e else '-')
+        cells += [fewest_loops(g, t) for t in targets]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines) + '\n' + speedup_by_loops(runs)
+
+
+def three(x):
+    """Three significant digits, trailing zeros kept (5.80, 30.9); thousands split from 1,000 on."""
+    return format(x, ',.0f') if abs(x) >= 1000 else format(x, '#.3g')
+
+
+def short_pm(g, K):
+    """A group's ppl at K, mean ± std (one seed: the mean), as eval_depth's summary shows it."""
+    i = next(i for i, k in enumerate(g['mean']['per_K']) if k['K'] == K)
+    return eval_depth.short(g['mean']['per_K'][i]['ppl'], g['std']['per_K'][i]['ppl'] if g['n'] > 1 else None)
+
+
+def speedup_by_loops(runs):
+    """Every calibrated pick of every run (its retimed speed-up where retimed), by the mean loops it decoded with."""
+    picks = [(c['decode_mean_loops'], c['speedup']) for r in runs for c in r.get('calibrated') or []]
+    if not picks:
+        return ''
+    K = max(r['trained_K'] for r in runs if r.get('calibrated'))
+    kinds = {}
+    for loops, s in picks:
+        key = (f'every token, {loops:.0f} loop' + 's' * (loops != 1)) if loops == int(loops) else \
+            f'per token, {math.floor(loops)} to {math.ceil(loops)} loops'
+        kinds.setdefault(key, []).append((loops, s))
+    order = lambda k: (float(re.search(r'\d+', k).group()) + (0.5 if k.startswith('per') else 0))  # noqa: E731
+    lines = [f'\ndecode speed-up over fixed K={K} of the {len(picks)} calibrated picks of the runs, by the mean loops '
+             'they decoded with', '| decoded with | picks | mean loops | speed-up |', '|---|---|---|---|']
+    for key in sorted(kinds, key=order):
+        ls, ss = zip(*kinds[key])
+        span = lambda v, spec: format(min(v), spec) + ('' if min(v) == max(v) else f' to {max(v):{spec}}')  # noqa: E731
+        lines.append(f'| {key} | {len(ls)} | {span(ls, ".2f")} | {span(ss, ".2f")}x |')
+    return '\n'.join(lines) + '\n'
+
+
 # -------------------------------------------------------------------------------------
 # figures (report.all_plots draws them after the paper's)
 
@@ -620,20 +714,20 @@ LINES = ('-', '--', ':', '-.', (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1)))  # o
 
 
 def early_exit_figure(plt, groups, runs):
-    if not any(g['mean']['early_exit'] for g in groups):
+    if not any(g['mean'].get('early_exit') for g in groups):
         return None
     fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
     for ax, mode, title in zip(axes, ('teacher_forced', 'causal'),
                                ('teacher-forced (every loop runs)', 'causal (exited tokens skip later loops)')):
         for i, g in enumerate(groups):
-            criteria = list(dict.fromkeys(e['criterion'] for e in g['mean']['early_exit']))
+            criteria = list(dict.fromkeys(e['criterion'] for e in g['mean'].get('early_exit') or []))
             for criterion, ls in zip(criteria, itertools.cycle(LINES)):
-                pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean']['early_exit']
+                pts = sorted((e['mean_loops'], e['ppl']) for e in g['mean'].get('early_exit') or []
                              if e['mode'] == mode and e['criterion'] == criterion)
                 if pts:
                     ax.plot(*zip(*pts), marker='o', ls=ls, color=f'C{i % 10}', label=f"{g['name']}: {criterion}")
         ax.set(xlabel='mean loops used per token', ylabel='perplexity', title=f'Early exit, {title}')
-        clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean']['early_exit']])
+        clip_ppl(ax, [e['ppl'] for g in groups for e in g['mean'].get('early_exit') or []])
     legend(axes[0])
     fig.suptitle('Perplexity vs loops used, one line style a criterion')
     return fig, 'early_exit.png'
@@ -704,7 +798,7 @@ class DecodingStudies(eval_depth.Study):
         return decoding_tables(group, runs)
 
     def summary(self, groups, runs):
-        return speculative_summary(groups)
+        return exit_summary(groups, runs) + speculative_summary(groups)
 
     def from_results(self, runs, args):
         if not args.retime:

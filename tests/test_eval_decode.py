@@ -240,6 +240,57 @@ def test_calibration_speculative_timing_and_retime(runs, tmp_path):
 # -----------------------------------------------------------------------------
 # the calibration table and retiming
 
+def test_the_exit_summary_reads_again_from_the_groups_own_tables():
+    """The summary docs/early-exit.md embeds, one row a group: full depth against the normally trained twins is the
+    mean of each seed's own ratio (not the ratio of the means); each exit's cell is its row of the group's exit table;
+    the calibrated pick with the fewest loops is the calibration table's row with the lowest mean loops (the first of
+    equals); 'none' where every pick runs K. The speed-ups by loops count every run's picks."""
+    def run(name, ppl4, ref, picks):
+        return dict(name=name, trained_K=4, final_norm_hist=dict(loop=4), per_K=[dict(K=k, ppl=ppl4 + 4 - k) for k in (1, 2, 3, 4)],
+                    early_exit=[dict(mode=m, stand_in=s, criterion=c, threshold=t, mean_loops=l + 0.1 * (ppl4 > 5.2),
+                                     ppl=ppl4 + l, loss=0.0)
+                                for c, t, l in (('max_prob', 0.9, 3.0), ('converge', 0.5, 2.0), ('max_prob', 0.5, 1.0))
+                                for m, s in (('teacher_forced', None), ('causal', 'copy'), ('causal', 'project'))],
+                    calibrated=[dict(stand_in=s, criterion=c, target=0.01, threshold=0.5, ppl=ppl4 + 0.01, full_ppl=ppl4,
+                                     reference=ref, reference_ppl=5.0, mean_loops=l, decode_mean_loops=l,
+                                     fixed_decode_tok_per_s=100.0, decode_tok_per_s=100.0 * sp, speedup=sp)
+                                for s, c, l, sp in picks])
+    fixed = [('copy', 'max_prob', 4.0, 1.0), ('project', 'max_prob', 4.0, 0.98)]
+    early = [('copy', 'max_prob', 3.5, 0.9), ('copy', 'converge', 2.0, 1.4), ('project', 'converge', 2.0, 1.3)]
+    runs = [run('n-s1', 5.0, 'own', early), run('n-s2', 5.5, 'own', early),
+            run('e-s1', 6.0, 'n-s1', fixed), run('e-s2', 5.5, 'n-s2', fixed)]
+    groups = []
+    for name in ('n', 'e'):
+        members = [r for r in runs if r['name'].startswith(name)]
+        mean, std = mean_std(members)
+        groups.append(dict(name=name, n=2, runs=[r['name'] for r in members], mean=mean, std=std))
+    rows = [line.strip('|').split('|') for line in eval_decode.exit_summary(groups, runs).splitlines()
+            if line.startswith('| n ') or line.startswith('| e ')]
+    n, e = [[c.strip() for c in row] for row in rows]
+    assert (n[2], e[2]) == ('-', f'{100 * ((6.0 / 5.0 - 1) + (5.5 / 5.5 - 1)) / 2:+.1f}%') == ('-', '+10.0%')  # (means: +9.5%)
+    for g, row in zip(groups, (n, e)):
+        exit_rows = {tuple(c.strip() for c in line.strip('|').split('|')[:2]): [c.strip() for c in line.strip('|').split('|')]
+                     for line in eval_decode.exit_table(g).splitlines() if line.startswith('| max_prob') or line.startswith('| converge')}
+        mp, cv = exit_rows['max_prob', '0.9'], exit_rows['converge', '0.5']
+        for cell, (loops, ppl) in zip(row[3:7], ((mp[2], mp[3]), (mp[4], mp[5]), (mp[6], mp[7]), (cv[6], cv[7]))):
+            assert cell == f"{float(ppl.split(' ')[0]):#.3g} ({loops.split(' ')[0]})"
+    table = [[c.strip() for c in line.strip('|').split('|')] for line in eval_decode.calibration_table(groups[0], runs).splitlines()
+             if line.startswith('| copy') or line.startswith('| project')]
+    fewest = min(table, key=lambda r: float(r[6].split(' ')[0]))
+    assert n[7] == f"{fewest[1]}, {fewest[0]}: {fewest[6].split(' ')[0]}, {float(fewest[4].split(' ')[0]):.2f}, {fewest[9].replace(' ± 0.00', '')}" \
+        == 'converge, copy: 2.00, 5.26, 1.40x'   # (no spread over seeds: shown without its ± 0.00)
+    assert e[7] == 'none'
+    by_loops = eval_decode.speedup_by_loops(runs)
+    assert 'of the 10 calibrated picks' in by_loops and '| every token, 2 loops | 4 | 2.00 | 1.30 to 1.40x |' in by_loops
+    assert '| per token, 3 to 4 loops | 2 | 3.50 | 0.90x |' in by_loops and '| every token, 4 loops | 4 | 4.00 | 0.98 to 1.00x |' in by_loops
+    assert eval_decode.exit_summary([dict(groups[0], mean={})], runs) == ''
+
+
+def test_the_early_exit_figure_skips_groups_without_exits():
+    """--from_results of a study with no exits (assets/heldout) draws its figures: no early-exit figure, no KeyError."""
+    assert eval_decode.early_exit_figure(None, [dict(name='g', mean={})], []) is None
+
+
 def test_calibration_table_names_each_seeds_reference():
     # an exit-trained seed is measured against its own normally trained twin: the table names each
     def run(seed, ref_ppl):
