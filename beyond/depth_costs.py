@@ -6,11 +6,15 @@ K = 1..K tok/s; and what they imply for exits and for speculative decoding.
     OMP_NUM_THREADS=2 python -m beyond.depth_costs out-norm_perloop-cpu44m-s1 --dtype float32   # assets/cpu-44m
     OMP_NUM_THREADS=2 python -m beyond.depth_costs out-raw_perloop-cpu-long-s1 --prompt 64      # assets/cpu-long-criteria
 
-Prints a markdown table and the implied speed-ups; run it on a quiet machine.
+Prints a markdown table and the implied speed-ups, then what the pages read from them (summary); run it on a quiet
+machine. --from_table FILE prints a stored output again with its summary made anew from its own lines (no timing).
 """
 
 import argparse
+import contextlib
+import io
 import os
+import re
 import statistics
 import time
 
@@ -35,10 +39,26 @@ def timed(fn, reps):
     return statistics.median(times)
 
 
+SUMMARY = '\nRead from the lines above: '
+
+
+def summary(text):
+    """What the pages quote from a printed output, computed from its printed numbers: one readout over one loop, and
+    the measured fixed-K token (1000 / its tok/s) against the sum of its parts, in ms."""
+    part = lambda name: float(re.search(rf'^\| {name} \(.*?\) \| ([\d.]+) \|$', text, re.M).group(1))  # noqa: E731
+    loop, readout = part('one loop'), part('one readout')
+    parts, tok_s = re.search(r'^A fixed-K token, from the parts: .* = ([\d.]+) ms \(.*; measured ([\d,.]+)\)\.$',
+                             text, re.M).groups()
+    measured = 1000 / float(tok_s.replace(',', ''))
+    return (f"{SUMMARY}one readout is {readout / loop:.3f} of one loop; a fixed-K token measured 1000 / {tok_s} = "
+            f"{measured:.3f} ms, {measured - float(parts):.3f} ms beyond its parts ({parts} ms).\n")
+
+
 @torch.inference_mode()
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('run')
+    p.add_argument('run', nargs='?')
+    p.add_argument('--from_table', default=None, help="a stored output: print it again with its summary made anew")
     p.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     p.add_argument('--prompt', type=int, default=128, help='tokens in the cache when a step is timed')
     p.add_argument('--reps', type=int, default=30)
@@ -46,7 +66,21 @@ def main(argv=None):
     p.add_argument('--accept_tokens', type=int, default=2048, help='tokens the acceptance of loop j is measured on')
     p.add_argument('--g', type=int, default=3, help='drafts per verify pass')
     args = p.parse_args(argv)
+    if args.from_table:
+        with open(args.from_table) as f:
+            text = f.read().split(SUMMARY)[0].rstrip('\n') + '\n'
+        print(text + summary(text), end='')
+        return
+    if not args.run:
+        p.error('name a run folder (or --from_table FILE)')
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        measure(args)
+    print(out.getvalue() + summary(out.getvalue()), end='')
 
+
+def measure(args):
+    """Times every part and prints the tables (main adds the summary)."""
     model, config, data = load_run(args.run, 'cpu', 'val')
     ctx = autocast('cpu', args.dtype)
     K, C = model.config.n_loops, model.config.n_embd

@@ -46,3 +46,27 @@ def test_depth_costs_parts_add_up_to_its_fixed_k_token_and_its_exits(shared_runs
     assert float(row[1]) == pytest.approx(token / float(row[0]), rel=0.02)
     agree, accept = re.search(r'^\| 1 \| ([\d.]+) \| ([\d.]+) \|', out.split('Speculative decoding')[1], re.M).groups()
     assert 0 <= float(agree) <= 1 and 0 <= float(accept) <= 1
+    # the summary the pages quote, recomputed from the printed parts and the printed fixed-K tok/s
+    ratio, tok_s, measured, beyond, parts = re.search(
+        r'^Read from the lines above: one readout is ([\d.]+) of one loop; a fixed-K token measured 1000 / ([\d,.]+) = '
+        r'([\d.]+) ms, (-?[\d.]+) ms beyond its parts \(([\d.]+) ms\)\.$', out, re.M).groups()
+    assert float(ratio) == pytest.approx(readout / loop, abs=0.0005 + 0.5e-3 * readout / loop ** 2 + 0.5e-3 / loop)
+    assert tok_s == re.findall(rf'^\| {K} \| ([\d,.]+) \|$', out, re.M)[-1] and float(parts) == token
+    assert float(measured) == pytest.approx(1000 / float(tok_s.replace(',', '')), abs=0.0005)
+    assert float(beyond) == pytest.approx(float(measured) - token, abs=0.001)
+
+
+def test_from_table_prints_a_stored_output_with_its_summary_made_anew(tmp_path, capsys):
+    """--from_table: the stored lines as they are, the summary computed from them (0.754 = 7.135 / 9.460; 1000 / 16.9 =
+    59.172 ms, 59.172 - 45.876 = 13.296), and a file that already has one gets it once."""
+    stored = ('# run\n\n| part | ms |\n|---|---|\n| one loop (the 8-layer stack, one token) | 9.460 |\n'
+              '| one readout (512 x 50257) | 7.135 |\n\nA fixed-K token, from the parts: 4 x 9.460 + 7.135 + 0.902 = '
+              '45.876 ms (21.8 tok/s; measured 16.9).\n')
+    (tmp_path / 'costs.md').write_text(stored)
+    depth_costs.main(['--from_table', str(tmp_path / 'costs.md')])
+    out = capsys.readouterr().out
+    assert out == stored + ('\nRead from the lines above: one readout is 0.754 of one loop; a fixed-K token measured '
+                            '1000 / 16.9 = 59.172 ms, 13.296 ms beyond its parts (45.876 ms).\n')
+    (tmp_path / 'costs.md').write_text(out)
+    depth_costs.main(['--from_table', str(tmp_path / 'costs.md')])
+    assert capsys.readouterr().out == out
