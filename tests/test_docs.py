@@ -187,11 +187,6 @@ def mean(cell):
     return nums(cell)[:1]
 
 
-def best_k(rel, run, max_k=8):
-    ppl = {K: nums(depth(rel, run, K, 'ppl'))[0] for K in range(1, max_k + 1)}
-    return [min(ppl, key=ppl.get)]
-
-
 def lemma_row(rel, run, k):
     return stored_row(rel, (run, str(k)), caption='Lemma 2')
 
@@ -260,11 +255,6 @@ def spec_best(c, mode):
     return b
 
 
-def spec_cell(c, mode):
-    b = spec_best(c, mode)
-    return [b['j'], b['g'], b['draft_stop'], b['tok_per_s'], b['fixed_tok_per_s'], b['speedup']]
-
-
 @lru_cache(maxsize=None)
 def fixed_k_before_after():
     """fixed_k_before_after.txt: {condition: {decoder: best tok/s}}."""
@@ -291,34 +281,8 @@ def exit_row(rel, run, crit, thr):
     return found[0]
 
 
-def calib_row(rel, run, stand_in, crit, target):
-    row = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if cap.startswith(f'calibrated halting, {run}:')
-           for r in rows if r[0] == stand_in and r[1] == crit and r[2].startswith(target)]
-    assert len(row) == 1, f'{rel}: {run} {stand_in} {crit} {target}'
-    return row[0]
-
-
-def calib_cell(rel, run, stand_in, crit, target, loops_std):
-    """'criterion, stand-in: mean loops [± std], ppl, speed-up ± std' of a calibrated pick."""
-    r = calib_row(rel, run, stand_in, crit, target)
-    loops = nums(r['mean loops'])
-    return (loops if loops_std else loops[:1]) + mean(r['ppl (exit)']) + nums(r['speed-up'])
-
-
 def full_depth_ppl(rel, run):
     return nums(depth(rel, run, 4, 'ppl'))
-
-
-def exits_cells(rel, run):
-    """full depth, max_prob > 0.9 teacher-forced / copy / project, converge > 0.5 project:
-    'ppl (mean loops)'."""
-    mp, cv = exit_row(rel, run, 'max_prob', '0.9'), exit_row(rel, run, 'converge', '0.5')
-    return [full_depth_ppl(rel, run)] + [mean(mp[i + 1]) + mean(mp[i]) for i in (2, 4, 6)] + [mean(cv[7]) + mean(cv[6])]
-
-
-def full_depth_cost(run, base):
-    """Full depth of an exit-aware run over its normally trained twin's, in %."""
-    return [100 * (nums(depth(*run, 4, 'ppl'))[0] / nums(depth(*base, 4, 'ppl'))[0] - 1)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,44 +405,6 @@ def paper_shape_speculative():
         rows[label] = [[1, 2, 3]] + [[nums(c[col[name]])[0] for c in cells]
                                      for name in ('sample accept', 'ideal speed-up', 'with the measured costs')]
     return rows
-
-
-@check('docs/early-exit.md', 'condition', 'full depth', 'max_prob > 0.9: teacher-forced', 'causal, copy',
-       'causal, project', 'converge > 0.5, project', 'calibrated +1%', '+5%')
-def early_exit_table():
-    raw, pen = (EXITS, 'out-raw_perloop-cpu-long (3 seeds)'), (EXITS, 'out-penalty_perloop-cpu-long (3 seeds)')
-    raw50, pen50 = (EXITS, 'out-raw_perloop_exit-cpu-long (3 seeds)'), (EXITS, 'out-penalty_perloop_exit-cpu-long (3 seeds)')
-    raw25, pen25 = (SWEEP, 'out-raw_perloop_exit25-cpu-long (3 seeds)'), (SWEEP, 'out-penalty_perloop_exit25-cpu-long (3 seeds)')
-    best_raw_1 = max(nums(calib_row(*raw, s, c, '+1%')['speed-up'])[0]
-                     for s in ('copy', 'project') for c in ('max_prob', 'entropy', 'converge'))
-    return {
-        'raw_perloop': exits_cells(*raw) + [[4, best_raw_1], calib_cell(*raw, 'copy', 'converge', '+5%', False)],
-        'raw, `exit_train=0.5`': exits_cells(*raw50) + [full_depth_cost(raw50, raw), []],
-        'raw, `exit_train=0.25`': exits_cells(*raw25) + [full_depth_cost(raw25, raw),
-                                                         calib_cell(*raw25, 'project', 'converge', '+5%', True)],
-        'penalty_perloop': exits_cells(*pen) + [calib_cell(*pen, 'copy', 'converge', '+1%', False),
-                                                calib_cell(*pen, 'project', 'max_prob', '+5%', True)],
-        'penalty, `exit_train=0.5`': exits_cells(*pen50) + [full_depth_cost(pen50, pen),
-                                                            calib_cell(*pen50, 'project', 'max_prob', '+5%', True)],
-        'penalty, `exit_train=0.25`': exits_cells(*pen25) + [calib_cell(*pen25, 'copy', 'converge', '+1%', True),
-                                                             calib_cell(*pen25, 'project', 'max_prob', '+5%', True)],
-    }
-
-
-def exit_tables_rows(header0_cols):
-    found = [(h, rows) for cap, h, rows, _ in stored_tables('cpu-long-criteria/exit_tables.md') if len(h) == header0_cols]
-    assert len(found) == 1
-    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0][1]}
-
-
-@check('docs/early-exit.md', 'criterion', 'raw_perloop +1%', '+5%', 'penalty_perloop +1%', '+5%', 'norm_perloop +1%', '+5%')
-def early_exit_teacher_forced():
-    return exit_tables_rows(7)
-
-
-@check('docs/early-exit.md', 'criterion', 'raw_perloop +1%', 'raw_perloop +5%', 'penalty_perloop +1%', 'penalty_perloop +5%')
-def early_exit_decoded():
-    return exit_tables_rows(5)
 
 
 @check('docs/depth.md', 'design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤trained', 'K=8 vs best',
@@ -892,7 +818,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
-PENDING = {'README.md', 'docs/depth.md', 'docs/early-exit.md',
+PENDING = {'README.md', 'docs/depth.md',
            'docs/paper-shape.md', 'docs/tasks.md'}   # checked as before (below)
 
 
@@ -1186,11 +1112,6 @@ def draws(name):
 HELD = 'heldout/tables.md'
 
 
-def prepared(rel, split):
-    """The tokens prepare.py wrote for a split, from its log."""
-    return nums(re.search(split + r': ([\d,]+) tokens', (ASSETS / rel).read_text()).group(1))[0]
-
-
 def tokens_scored(rel):
     """The validation tokens every run of a results.json scored: one number."""
     scored = {run['tokens_scored'] for run in results(rel)['runs']}
@@ -1236,6 +1157,12 @@ def per_loop_best():
         assert min(p[k2] for k2 in p if k2 > 3) > p[k] * (1 - 0.001), g
         best.append(k)
     return [max(best)]
+
+
+def exit_tables_rows(header0_cols):
+    found = [(h, rows) for cap, h, rows, _ in stored_tables('cpu-long-criteria/exit_tables.md') if len(h) == header0_cols]
+    assert len(found) == 1
+    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0][1]}
 
 
 def criteria_cell(decoded, criterion, column):
@@ -1754,256 +1681,6 @@ NOT_STORED.update({
 
 
 # docs/early-exit.md --------------------------------------------------------------------------
-
-E = 'docs/early-exit.md'
-CRITERIA = 'cpu-long-criteria/tables.md'
-EXIT_RUNS = {   # the rows of the page's first table: (tables.md, group)
-    'raw': (EXITS, 'out-raw_perloop-cpu-long (3 seeds)'), 'penalty': (EXITS, 'out-penalty_perloop-cpu-long (3 seeds)'),
-    'raw50': (EXITS, 'out-raw_perloop_exit-cpu-long (3 seeds)'),
-    'penalty50': (EXITS, 'out-penalty_perloop_exit-cpu-long (3 seeds)'),
-    'raw25': (SWEEP, 'out-raw_perloop_exit25-cpu-long (3 seeds)'),
-    'penalty25': (SWEEP, 'out-penalty_perloop_exit25-cpu-long (3 seeds)')}
-
-
-def run_ppl(rel, name, K):
-    """A run's perplexity at K in a results.json."""
-    return [k['ppl'] for k in json_run(rel, name)['per_K'] if k['K'] == K][0]
-
-
-PROSE[E, "raw_perloop's seed 1 at K=4 on the same # validation bytes is # in assets/cpu-long-exits and # in "
-         'assets/cpu-long-criteria'] = lambda: [tokens_scored('cpu-long-exits/results.json')] + [
-    run_ppl(f'{study}/results.json', 'out-raw_perloop-cpu-long-s1', 4) for study in ('cpu-long-exits', 'cpu-long-criteria')]
-PROSE[E, 'Perplexity per byte on the first # validation bytes (not comparable with the depth tables\' #)'] = lambda: [
-    tokens_scored('cpu-long-exits/results.json'), tokens_scored('cpu-long/results.json')]
-
-
-def gap_share(key, crit, thr):
-    """The causal gap to teacher-forced with projected stand-ins, as a share of the copy's, in %."""
-    row = exit_row(*EXIT_RUNS[key], crit, thr)
-    tf, copy, project = (mean(row[i])[0] for i in (3, 5, 7))
-    return 100 * (project - tf) / (copy - tf)
-
-
-@prose(E, "their gap to teacher-forced is #–#% of the copy's for raw_perloop, #–#% for penalty_perloop (entropy > 0.5: #%), "
-          "#–#% exit-trained at 0.5, and #–#% at 0.25 (penalty's entropy > 0.5: #%)")
-def gap_shares():
-    cells = [(c, t) for c in ('max_prob', 'entropy') for t in ('0.5', '0.9')]
-    out = span([gap_share('raw', c, t) for c, t in cells])
-    out += span([gap_share('penalty', c, t) for c, t in cells if (c, t) != ('entropy', '0.5')])
-    out += [gap_share('penalty', 'entropy', '0.5')]
-    out += span([gap_share(k, c, t) for k in ('raw50', 'penalty50') for c, t in cells])
-    out += span([gap_share(k, c, t) for k in ('raw25', 'penalty25') for c, t in cells
-                 if (k, c, t) != ('penalty25', 'entropy', '0.5')])
-    return out + [gap_share('penalty25', 'entropy', '0.5')]
-
-
-def projected_cost(key):
-    """max_prob > 0.9, decoded with projected stand-ins, against full depth: the ppl and the change in %."""
-    full, ppl = full_depth_ppl(*EXIT_RUNS[key])[0], mean(exit_row(*EXIT_RUNS[key], 'max_prob', '0.9')[7])[0]
-    return ppl, change(ppl, full), full
-
-
-PROSE[E, 'raw_perloop #% (# against #), penalty_perloop #%, exit-trained at 0.5 #% (raw) and #% (penalty).'] = lambda: [
-    projected_cost('raw')[i] for i in (1, 0, 2)] + [projected_cost(k)[1] for k in ('penalty', 'raw50', 'penalty50')]
-
-
-@prose(E, '#% (raw) and #% (penalty) at 0.5; #% and #% at 0.25; at 0.1 (seed 1 only) #% and #%. Within +1%, penalty at 0.25 '
-          'exits early on # seeds of 3 (# loops, #x); within +5% its max_prob pick runs #, # and # loops on its three '
-          'seeds (#x on average).')
-def exit_training_costs():
-    sweep = 'cpu-long-exit-sweep/results.json'
-    tenth = [change(run_ppl(sweep, f'out-{c}_perloop_exit10-cpu-long-s1', 4),
-                    run_ppl(sweep, f'out-{c}_perloop-cpu-long-s1', 4)) for c in ('raw', 'penalty')]
-    out = [full_depth_cost(EXIT_RUNS[k], EXIT_RUNS[k.rstrip('025')])[0] for k in ('raw50', 'penalty50', 'raw25', 'penalty25')]
-    picks = {(r['name'][-2:], c['target'], c['stand_in'], c['criterion']): c for r in results(sweep)['runs']
-             if 'penalty_perloop_exit25' in r['name'] for c in r['calibrated']}
-    early = sum(picks[s, 0.01, 'copy', 'converge']['decode_mean_loops'] < 4 for s in ('s1', 's2', 's3'))
-    one = calib_row(*EXIT_RUNS['penalty25'], 'copy', 'converge', '+1%')
-    five = calib_row(*EXIT_RUNS['penalty25'], 'project', 'max_prob', '+5%')
-    return out + tenth + [early, mean(one['mean loops'])[0], mean(one['speed-up'])[0]] + [
-        picks[s, 0.05, 'project', 'max_prob']['mean_loops'] for s in ('s1', 's2', 's3')] + [mean(five['speed-up'])[0]]
-
-
-def retimed_picks():
-    """Every calibrated pick of cpu-long-exits and cpu-long-exit-sweep: (mean loops decoded, speed-up)."""
-    picks = [(c['decode_mean_loops'], c['speedup']) for study in ('cpu-long-exits', 'cpu-long-exit-sweep')
-             for r in results(f'{study}/results.json')['runs'] for c in r.get('calibrated', [])]
-    assert all(c['retimed'] for study in ('cpu-long-exits', 'cpu-long-exit-sweep')
-               for r in results(f'{study}/results.json')['runs'] for c in r.get('calibrated', []))
-    return picks
-
-
-@prose(E, 'Per-token picks are rarer (max_prob > #, penalty at 0.1: # loops, #x).')
-def per_token_rare():
-    run = json_run('cpu-long-exit-sweep/results.json', 'out-penalty_perloop_exit10-cpu-long-s1')
-    c = [c for c in run['calibrated'] if (c['target'], c['stand_in'], c['criterion']) == (0.01, 'project', 'max_prob')][0]
-    return [c['threshold'], c['decode_mean_loops'], c['speedup']]
-
-
-@prose(E, 'one loop for every token #–#x (#–#x in all but one of # picks), two loops for every token #–#x. A per-token pick of '
-          '#–# loops decodes at #–#x')
-def decode_speeds():
-    picks = retimed_picks()
-    one, two = sorted(s for l, s in picks if l == 1), [s for l, s in picks if l == 2]
-    late = [(l, s) for l, s in picks if l not in (1, 2, 4) and l > 3.25]
-    return [one[0], one[-1], one[1], one[-1], len(one)] + span(two) + span([l for l, _ in late]) + span([s for _, s in late])
-
-
-PROSE[E, '# ms against # ms for one loop, batch 1, float32, 2 CPU threads)'] = lambda: cost_nums(
-    F32, 'part', ('one readout (512 x 50257)', 'one loop (the 8-layer stack, one token)'), 'ms')
-
-
-@prose(E, 'trained in seconds here (#–# s a gate')
-def gate_seconds():
-    logs = (ASSETS / 'cpu-long-criteria' / 'logs').glob('*gate*.log')
-    return span([float(x) for log in logs for x in re.findall(r'seconds=([\d.]+)', log.read_text())])
-
-
-PROSE[E, 'Teacher-forced, # validation bytes'] = lambda: [tokens_scored('cpu-long-criteria/results.json')]
-PROSE[E, '(penalty: # at K=2 against # at K=4, seed 1; norm: # at K=1 against #)'] = lambda: [
-    run_ppl('cpu-long-criteria/results.json', f'out-{c}-cpu-long-s1', K) for c, K in (('penalty_perloop', 2),
-                                                                                       ('penalty_perloop', 4),
-                                                                                       ('norm_perloop', 1),
-                                                                                       ('norm_perloop', 4))]
-
-
-def tf_loops(crit, col):
-    """Teacher-forced mean loops of a criterion in exit_tables.md (col: 0 raw +1%, 1 raw +5%, 2 penalty +1%, ...)."""
-    return nums(criteria_cell(False, crit, col))[0]
-
-
-def decoded(crit, col):
-    """A decoded pick of exit_tables.md (col: 0 raw +1%, 1 raw +5%, 2 penalty +1%, 3 penalty +5%): its numbers."""
-    return nums(criteria_cell(True, crit, col))
-
-
-PROSE[E, 'On raw_perloop `latent` needs # loops for +1% and `angular` #, where `max_prob` needs #; on penalty_perloop the gate '
-         'needs # and `max_prob` #. Every decider stays far from the oracle: # loops above it on raw_perloop at +1%, # on '
-         'penalty_perloop.'] = lambda: [
-    tf_loops('latent', 0), tf_loops('angular', 0), tf_loops('max_prob', 0), tf_loops('gate', 2), tf_loops('max_prob', 2),
-    min(tf_loops(c, 0) for c in exit_tables_rows(7) if c != 'oracle') - tf_loops('oracle', 0),
-    min(tf_loops(c, 2) for c in exit_tables_rows(7) if c != 'oracle') - tf_loops('oracle', 2)]
-
-
-@prose(E, '`angular > 0.9` on raw_perloop runs # loops at #% teacher-forced and # loops at #% decoded with projected '
-          'stand-ins (#% with copies). So within +1% no per-token pick decodes with fewer than # loops (`latent`, ± # over '
-          'seeds)')
-def angular_decoded():
-    row, full = exit_row(*CRITERIA_RAW, 'angular', '0.9'), full_depth_ppl(*CRITERIA_RAW)[0]
-    fewest = min((decoded(c, 0) for c in exit_tables_rows(5)), key=lambda v: v[0])
-    assert fewest == decoded('latent', 0)
-    return [mean(row[2])[0], change(mean(row[3])[0], full), mean(row[6])[0], change(mean(row[7])[0], full),
-            change(mean(row[5])[0], full)] + fewest[:2]
-
-
-@prose(E, 'a projected key misses the true one by # of its norm after loop 1, # after loop 2, # after loop 3')
-def stand_in_error():
-    text = (ASSETS / CRITERIA).read_text().split('early exit, out-raw_perloop-cpu-long (3 seeds)')[1]
-    line = re.search(r'stand-in error \(project\).*', text).group(0)
-    return [float(x) for x in re.findall(r'\d: ([\d.]+)', line)]
-
-
-def decoded_loops_speed(crit, col):
-    v = decoded(crit, col)
-    return v[0], decoded_speedup(criteria_cell(True, crit, col))
-
-
-@prose(E, 'stop every raw_perloop token after loop 2 (#x with `latent`); on penalty_perloop, whose K=2 beats its K=4, every '
-          "state criterion's +1% pick is that fixed depth 2 (#–#x). Fewer than 2 loops a token only at +5% on "
-          'penalty_perloop (`latent` # loops, #x; the gates # loops, #–#x), with picks that differ from seed to seed '
-          '(± # loops).')
-def fixed_depth_picks():
-    state = [decoded_loops_speed(c, 2) for c in ('angular', 'latent')]
-    assert all(round(l) == 2 for l, _ in state)
-    gates = [decoded_loops_speed(c, 3) for c in ('gate', 'gate-raw')]
-    assert len({round(l, 2) for l, _ in gates}) == 1
-    spread = max(decoded(c, 3)[1] for c in ('latent', 'gate', 'gate-raw'))
-    return [decoded_loops_speed('latent', 1)[1]] + span([s for _, s in state]) + list(decoded_loops_speed('latent', 3)) + [
-        gates[0][0]] + span([s for _, s in gates]) + [spread]
-
-
-PROSE[E, 'the same loops on every model (# against # on raw_perloop, # against # on penalty_perloop)'] = lambda: [
-    tf_loops(c, col) for col in (0, 2) for c in ('gate', 'gate-raw')]
-PROSE[E, "the state's mean norm moves little from loop to loop (#–# on raw_perloop, #–# on penalty_perloop)"] = lambda: [
-    v for c in ('raw_perloop', 'penalty_perloop') for v in span(
-        [nums(depth(CRITERIA, LONG_RUN.format(c), K, 'mean ‖H_K‖'))[0] for K in range(1, 5)])]
-
-
-@prose(E, 'The `improve` target beats `agree` (seed 1: # against # loops on raw_perloop, # against # on penalty_perloop')
-def improve_beats_agree():
-    cell = lambda c, gate: nums(stored_cells(f'cpu-long-criteria/logs/{c}-cpu-long-s1.eval-agree.log', 'criterion',
-                                             gate)[1])[0]
-    return [cell(c, g) for c in ('raw_perloop', 'penalty_perloop') for g in ('gate', 'gate-agree')]
-
-
-@prose(E, "(‖H_4‖ ≈ #), depth does nothing: one loop is as good as four, and every criterion but `converge` finds that "
-          '(# loops). Its loops barely turn the state (1 − cos(H_k, H_k−1) ≈ # after loop 2')
-def drifted_norm_exits():
-    run = 'out-norm_perloop-cpu-long-s1'
-    loops = {tf_loops(c, col) for c in exit_tables_rows(7) if c not in ('converge', 'oracle') for col in (4, 5)}
-    assert len(loops) == 1
-    return [nums(depth(CRITERIA, run, 4, 'mean ‖H_K‖'))[0], loops.pop(), nums(depth(CRITERIA, run, 2, '1-cos'))[0]]
-
-
-COSTS_RAW = 'cpu-long-criteria/costs-raw_perloop-float32.md'
-
-
-@prose(E, 'one loop # ms, one readout # ms (128 x 256: the byte vocabulary makes it #% of a loop), an `angular` decision # '
-          'ms, a `max_prob` decision # ms, an exit\'s projected stand-ins # ms. So here a readout-free decision saves '
-          'nothing; the loops are the cost, and fixed K=4 decoding (# tok/s) spends # ms a token beyond these parts')
-def raw_costs():
-    loop, readout, angular, max_prob, stand_ins, sampling = cost_nums(COSTS_RAW, 'part', (
-        'one loop (the 2-layer stack, one token)', 'one readout (128 x 256)', 'exit decision: angular (no readout)',
-        'exit decision: max_prob', "an exited token's projected stand-ins (every layer's keys and values from its exit "
-        'state)', 'sampling from the readout'), 'ms')
-    tok_s = cost_nums(COSTS_RAW, 'fixed K', '4', 'tok/s (sampled, cached)')[0]
-    return [loop, readout, 100 * readout / loop, angular, max_prob, stand_ins, tok_s,
-            1000 / tok_s - (4 * loop + readout + sampling)]
-
-
-PROSE[E, 'where a readout is # of a loop, deciding from the state makes an exit after 3 of 4 loops #x faster than fixed K, '
-         'where deciding with a readout per loop makes it #x'] = lambda: [readme_44m_exit()[i] for i in (0, 2, 1)]
-
-CRITERIA_RAW = ('cpu-long-criteria/tables.md', 'out-raw_perloop-cpu-long (3 seeds)')
-
-
-def projected_exit(crit):
-    """Decoded with projected stand-ins at 0.9: mean loops and the ppl over full depth's, in %."""
-    row = exit_row(*CRITERIA_RAW, crit, '0.9')
-    return mean(row[6])[0], 100 * (mean(row[7])[0] / full_depth_ppl(*CRITERIA_RAW)[0] - 1)
-
-
-@prose(E, "The readout's criteria lose most: at #, decoded with projections on raw_perloop, "
-                             "`max_prob` and `entropy` run # and # loops and lose #% and #%. The gates run # and # "
-                             "loops and still lose #% and #%, more than `angular` (# loops, #%)")
-def gates_lose_less():
-    (mp, mp_loss), (en, en_loss), (g, g_loss), (gr, gr_loss), (an, an_loss) = (
-        projected_exit(c) for c in ('max_prob', 'entropy', 'gate', 'gate-raw', 'angular'))
-    return [0.9, mp, en, mp_loss, en_loss, g, gr, g_loss, gr_loss, an, an_loss]
-
-
-NOT_STORED.update({
-    (E, '`entropy` (1 − entropy / ln V), or `converge` (exp(−KL(p_k ‖ p_k−1))'): 'definitions',
-    (E, 'stays within +1% or +5% of the'): 'the targets',
-    (E, 'both timed in the same run at batch 1'): 'the setting',
-    (E, '(normal and 0.5)'): 'exit_train settings',
-    (E, '(0.25 and 0.1)'): 'exit_train settings',
-    (E, '(max_prob > 0.9, against full depth)'): 'the threshold',
-    (E, '`converge` near 0 stops every token after loop 2 (penalty\'s K=2 beats its K=4), max_prob near 0'): 'thresholds',
-    (E, '`angular` = 1 − ‖u_k − u_{k−1}‖/2 with u = H/‖H‖: Lemma 2\'s angular step over its largest value (1 − sin(θ/2), θ '
-        'the angle between H_k and H_{k−1}); - `latent` = exp(−‖H_k − H_{k−1}‖/‖H_k‖)'): 'definitions',
-    (E, 'is a Linear(d, 1) on H_k'): 'the gate',
-    (E, 'within 0.05 nats of the best later loop\'s'): "beyond.exit_gate's target",
-    (E, 'mean over 3 seeds (norm_perloop: 1): mean loops a token needs to stay within +1% / +5% of full-depth perplexity'):
-        'the targets',
-    (E, 'On penalty_perloop and norm_perloop, 2 loops and 1 loop are as good as 4'): 'depths (their numbers follow)',
-    (E, 'over fixed K=4 at batch 1'): 'the setting',
-    (E, "Lemma 2's 1/s_k"): 'the lemma',
-    (E, 'Within +5%, the best decoding is a fixed depth'): 'the target',
-    (E, 'quiet, float32, batch 1;'): 'the setting',
-    (E, '(window restarts of the 128-byte block'): 'the block size',
-})
-
 
 # docs/paper-shape.md -------------------------------------------------------------------------
 
@@ -3073,6 +2750,7 @@ SETTINGS = {
     r'k\+#': 'an index',
     r'AVX-#': 'an instruction set',
     r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
+    r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
 }
 
 
