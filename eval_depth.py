@@ -313,7 +313,8 @@ def render(groups, runs, studies=()):
     """Every table main prints, as one text: the depth table, each group's studies' tables, Lemma 2, the summary."""
     text = table(groups) + '\n' + ''.join(study.tables(g, runs) for g in groups for study in studies)
     text += lemma_table(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else ''
-    text += summary_table(groups) + '\n' + (lemma_summary(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else '')
+    text += summary_table(groups) + '\n' + loss_table(groups)
+    text += lemma_summary(groups) + '\n' if any(g['mean'].get('lemma') for g in groups) else ''
     return text + ''.join(study.summary(groups, runs) for study in studies)
 
 
@@ -380,6 +381,20 @@ def summary_table(groups):
                 else ['-', '-']
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
+
+
+def loss_table(groups):
+    """Where the summary shows a perplexity in e-notation (100,000 or more), the loss it comes from, in nats, at every K
+    evaluated (mean ± std over seeds): the number the pages compare there. Empty otherwise."""
+    if not any(r['ppl'] >= 1e5 for g in groups for r in g['mean']['per_K']):
+        return ''
+    Ks = sorted({r['K'] for g in groups for r in g['mean']['per_K']})
+    lines = ['\nloss by K (nats, mean ± std over seeds), as the perplexities above come from it',
+             '| run | ' + ' | '.join(f'K={k}' for k in Ks) + ' |', '|' + '---|' * (len(Ks) + 1)]
+    for g in groups:
+        at = {r['K']: (r['loss'], s['loss']) for r, s in zip(g['mean']['per_K'], g['std']['per_K'])}
+        lines.append(f"| {label(g)} | " + ' | '.join(pm(*at[k], '.2f') if k in at else '-' for k in Ks) + ' |')
+    return '\n'.join(lines) + '\n'
 
 
 def lemma_table(groups):

@@ -406,6 +406,24 @@ def test_the_summary_is_each_runs_depth_table_row_read_again(evaluated):
         '5.44 ± 0.09', '54.21 ± 2.40', '17,360 ± 18,913', '1,330', '2.7e+09 ± 3.3e+08', '-']
 
 
+
+def test_the_loss_table_is_the_log_of_each_perplexity_and_only_where_the_summary_needs_e_notation():
+    """Where a perplexity reaches 100,000 (the summary's e-notation), the loss table shows each group's loss at every
+    K, which is the log of its perplexity (mean ± std over seeds); a K a group lacks is '-'. Below that: no table."""
+    def group(name, losses, stds):
+        per_K = [dict(K=k, loss=x, ppl=math.exp(x)) for k, x in enumerate(losses, 1)]
+        return dict(name=name, n=3, mean=dict(per_K=per_K), std=dict(per_K=[dict(K=k, loss=s) for k, s in enumerate(stds, 1)]))
+    big = group('big', [18.88, 18.5, 18.561], [0.1, 0.02, 0.004])
+    short = group('short', [2.6, 2.5], [0.0, 0.01])
+    rows = table_rows(eval_depth.loss_table([big, short]), '| run | K=1 |')
+    for g, row in zip((big, short), rows):
+        ppl = {r['K']: r['ppl'] for r in g['mean']['per_K']}
+        for k in (1, 2, 3):
+            assert row[f'K={k}'] == ('-' if k not in ppl else
+                                     f"{math.log(ppl[k]):.2f} ± {g['std']['per_K'][k - 1]['loss']:.2f}")
+    assert [r['run'] for r in rows] == ['big (3 seeds)', 'short (3 seeds)'] and rows[0]['K=3'] == '18.56 ± 0.00'
+    assert eval_depth.loss_table([short]) == ''
+
 # -----------------------------------------------------------------------------
 # every field written, and the test that recomputes it (conftest's FIELDS): a new field fails until it has one
 
