@@ -227,12 +227,6 @@ def m44(c, col, K=4):
     return depth(M44, f'out-{c}-cpu44m-s1', K, col)
 
 
-def m44_loss(c, K):
-    part = {'norm_perloop': 'a', 'raw_perloop': 'a', 'penalty_perloop': 'b1', 'interloop_perloop': 'b2'}[c]
-    per_K = json_run(f'cpu-44m/results-{part}.json', f'out-{c}-cpu44m-s1')['per_K']
-    return [r['loss'] for r in per_K if r['K'] == K][0]
-
-
 def costs(name, table, key, col):
     """A cell of a stored costs-*.md (depth_costs.py's output): the table whose header starts
     with `table`, its row `key`."""
@@ -241,6 +235,15 @@ def costs(name, table, key, col):
 
 def cost_nums(name, table, keys, col):
     return [nums(costs(name, table, k, col))[0] for k in keys]
+
+
+F32, BF16 = 'cpu-44m/costs-norm_perloop-float32.md', 'cpu-44m/costs-norm_perloop-bfloat16.md'
+
+
+def stored_cells(rel, header0, key):
+    found = [r for cap, h, rows, _ in stored_tables(rel) if h[0] == header0 for r in rows if r[0] == key]
+    assert len(found) == 1
+    return found[0]
 
 
 SPEC = 'cpu-long-speculative/results.json'
@@ -344,67 +347,6 @@ def readme_44m():
 def readme_44m_row(c):
     return [[nums(m44(c, col))[0] for col in ('mean ‖H_K‖', 'p99 ‖H_K‖', 'max ‖H_K‖')],
             Copied(m44(c, 'radial frac')), Copied(m44(c, '1-cos'))]
-
-
-@check('docs/paper-shape.md', 'condition', '‖H_4‖ mean / p99 / max', 'radial fraction', '1 − cos, loop 4',
-       'Δ loss, clamp', 'val CE K=1 → K=4', "the paper's final ‖H_4‖")
-def paper_shape_drift():
-    rows = {}
-    for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'interloop_perloop'):
-        rows[c] = readme_44m_row(c) + [Copied(m44(c, 'Δ loss clamp')), [m44_loss(c, 1), m44_loss(c, 4)],
-                                       Text('–') if c == 'interloop_perloop' else None]   # the paper's
-    return rows
-
-
-F32, BF16 = 'cpu-44m/costs-norm_perloop-float32.md', 'cpu-44m/costs-norm_perloop-bfloat16.md'
-
-
-@check('docs/paper-shape.md', 'part (norm_perloop, ms)', 'float32', 'bf16')
-def paper_shape_costs():
-    def part(*keys):
-        return [cost_nums(f, 'part', keys, 'ms') for f in (F32, BF16)]
-    return {
-        'one loop (8 layers, one token)': part('one loop (the 8-layer stack, one token)'),
-        'one readout (512 x 50,257)': part('one readout (512 x 50257)'),
-        'exit decision from a readout: max_prob / entropy / converge':
-            part('exit decision: max_prob', 'exit decision: entropy', 'exit decision: converge'),
-        'exit decision from the state: angular': part('exit decision: angular (no readout)'),
-        'sampling (softmax and a draw over 50,257)': part('sampling from the readout'),
-        'verify pass, loops 2–4 over 4 tokens, per token': part('verify pass, loops 2..4 over 4 tokens, per token'),
-        'fixed K = 1 / 2 / 3 / 4, tok/s': [cost_nums(f, 'fixed K', '1234', 'tok/s (sampled, cached)')
-                                          for f in (F32, BF16)],
-    }
-
-
-@check('docs/paper-shape.md', 'exit after loop e', 'float32: readout every loop', 'decided from the state',
-       'bf16: readout every loop', 'from the state')
-def paper_shape_exits():
-    rows = {}
-    for e in '123':
-        rows[e] = []
-        for f in (F32, BF16):   # its columns: e, ms with a readout, speed-up, ms from the state, speed-up
-            cells = stored_cells(f, 'exit after loop e', e)
-            rows[e] += [mean(cells[2]), mean(cells[4])]
-    return rows
-
-
-def stored_cells(rel, header0, key):
-    found = [r for cap, h, rows, _ in stored_tables(rel) if h[0] == header0 for r in rows if r[0] == key]
-    assert len(found) == 1
-    return found[0]
-
-
-@check('docs/paper-shape.md', 'run, dtype', 'j', 'sample accept a', 'ideal', 'with the measured costs')
-def paper_shape_speculative():
-    rows = {}
-    for label, f in (('norm_perloop, float32', F32), ('norm_perloop, bf16', BF16),
-                     ('raw_perloop, float32', 'cpu-44m/costs-raw_perloop-float32.md')):
-        cells = [stored_cells(f, 'j', j) for j in '123']
-        hdr = [h for cap, h, rows, _ in stored_tables(f) if h[0] == 'j'][0]
-        col = {name: hdr.index(name) for name in ('sample accept', 'ideal speed-up', 'with the measured costs')}
-        rows[label] = [[1, 2, 3]] + [[nums(c[col[name]])[0] for c in cells]
-                                     for name in ('sample accept', 'ideal speed-up', 'with the measured costs')]
-    return rows
 
 
 @check('docs/depth.md', 'design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤trained', 'K=8 vs best',
@@ -818,8 +760,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
-PENDING = {'README.md', 'docs/depth.md',
-           'docs/paper-shape.md', 'docs/tasks.md'}   # checked as before (below)
+PENDING = {'README.md', 'docs/depth.md', 'docs/tasks.md'}   # checked as before (below)
 
 
 def page_lines(page, text=None):
@@ -1683,158 +1624,6 @@ NOT_STORED.update({
 # docs/early-exit.md --------------------------------------------------------------------------
 
 # docs/paper-shape.md -------------------------------------------------------------------------
-
-P = 'docs/paper-shape.md'
-M44_PARTS = {'norm_perloop': 'a', 'raw_perloop': 'a', 'penalty_perloop': 'b1', 'interloop_perloop': 'b2'}
-
-
-def m44_run(c):
-    return json_run(f'cpu-44m/results-{M44_PARTS[c]}.json', f'out-{c}-cpu44m-s1')
-
-
-def m44_log(c):
-    return [f'cpu-44m/logs/{c}-cpu44m-s1.jsonl']
-
-
-def m44_lemma(key, loop=None):
-    lem = json_group('cpu-44m/results-a.json', 'out-norm_perloop-cpu44m-s1')[0]['lemma']
-    return lem[key] if loop is None else lem[key][loop - 1]
-
-
-def m44_n(c, col, K=4):
-    return nums(m44(c, col, K))[0]
-
-
-PROSE[P, 'Every other study here uses a #M-parameter byte model.'] = PROSE[R, '`config/cpu.py` (#M parameters']
-PROSE[P, 'constant lr; GPT-2 BPE, so #M parameters'] = PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"]
-PROSE[P, '(validation CE #–# nats at K=4; with the released init, whose N(0,1) embedding is tied to the head, it starts at '
-         '#–#: iteration 0 of the results files\' curves)'] = lambda: span([m44_loss(c, 4) for c in M44_PARTS]) + span(
-    [m44_run(c)['curve']['val_loss_K'][0] for c in M44_PARTS])
-PROSE[P, 'A run took #–# minutes here (#–# s an iteration on average'] = lambda: span(
-    [train_seconds(m44_log(c)[0]) / 60 for c in M44_PARTS]) + span(
-    [statistics.mean(log_values(m44_log(c), 'train', 'ms_per_iter', k=None)) / 1000 for c in M44_PARTS])
-PROSE[P, 'on the first # validation tokens, at loop 4'] = lambda: [m44_run('norm_perloop')['tokens_scored']]
-
-
-@prose(P, "norm_perloop's mean ‖H_4‖ went # at init, # at iteration 5, # at 10, # at 20, # at 60 and # at 200 (training "
-          "batches); raw_perloop's fell from # to #. At the end they are #x apart (# against #), the loss of the normalized "
-          "readout has no radial gradient (#, float64's zero) against # for the raw one, and norm_perloop's loop 4 turns "
-          'its state by 1 − cos = # against #.')
-def m44_drift():
-    at = lambda c, it: log_values(m44_log(c), 'train', 'h_norm', it=it)[0]
-    init = log_values(m44_log('norm_perloop'), 'eval', 'norm_mean', it=0)
-    assert init == log_values(m44_log('raw_perloop'), 'eval', 'norm_mean', it=0)
-    return init + [at('norm_perloop', it) for it in (5, 10, 20, 60, 200)] + init + [at('raw_perloop', 200)] + [
-        m44_n('norm_perloop', 'mean ‖H_K‖') / m44_n('raw_perloop', 'mean ‖H_K‖'), m44_n('norm_perloop', 'mean ‖H_K‖'),
-        m44_n('raw_perloop', 'mean ‖H_K‖')] + [m44_n(c, col) for col in ('radial frac', '1-cos')
-                                               for c in ('norm_perloop', 'raw_perloop')]
-
-
-@prose(P, 'its ‖H_4‖ peaked at # at iteration # (training batches) and fell to # (# on the last training batches): #x below '
-          "norm_perloop, not yet at the paper's 17–83. Its CE's radial fraction is #")
-def m44_penalty():
-    train = [(r['h_norm'][3], r['iter']) for r in jsonl(m44_log('penalty_perloop')[0]) if r['kind'] == 'train']
-    return list(max(train)) + [m44_n('penalty_perloop', 'mean ‖H_K‖'), train[-1][0],
-                               m44_n('norm_perloop', 'mean ‖H_K‖') / m44_n('penalty_perloop', 'mean ‖H_K‖'),
-                               m44_n('penalty_perloop', 'radial frac')]
-
-
-@prose(P, '‖H_k‖ is #, #, #, # at loops 1–4 (norm_perloop: #, #, #, #), and the state freezes after loop 2 (1 − cos # at loop '
-          '4): its CE is #–# at every K from 1 to 8.')
-def m44_interloop():
-    return [m44_n(c, 'mean ‖H_K‖', K) for c in ('interloop_perloop', 'norm_perloop') for K in range(1, 5)] + [
-        m44_n('interloop_perloop', '1-cos')] + span([m44_loss('interloop_perloop', K) for K in range(1, 9)])
-
-
-@prose(P, 'norm_perloop gains #% in CE from K=1 to K=4 (best K=#), raw_perloop #%.')
-def m44_k_invariance():
-    return [-change(m44_loss('norm_perloop', 4), m44_loss('norm_perloop', 1)),
-            min(range(1, 5), key=lambda K: m44_loss('norm_perloop', K)),
-            -change(m44_loss('raw_perloop', 4), m44_loss('raw_perloop', 1))]
-
-
-PROSE[P, '(p99 / mean #, max / mean #)'] = lambda: [
-    m44_n('norm_perloop', col) / m44_n('norm_perloop', 'mean ‖H_K‖') for col in ('p99 ‖H_K‖', 'max ‖H_K‖')]
-PROSE[P, '(median #, p99 #)'] = lambda: [[k['norm_median'] for k in m44_run('raw_perloop')['per_K'] if k['K'] == 4][0],
-                                         m44_n('raw_perloop', 'p99 ‖H_K‖')]
-
-
-@prose(P, "norm_perloop's s_k grows from # at loop 1 to # at loop 29 while its angular step falls from # (loop 4) to # (loop "
-          '29), faster than c / s_k: s_k times the step is # at loop 1, # at loop 4, # at 16 and # at 29 (its median over '
-          'loops 15–29, the fitted c, is #). Each loop adds about the same radial increment (a_k # at loop 1, # at loop 29, '
-          'i.e. #–# in ‖H‖ a loop)')
-def m44_lemma_prose():
-    d = m44_run('norm_perloop')['config']['n_embd']   # a_k is in RMS units: sqrt(d) of them make ‖H‖
-    per_loop = [a / d ** 0.5 for a in m44_lemma('radial_increment')]
-    return [m44_lemma('s', 1), m44_lemma('s', 29), m44_lemma('angular_step', 4), m44_lemma('angular_step', 29)] + [
-        m44_lemma('s_times_angular', k) for k in (1, 4, 16, 29)] + [m44_lemma('c'), m44_lemma('radial_increment', 1),
-                                                                   m44_lemma('radial_increment', 29)] + span(per_loop)
-
-
-PROSE[P, "changes norm_perloop's CE by # nats at K=4; for the raw readout, whose logits scale with the state, by #."] = \
-    lambda: [m44_n(c, 'Δ loss clamp') for c in ('norm_perloop', 'raw_perloop')]
-LOOP44, READOUT44 = 'one loop (the 8-layer stack, one token)', 'one readout (512 x 50257)'
-
-
-def readout_share(f):
-    loop, readout = cost_nums(f, 'part', (LOOP44, READOUT44), 'ms')
-    return readout / loop
-
-
-def from_parts(f):
-    """A costs file's fixed-K token from its parts and as measured, in ms."""
-    m = re.search(r'= ([\d.]+) ms \([\d.]+ tok/s; measured ([\d.]+)\)', (ASSETS / f).read_text())
-    return [float(m.group(1)), 1000 / float(m.group(2))]
-
-
-PROSE[P, "A readout costs # of a loop in float32 and # in bf16 (the head is 26M of the model's #M parameters"] = lambda: [
-    readout_share(F32), readout_share(BF16), log_line_number('cpu-44m/logs/norm_perloop-cpu44m-s1.log',
-                                                             'number of parameters:')]
-PROSE[P, '(# ms from the parts in float32, # ms measured'] = lambda: from_parts(F32)
-PROSE[P, 'varies by up to 22% between runs on this machine (the bf16 loop: 4.48 against # ms), and the estimated exit speed-ups '
-         'below by up to 0.02 in float32 and 0.21 in bf16 (exit after loop 1: 2.79x against #x)'] = lambda: [
-    cost_nums(BF16, 'part', (LOOP44,), 'ms')[0], mean(stored_cells(BF16, 'exit after loop e', '1')[2])[0]]
-
-
-@prose(P, 'decided from the state, it is #x as fast as fixed K (# against # ms in float32: #% less time)')
-def m44_exit_time():
-    cells = stored_cells(F32, 'exit after loop e', '3')
-    state_ms, parts = nums(cells[3])[0], from_parts(F32)[0]
-    return [mean(cells[4])[0], state_ms, parts, -change(state_ms, parts)]
-
-
-PROSE[P, "accepts only #–#% of its early loops' tokens"] = lambda: span(
-    [100 * nums(stored_cells('cpu-44m/costs-raw_perloop-float32.md', 'j', j)[2])[0] for j in '123'])
-PROSE[P, '(measured at 44M: # in float32, # in bf16)'] = lambda: [readout_share(F32), readout_share(BF16)]
-PROSE[P, "near the 44M CPU's #–#,"] = lambda: span([readout_share(F32), readout_share(BF16)])
-
-NOT_STORED.update({
-    (P, '(d=512, 8 heads, 8 shared layers, K=4, the released init, dropout 0.1, AdamW 3e-4, weight decay 0.01, clip 1.0'):
-        "the paper's recipe",
-    (P, 'changes only the batch (4 x 256) and the length (200 iterations): 204,800 tokens, 0.04% of the paper\'s 4 epochs of '
-        "WikiText-103 (about 480M GPT-2 tokens, not measured here: its training text's 103.2M words (Merity et al. 2016) at "
-        'the 1.16–1.17 GPT-2 tokens a word'): "settings, and an estimate from the dataset's published size",
-    (P, 'the radial fraction on the first 1,024 of them (`--diag_tokens 512`, which rounds up to one batch of 4 x 256)'):
-        "the evaluation's settings",
-    (P, "The paper's 39,207 comes after 2,300 times as many tokens."): "the paper's, and the estimate above",
-    (P, '(30 loops, 2,048 tokens;'): "the evaluation's settings",
-    (P, 'batch 1, 128 tokens cached, 2 threads, a quiet machine, median of 30 calls'): "beyond.depth_costs' settings",
-    (P, '(the costs files as commit 484366f stored them: `git show 484366f:assets/cpu-44m/costs-norm_perloop-bfloat16.md`) '
-        'gave 8.64 / 6.70 ms (loop / readout) in float32 and 4.48 / 2.13 ms in bf16: a loop\'s or a readout\'s time'):
-        'an earlier run, stored in git history, not in the tree (the numbers it is compared with are checked)',
-    (P, 'a token that runs 3 of 4 loops'): 'depths',
-    (P, 'g = 3 drafts a pass: the acceptance of loop j\'s token by loop 4\'s on 2,048 validation tokens'): 'the settings',
-    (P, '(1 − a^(g+1)) / (1 − a) / ((g+1)·j/K + (K−j)/K)'): 'the formula',
-    (P, "A layer's weights are 16d² multiply-adds a token (attention's 4d², SwiGLU's 12d²). At the 129M shape (d=768, 12 "
-        'layers) a loop is 113M multiply-adds and a readout 38.6M (768 x 50,257): a readout is about 0.34 of a loop, so '
-        'deciding from the state saves 0.34 of a loop'): 'predictions: arithmetic on the shapes',
-    (P, 'On a GPU at batch 1, both a loop and a readout are memory-bound (at 44M in bf16 a loop reads 67 MB of weights, a '
-        'readout 51 MB, roughly 15–20 µs each on an H100-class GPU), so by bytes a readout is 0.77 of a loop'):
-        'predictions: arithmetic on the shapes',
-    (P, 'each loop is ~80 kernel launches (about 10 a layer)'): 'a prediction',
-    (P, 'A verify pass over g+1 tokens'): 'the formula',
-})
-
 
 # docs/speculative.md -------------------------------------------------------------------------
 
@@ -2751,6 +2540,7 @@ SETTINGS = {
     r'AVX-#': 'an instruction set',
     r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
     r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
+    r"[Tt]he paper's #(?:–#)?": "the paper's own number, cited (not a result of this repository)",
 }
 
 
