@@ -121,6 +121,26 @@ def test_the_gates_exit_probability_by_hand():
         assert exits.gate_criterion('gate', gate)(h, None).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6)
 
 
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_the_gate_is_float32_whatever_autocast_is_on(dtype):
+    # its threshold must not move with the precision the loops run in: the same probability, bit for bit, in float32,
+    # for a state the loops made under autocast (float32, the residual stream) and for one in the low precision
+    torch.manual_seed(0)
+    for reads in ('norm', 'raw'):
+        gate = exits.ExitGate(64, reads, scale=3.0)
+        torch.nn.init.normal_(gate.linear.weight)
+        h = 3 * torch.randn(5, 64)
+        want = gate(h)
+        with torch.autocast('cpu', dtype=dtype):
+            got, low = gate(h), gate(h.to(dtype))
+        assert got.dtype == low.dtype == torch.float32
+        assert torch.equal(got, want), reads
+        assert torch.equal(low, gate(h.to(dtype).float())), reads  # (the low-precision state read in float32)
+        # the gate's product in the low precision moves it: the check can tell
+        assert not torch.equal(torch.sigmoid(F.linear(gate.features(h).to(dtype), gate.linear.weight.to(dtype),
+                                                      gate.linear.bias.to(dtype)).squeeze(-1)).float(), want)
+
+
 def test_the_readout_free_criteria_by_hand():
     h = torch.tensor([3.0, 4.0])
     def conf(h, before, c):
