@@ -349,16 +349,6 @@ def readme_44m_row(c):
             Copied(m44(c, 'radial frac')), Copied(m44(c, '1-cos'))]
 
 
-@check('docs/depth.md', 'design', 'depth', 'K=1', 'K=2', 'K=4', 'K=8', 'K=16', 'best K≤trained', 'K=8 vs best',
-       'K=16 vs best', 'mean ‖H_K‖', 'p99 ‖H_K‖', 'mean ‖H_16‖', 'radial frac', '1 − cos', 'clamp Δloss, K=16',
-       'exit +1%: loops', 'learned', 'the scale is')
-def depth_designs():
-    # docs/depth.md's table is beyond/depth_table.py's, as run.sh stored it in assets/depth/designs.md
-    found = [rows for cap, h, rows, _ in stored_tables('depth/designs.md') if h[0] == 'design']
-    assert len(found) == 1
-    return {r[0]: [Copied(c) if shown(c) else Text(c) for c in r[1:]] for r in found[0]}
-
-
 # tables with numbers that hold no stored result
 def task_designs(intervention='none'):
     """{(design, length, K): its group} of assets/tasks/results.json's designs (mean and std over seeds)."""
@@ -399,7 +389,6 @@ def tasks_interventions():
 
 UNCHECKED = {
     ('README.md', ('file', 'what it holds')): 'the files, no results',
-    ('docs/depth.md', ('condition', 'what it does', 'from')): 'the scale controls, no results',
 }
 
 
@@ -760,7 +749,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
-PENDING = {'README.md', 'docs/depth.md', 'docs/tasks.md'}   # checked as before (below)
+PENDING = {'README.md', 'docs/tasks.md'}   # checked as before (below)
 
 
 def page_lines(page, text=None):
@@ -1030,13 +1019,6 @@ def depth_result(name):
     return groups[0] if groups else json_run(DEPTH, name)
 
 
-def past_best(name, trained=4):
-    """The best K up to the trained K and its ppl, then K=8 and K=16 over it, in %."""
-    p = depth_ppl(name)
-    k = min((k for k in p if k <= trained), key=p.get)
-    return [k, p[k], 100 * (p[8] / p[k] - 1), 100 * (p[16] / p[k] - 1)]
-
-
 def draws(name):
     """A random-depth run's draws of K (depth.draw_depth over its iterations): their number, mean K, then the
     share of K <= 2, K = 1, K >= 4, 8, 16, in %."""
@@ -1082,7 +1064,10 @@ def normalized_radial(rel, conditions):
 
 def design(row, col):
     """A cell of the depth study's designs.md (docs/depth.md's table), its first number."""
-    return nums(stored_row('depth/designs.md', (row,), header0='design')[col])[0]
+    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables('depth/designs.md') if h[:2] == ('design', 'depth')
+             for r in rows if r[0] == row]
+    assert len(found) == 1, f'depth/designs.md: {len(found)} rows {row}'
+    return nums(found[0][col])[0]
 
 
 def design_names():
@@ -1285,21 +1270,13 @@ NOT_STORED.update({
 
 # docs/depth.md -------------------------------------------------------------------------------
 
-DP = 'docs/depth.md'
-
-
 def design_row(c, draw=''):
     """The designs.md row of condition c at fixed depth (draw '') or with a draw ('rd', 'rd1.5', 'rdm8')."""
     name = f'out-{c}-{draw}-cpu-long' if draw else f'out-{c}-cpu-long'
-    rows = [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[0] == 'design' for r in rows
+    rows = [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[:2] == ('design', 'depth') for r in rows
             if r[0] in (name + '-s1', name + ' (3 seeds)')]
     assert len(rows) == 1, name
     return rows[0]
-
-
-def dz(c, col, draw=''):
-    """A number of designs.md: condition c's col at fixed depth or with a draw."""
-    return design(design_row(c, draw), col)
 
 
 def dz_name(c, draw=''):
@@ -1307,318 +1284,10 @@ def dz_name(c, draw=''):
     return design_row(c, draw).replace(' (3 seeds)', '')
 
 
-def depth_cell(run, K, col):
-    """A cell of the depth study's tables.md (every run and group at K = 1..16)."""
-    return nums(depth('depth/tables.md', run, K, col))[0]
-
-
-def draw_cost(c):
-    """What random depth costs condition c at K=4 against its fixed-depth run, in %."""
-    return change(dz(c, 'K=4', 'rd'), dz(c, 'K=4'))
-
-
 def best_k_of(name, up_to=16):
     p = depth_ppl(name)
     return min((k for k in p if k <= up_to), key=p.get)
 
-
-PROSE[DP, 'gets worse past its trained K (raw_perloop # at K=4, # at K=8)'] = lambda: [
-    long_ppl('raw_perloop', K) for K in (4, 8)]
-PROSE[DP, 'each run evaluated alone to K=16 on the first # validation bytes'] = lambda: [tokens_scored(DEPTH)]
-PROSE[DP, 'validation perplexity per byte on the first # validation bytes.'] = lambda: [tokens_scored(DEPTH)]
-PROSE[DP, 'raw_perloop # / # / # / # at K = 1 / 2 / 4 / 8, best # at K=#; norm_perloop # / # / # / #.'] = lambda: [
-    long_ppl('raw_perloop', K) for K in (1, 2, 4, 8)] + [long_best('raw_perloop'), min(
-        range(1, 5), key=lambda K: long_ppl('raw_perloop', K))] + [long_ppl('norm_perloop', K) for K in (1, 2, 4, 8)]
-
-
-@prose(DP, 'The fixed-depth raw_perloop trained here (seed 1) is best at K=# (#), #% worse at K=8 and broken at K=16 '
-           '(perplexity #): past the trained loops its largest states grow (p99 ‖H_K‖ # at K=4, # at K=16; max # and #')
-def raw_fixed_breaks():
-    run = dz_name('raw_perloop')
-    k, best, at8, _ = past_best(run)
-    return [k, best, at8, dz('raw_perloop', 'K=16')] + [depth_cell(run, K, 'p99 ‖H_K‖') for K in (4, 16)] + [
-        depth_cell(run, K, 'max ‖H_K‖') for K in (4, 16)]
-
-
-PROSE[DP, 'takes # off its loss at K=16 (perplexity #).'] = lambda: [
-    -dz('raw_perloop', 'clamp Δloss, K=16'), depth_cell(dz_name('raw_perloop'), 16, 'ppl clamped')]
-PROSE[DP, "raw_perloop's K=8 is #% above its best K ≤ 4 and its K=16 #%, but that best is #, #% above the 4-epoch study's "
-          '3-seed # at fixed depth.'] = lambda: [
-    dz('raw_perloop', 'K=8 vs best', 'rd'), dz('raw_perloop', 'K=16 vs best', 'rd'), dz('raw_perloop', 'best K≤trained', 'rd'),
-    change(dz('raw_perloop', 'best K≤trained', 'rd'), long_best('raw_perloop')), long_best('raw_perloop')]
-
-
-@prose(DP, 'mean ‖H_4‖ # against #, mean ‖H_16‖ # against #, radial fraction # against #. Its perplexity is nearly flat '
-           '(#% at K=8, #% at K=16; fixed: #%, #%) because its state is frozen, as at fixed depth: 1 − cos at loop 4 is # '
-           '(fixed: #), and the clamp changes its loss at K=16 by #. Random depth costs it #% at K=4 (# against #).')
-def norm_random_depth():
-    cols = ('mean ‖H_K‖', 'mean ‖H_16‖', 'radial frac')
-    out = [dz('norm_perloop', col, draw) for col in cols for draw in ('rd', '')]
-    out += [dz('norm_perloop', col, draw) for draw in ('rd', '') for col in ('K=8 vs best', 'K=16 vs best')]
-    out += [dz('norm_perloop', '1 − cos', draw) for draw in ('rd', '')] + [dz('norm_perloop', 'clamp Δloss, K=16', 'rd')]
-    return out + [draw_cost('norm_perloop'), dz('norm_perloop', 'K=4', 'rd'), dz('norm_perloop', 'K=4')]
-
-
-@prose(DP, "(3 seeds: mean ‖H_4‖ # against fixed depth's #, radial fraction #: hidden from the loss, held by the "
-           'penalty). At fixed depth it is best at K=# (#) and breaks past its trained K (#% at K=8, perplexity # at '
-           'K=16); random depth holds it at #% and #%, at a best #% worse (#).')
-def penalty_random_depth():
-    c = 'penalty_perloop'
-    return [dz(c, 'mean ‖H_K‖', 'rd'), dz(c, 'mean ‖H_K‖'), dz(c, 'radial frac', 'rd'), best_k_of(dz_name(c), 4),
-            dz(c, 'best K≤trained'), dz(c, 'K=8 vs best'), dz(c, 'K=16'), dz(c, 'K=8 vs best', 'rd'),
-            dz(c, 'K=16 vs best', 'rd'), change(dz(c, 'best K≤trained', 'rd'), dz(c, 'best K≤trained')),
-            dz(c, 'best K≤trained', 'rd')]
-
-
-PROSE[DP, 'at K=8 raw_terminal is at # (# at K=4) and at K=16 overflows (#), penalty_terminal # and # (# at K=4), '
-          'norm_terminal # and # (# at K=4; its ‖H_16‖ reaches #).'] = lambda: [
-    dz(c, col) for c in ('raw_terminal', 'penalty_terminal', 'norm_terminal') for col in ('K=8', 'K=4', 'K=16')
-    if (c, col) != ('raw_terminal', 'K=16')][:2] + [dz('raw_terminal', 'K=16')] + [
-    dz(c, col) for c in ('penalty_terminal', 'norm_terminal') for col in ('K=8', 'K=16', 'K=4')] + [
-    dz('norm_terminal', 'mean ‖H_16‖')]
-
-
-@prose(DP, "Of the paper's eight, norm_perloop, the one whose state is frozen, loses least past K=4 (#% at K=8, #% at K=16).")
-def norm_loses_least():
-    at8 = {c: dz(c, 'K=8 vs best') for c in CONDITIONS}
-    assert min(at8, key=at8.get) == 'norm_perloop'
-    return [dz('norm_perloop', 'K=8 vs best'), dz('norm_perloop', 'K=16 vs best')]
-
-
-@prose(DP, 'alpha_perloop learns α = # at fixed depth (0.5 at init; one seed): its CE sees the scale as s^#, and the radial '
-           "fraction is #, visible. Its state grows to a mean ‖H_4‖ of # (raw_perloop's: #), yet it has the lowest "
-           'perplexity in this table: # at K=2, # at K=4 (the 4-epoch study, 3 seeds: penalty_perloop # at K=3, '
-           'penalty_terminal # at K=4). Past its trained K it loses #% at K=8 and #% at K=16, and does not break. With '
-           'random depth (3 seeds) it learns α = # and loses #% at K=8 and #% at K=16 over its best (# at K=2), at #% more '
-           'perplexity at K=4 than at fixed depth (# against #).')
-def alpha_prose():
-    c = 'alpha_perloop'
-    assert min(design(r, 'best K≤trained') for r in design_names()) == dz(c, 'best K≤trained')
-    alpha = json_run(DEPTH, dz_name(c))['depth']['alpha']
-    return [alpha, alpha, dz(c, 'radial frac'), dz(c, 'mean ‖H_K‖'), dz('raw_perloop', 'mean ‖H_K‖'), dz(c, 'K=2'),
-            dz(c, 'K=4'), long_ppl('penalty_perloop', 3), long_ppl('penalty_terminal', 4), dz(c, 'K=8 vs best'),
-            dz(c, 'K=16 vs best'), dz(c, 'learned', 'rd'), dz(c, 'K=8 vs best', 'rd'), dz(c, 'K=16 vs best', 'rd'),
-            dz(c, 'best K≤trained', 'rd'), draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4')]
-
-
-def lemma_s(name, loop):
-    return depth_result(name)['lemma']['s'][loop - 1]
-
-
-PROSE[DP, "Lemma 2's s grows linearly over the loops (#, #, #, # at loops 1, 4, 16, 30 with random depth). The readout "
-          'cannot see it (radial fraction #).'] = lambda: [
-    lemma_s(dz_name('sandwich_perloop', 'rd'), k) for k in (1, 4, 16, 30)] + [dz('sandwich_perloop', 'radial frac', 'rd')]
-
-
-@prose(DP, 'does not break past its trained K (#% at K=8, #% at K=16); random depth makes it worse at every K (best #). Of '
-           "the field's controls, the clamp costs it most: # at K=16")
-def sandwich_prose():
-    c, fixed, rd = 'sandwich_perloop', depth_ppl(dz_name('sandwich_perloop')), depth_ppl(dz_name('sandwich_perloop', 'rd'))
-    assert all(rd[k] > fixed[k] for k in fixed)
-    field = ('sandwich_perloop', 'inject_perloop', 'damped_perloop', 'contractive_perloop', 'alpha_perloop')
-    assert max(field, key=lambda f: dz(f, 'clamp Δloss, K=16')) == c
-    return [dz(c, 'K=8 vs best'), dz(c, 'K=16 vs best'), dz(c, 'best K≤trained', 'rd'), dz(c, 'clamp Δloss, K=16')]
-
-
-@prose(DP, "interloop_perloop with random depth is best at K=# (#) and declines from there (# at K=4, #% at K=16): the state "
-           "entering each loop has a fixed RMS, and Lemma 2's s stays at # from loop 4 to loop 30 (the verdict 'removed'); "
-           'the clamp changes nothing. At fixed depth the same: best at K=# (#), # at K=4, #% at K=8 and #% at K=16, s '
-           'from # at loop 4 to # at loop 30.')
-def interloop_prose():
-    c, rd, fixed = 'interloop_perloop', dz_name('interloop_perloop', 'rd'), dz_name('interloop_perloop')
-    assert round(lemma_s(rd, 4)) == round(lemma_s(rd, 30))
-    assert dz(c, 'clamp Δloss, K=16', 'rd') == 0 and dz(c, 'clamp Δloss, K=16') == 0
-    return [best_k_of(rd, 4), dz(c, 'best K≤trained', 'rd'), dz(c, 'K=4', 'rd'), dz(c, 'K=16 vs best', 'rd'),
-            lemma_s(rd, 4), best_k_of(fixed, 4), dz(c, 'best K≤trained'), dz(c, 'K=4'), dz(c, 'K=8 vs best'),
-            dz(c, 'K=16 vs best'), lemma_s(fixed, 4), lemma_s(fixed, 30)]
-
-
-@prose(DP, "damped_perloop's learned factor ends at # (3 seeds, #–#; 0.88 at init) with random depth: its state drifts as "
-           "norm_perloop's (mean ‖H_4‖ #)")
-def damped_learns():
-    seeds = [json_run(DEPTH, f'out-damped_perloop-rd-cpu-long-s{s}')['depth']['damping'] for s in (1, 2, 3)]
-    return [dz('damped_perloop', 'learned', 'rd')] + span(seeds) + [dz('damped_perloop', 'mean ‖H_K‖', 'rd')]
-
-
-PROSE[DP, 'At fixed depth it learns #, drifts as well (mean ‖H_4‖ #) and breaks past its trained K (#% at K=8, #% at K=16, '
-          'where the clamp lowers its loss by #).'] = lambda: [
-    dz('damped_perloop', col) for col in ('learned', 'mean ‖H_K‖', 'K=8 vs best', 'K=16 vs best')] + [
-    -dz('damped_perloop', 'clamp Δloss, K=16')]
-PROSE[DP, "and its readout cannot see the scale: mean ‖H_4‖ # and ‖H_16‖ #, twice norm_perloop's, growing by about the "
-          "embedding's norm each loop; K=16 is #% above its best. At fixed depth it drifts as far (mean ‖H_4‖ #) and breaks "
-          'past its trained K (#% at K=8, #% at K=16); random depth holds it at #%, at a best #% worse (# against #).'] = \
-    lambda: [dz('inject_perloop', 'mean ‖H_K‖', 'rd'), dz('inject_perloop', 'mean ‖H_16‖', 'rd'),
-             dz('inject_perloop', 'K=16 vs best', 'rd'), dz('inject_perloop', 'mean ‖H_K‖'),
-             dz('inject_perloop', 'K=8 vs best'), dz('inject_perloop', 'K=16 vs best'),
-             dz('inject_perloop', 'K=16 vs best', 'rd'),
-             change(dz('inject_perloop', 'best K≤trained', 'rd'), dz('inject_perloop', 'best K≤trained')),
-             dz('inject_perloop', 'best K≤trained', 'rd'), dz('inject_perloop', 'best K≤trained')]
-
-
-@prose(DP, 'learns a factor of # with random depth (# at fixed depth; 0.88 at init). Its fixed point would be H_0 / (1 − #), '
-           'about # times the embedding, which 16 loops do not approach: the state grows as inject_perloop\'s does (mean '
-           '‖H_4‖ #, ‖H_16‖ #; radial fraction #, hidden). With random depth it is #% above its best (#) at K=8 and #% at '
-           'K=16; at fixed depth #% and #%. Damping alone is flatter (#% and #%) and better at its best (#).')
-def contractive_prose():
-    c = 'contractive_perloop'
-    factor = json_run(DEPTH, dz_name(c, 'rd'))['depth']['damping']
-    return [dz(c, 'learned', 'rd'), dz(c, 'learned'), factor, 1 / (1 - factor), dz(c, 'mean ‖H_K‖', 'rd'),
-            dz(c, 'mean ‖H_16‖', 'rd'), dz(c, 'radial frac', 'rd'), dz(c, 'K=8 vs best', 'rd'),
-            dz(c, 'best K≤trained', 'rd'), dz(c, 'K=16 vs best', 'rd'), dz(c, 'K=8 vs best'), dz(c, 'K=16 vs best'),
-            dz('damped_perloop', 'K=8 vs best', 'rd'), dz('damped_perloop', 'K=16 vs best', 'rd'),
-            dz('damped_perloop', 'best K≤trained', 'rd')]
-
-
-@prose(DP, 'leaves the loss past the trained depth where it was: K=8 over the best K ≤ 4 #% against #% for raw_perloop, '
-           '#% against #% for penalty, #% against #% for alpha, #% against #% for damped; K=16 #% against #%, #% against '
-           '#%, #% against #%, #% against #%. Its best is #% worse for raw (# against #) and #% for penalty, #% better for '
-           'alpha (# against #).')
-def heavier_tail():
-    cs = ('raw_perloop', 'penalty_perloop', 'alpha_perloop', 'damped_perloop')
-    heavy, base = {c: past_best(dz_name(c, 'rd1.5')) for c in cs}, {c: past_best(f'out-{c}-rd-cpu-long-s1') for c in cs}
-    worse = {c: change(heavy[c][1], base[c][1]) for c in cs}
-    return [v for i in (2, 3) for c in cs for v in (heavy[c][i], base[c][i])] + [
-        worse['raw_perloop'], heavy['raw_perloop'][1], base['raw_perloop'][1], worse['penalty_perloop'],
-        -worse['alpha_perloop'], heavy['alpha_perloop'][1], base['alpha_perloop'][1]]
-
-
-@prose(DP, "the best is at K=# and is worse than the same seed's with a mean of 4: alpha # against #, damped # against #. "
-           'Against that best, K=8 costs #% and K=16 #% for alpha, #% and #% for damped, whose state is frozen as with a '
-           'mean of 4 (1 − cos at loop 8 #).')
-def deeper_draw():
-    cs = ('alpha_perloop', 'damped_perloop')
-    ks = {best_k_of(dz_name(c, 'rdm8'), 8) for c in cs}
-    assert len(ks) == 1
-    return [ks.pop()] + [v for c in cs for v in (dz(c, 'best K≤trained', 'rdm8'), past_best(f'out-{c}-rd-cpu-long-s1')[1])] + [
-        dz(c, col, 'rdm8') for c in cs for col in ('K=8 vs best', 'K=16 vs best')] + [
-        dz('damped_perloop', '1 − cos', 'rdm8')]
-
-
-@prose(DP, 'norm_terminal with random depth (3 seeds) is #% at K=8 and #% at K=16 over its best K ≤ 4 (#), the only design '
-           'within 1% at K=8 over 3 seeds (seed 1 alone: #% and #%; seeds 2 and 3: #% and #%, #% and #%). It is flat because '
-           'its state stops changing: 1 − cos at loop 4 is #, the clamp changes its loss by #, and its mean is best at K=# '
-           '(the seeds alone: K=#, # and #). It drifts as at fixed depth (mean ‖H_4‖ #, radial fraction #) and costs the '
-           'trained depth #% (# at K=4 against #). penalty_terminal with random depth (seed 1) holds the scale (‖H_4‖ #) '
-           'and loses #% at K=8 and #% at K=16 over its best (# at K=3). Both read out at K=1 (#, #), where their '
-           'fixed-depth runs give # and #')
-def terminal_random_depth():
-    c, name = 'norm_terminal', dz_name('norm_terminal', 'rd')
-    three = [g['name'] for g in results(DEPTH)['groups'] if len(g['runs']) == 3]
-    assert [g for g in three if past_best(g)[2] < 1] == [name]
-    seeds = [f'{name}-s{s}' for s in (1, 2, 3)]
-    return [dz(c, 'K=8 vs best', 'rd'), dz(c, 'K=16 vs best', 'rd'), dz(c, 'best K≤trained', 'rd')] + [
-        v for s in seeds for v in past_best(s)[2:]] + [
-        dz(c, '1 − cos', 'rd'), dz(c, 'clamp Δloss, K=16', 'rd'), best_k_of(name, 4)] + [best_k_of(s) for s in seeds] + [
-        dz(c, 'mean ‖H_K‖', 'rd'), dz(c, 'radial frac', 'rd'), draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4'),
-        dz('penalty_terminal', 'mean ‖H_K‖', 'rd'), dz('penalty_terminal', 'K=8 vs best', 'rd'),
-        dz('penalty_terminal', 'K=16 vs best', 'rd'), dz('penalty_terminal', 'best K≤trained', 'rd')] + [
-        dz(t, 'K=1', d) for d in ('rd', '') for t in ('norm_terminal', 'penalty_terminal')]
-
-
-RANDOM_DEPTH = ('alpha_perloop', 'inject_perloop', 'interloop_perloop', 'norm_perloop', 'norm_terminal', 'penalty_perloop',
-                'penalty_terminal', 'raw_perloop', 'sandwich_perloop')   # with a fixed-depth twin, but damping's
-
-
-@prose(DP, 'No random-depth design keeps K=8 and K=16 within 1% of its best K ≤ 4 over 3 seeds: '
-           'the flattest (norm_terminal #% at K=8, damped and norm_perloop #% and #%; #%, #% and #% at K=16) are frozen, not '
-           'helped by depth; the ones that see or hold the scale (raw, alpha, penalty) lose #–#% at K=8. Random depth costs '
-           'the trained depth #–#% at K=4 against the fixed-depth run (alpha # against #, raw # against #, norm # against #, '
-           "norm_terminal # against #), except damped's #% (# against #) and, one seed, contractive's #% (# against #).")
-def no_design_free():
-    flat = ('norm_terminal', 'damped_perloop', 'norm_perloop')
-    three = [g['name'] for g in results(DEPTH)['groups'] if len(g['runs']) == 3]
-    assert all(past_best(g)[2] > 1 or past_best(g)[3] > 1 for g in three)
-    return [dz(c, 'K=8 vs best', 'rd') for c in flat] + [dz(c, 'K=16 vs best', 'rd') for c in flat] + span(
-        [dz(c, 'K=8 vs best', 'rd') for c in ('raw_perloop', 'alpha_perloop', 'penalty_perloop')]) + span(
-        [draw_cost(c) for c in RANDOM_DEPTH]) + [
-        v for c in ('alpha_perloop', 'raw_perloop', 'norm_perloop', 'norm_terminal') for v in (dz(c, 'K=4', 'rd'),
-                                                                                               dz(c, 'K=4'))] + [
-        v for c in ('damped_perloop', 'contractive_perloop') for v in (draw_cost(c), dz(c, 'K=4', 'rd'), dz(c, 'K=4'))]
-
-
-PROSE[DP, 'per-loop CE gains nothing past # loops, at any draw:'] = per_loop_best
-
-
-@prose(DP, 'every per-loop row of the table is best at K ≤ 3 but damped with σ 1.5 (K=#, by #%), and no single seed\'s best '
-           'past K=3 beats its best K ≤ 3 by more than #%.')
-def per_loop_rows():
-    def gain(p):   # the best K past 3 against the best K up to 3, in %
-        return -change(min(p[k] for k in p if k > 3), min(p[k] for k in p if k <= 3))
-    rows = [r.replace(' (3 seeds)', '') for r in design_names() if 'perloop' in r]
-    past = [r for r in rows if best_k_of(r) > 3]
-    assert past == [dz_name('damped_perloop', 'rd1.5')]
-    seeds = [r['name'] for r in results(DEPTH)['runs'] if 'perloop' in r['name']]
-    return [best_k_of(past[0]), gain(depth_ppl(past[0])), max(gain(depth_ppl(s)) for s in seeds)]
-
-
-@prose(DP, "the random-depth step took #x fixed K's time per token, over 60 draws whose mean K was # (the draw's mean is "
-           "4): # ms a mean loop against fixed K's # (#x;")
-def random_depth_time():
-    log = 'depth/logs/bench-random-depth.log'
-    ms = {k: nums(stored_cells(log, 'step', k)[1])[0] for k in ('fixed K', 'random depth')}
-    mean_k = float(re.search(r'drew a mean K of ([\d.]+)', (ASSETS / log).read_text()).group(1))
-    per_loop = [ms['random depth'] / mean_k, ms['fixed K'] / 4]
-    return [nums(stored_cells(log, 'step', 'random depth')[3])[0], mean_k] + per_loop + [per_loop[0] / per_loop[1]]
-
-
-@prose(DP, 'finalnorm_perloop (per-loop CE through the final norm) is best at K=# (#; # at K=4), # at K=8 '
-                        'and # at K=16.')
-def finalnorm_best():
-    p = depth_ppl('out-finalnorm_perloop-cpu-long-s1')
-    k = min((k for k in p if k <= 4), key=p.get)
-    return [k, p[k], p[4], p[8], p[16]]
-
-
-@prose(DP, "A run's # draws (seed #) have a mean K of #; #% of them are K ≤ # (#% K=#), #% reach loop #, "
-                        "#% loop # and #% loop #")
-def draws_sigma_1():
-    iters, mean, le2, k1, k4, k8, k16 = draws('out-raw_perloop-rd-cpu-long-s1')
-    return [iters, 1, mean, le2, 2, k1, 1, k4, 4, k8, 8, k16, 16]
-
-
-@prose(DP, "the run's # draws have a mean K of # against #, #% of them reach loop # against #%, "
-                        "and #% are K=# against #%")
-def draws_sigma_15():
-    heavy, base = draws('out-raw_perloop-rd1.5-cpu-long-s1'), draws('out-raw_perloop-rd-cpu-long-s1')
-    return [heavy[0], heavy[1], base[1], heavy[6], 16, base[6], heavy[3], 1, base[3]]
-
-
-@prose(DP, 'freezes the same way: #% at K=8 and #% at K=16 (seed 1 alone: #% and #%; seeds 2 and 3: #% and #% '
-                        'at K=8), the flattest per-loop design over 3 seeds (terminal CE is flatter: norm_terminal with '
-                        'random depth, #% and #%).')
-def damped_flattest():
-    damped, terminal = past_best('out-damped_perloop-rd-cpu-long'), past_best('out-norm_terminal-rd-cpu-long')
-    per_loop_groups = [g['name'] for g in results(DEPTH)['groups'] if 'perloop' in g['name'] and len(g['runs']) == 3]
-    assert all(past_best(g)[2] >= damped[2] for g in per_loop_groups) and terminal[2] < damped[2]
-    seeds = [past_best(f'out-damped_perloop-rd-cpu-long-s{s}') for s in (1, 2, 3)]
-    return damped[2:] + seeds[0][2:] + [seeds[1][2], seeds[2][2]] + terminal[2:]
-
-
-@prose(DP, "At fixed depth it is the best of the field's controls after alpha_perloop (best # at K=#; "
-                        "penalty_terminal's # and penalty_perloop's # are better)")
-def sandwich_place():
-    fixed = {c: past_best(f'out-{c}-cpu-long-s1') for c in ('sandwich_perloop', 'alpha_perloop', 'inject_perloop',
-                                                             'damped_perloop', 'contractive_perloop',
-                                                             'penalty_terminal', 'penalty_perloop')}
-    order = sorted(fixed, key=lambda c: fixed[c][1])
-    assert order[:4] == ['alpha_perloop', 'penalty_terminal', 'penalty_perloop', 'sandwich_perloop']
-    return [fixed['sandwich_perloop'][1], fixed['sandwich_perloop'][0], fixed['penalty_terminal'][1],
-            fixed['penalty_perloop'][1]]
-
-
-NOT_STORED.update({
-    (DP, 'mean n_loops − 1 and σ = `depth_sigma`'): "the draw's definition",
-    (DP, 'at a mean of 4 and σ = 1, some draws reach 16 loops and more'): "the draw's settings (its shares: below)",
-    (DP, '(`bptt` = 8 in the overlay): only the last 8 loops of a draw run with a graph and are read by the loss, so a deep '
-         'draw costs its forward loops and no more backward than a draw of 8'): "config/random_depth.py's setting",
-    (DP, "The best is over K up to the trained K: 4, or the draw's mean (`rdm8`: 8)"): 'the trained depths',
-    (DP, 'never trained loops 1–3 or 5 on'): 'the loops a terminal loss trains',
-    (DP, 'the cap at 32'): "config/random_depth.py's max_loops",
-    (DP, 'per-loop CE gives it 1/K'): 'arithmetic',
-    (DP, 'The same seed with σ = 1.5 instead of 1'): "the draw's settings",
-    (DP, 'With a mean of 8 loops'): "the draw's setting",
-    (DP, 'loops before the last 8'): "config/random_depth.py's bptt",
-})
 
 
 # docs/early-exit.md --------------------------------------------------------------------------
@@ -2541,6 +2210,7 @@ SETTINGS = {
     r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
     r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
     r"[Tt]he paper's #(?:–#)?": "the paper's own number, cited (not a result of this repository)",
+    r'#(?: and #)? at init\b': "an initial value of the code (not a result)",
 }
 
 
