@@ -3,7 +3,8 @@ Every study's script, assets/<study>/run.sh, run as a user runs it (`bash assets
 at a tiny size: tiny byte data, tiny shapes, two iterations, one seed; each must exit 0 and write
 what its README.md says it writes. The studies that read another study's runs get tiny ones made
 here once (in-process: conftest's shared_runs). And what the studies keep: every study's tables.md is what
-its stored results render to today, and the parity studies' rules pick as they say.
+its stored results render to today, the parity studies' rules pick as they say, and assets/study_times.py prints
+the times assets/README.md shows.
 
     python -m pytest -q tests/test_studies.py
 
@@ -15,9 +16,11 @@ real interpreter instead (minutes).
 import collections
 import glob
 import json
+import math
 import os
 import re
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -385,3 +388,57 @@ def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth
         with pytest.raises(UserError, match=rf'^--every {steps}: .* evaluated every 25 steps, and {steps} is not a '
                                             r'multiple of that with an evaluation at it$'):
             rules['picks'](str(tmp_path), [steps])
+
+
+# -----------------------------------------------------------------------------
+# assets/study_times.py, how long each study took (assets/README.md's times table): printed from the stored records,
+# embedded as printed, and its rule recomputed here by hand on a fake study
+
+def study_times(*args):
+    return subprocess.run([sys.executable, 'assets/study_times.py', *args], cwd=HERE, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_study_times_md_is_what_the_script_prints_on_the_stored_records():
+    r = study_times()
+    with open(os.path.join(ASSETS, 'study_times.md')) as f:
+        assert r.returncode == 0 and r.stdout == f.read(), (
+            f'{r.stderr}assets/study_times.md is not what the records give: python assets/study_times.py --out '
+            'assets/study_times.md')
+
+
+def test_the_readme_embeds_a_run_of_study_times_md_lines():
+    with open(os.path.join(ASSETS, 'README.md')) as f:
+        block = re.search(r'^<!-- printed by python assets/study_times.py: assets/study_times.md -->\n(.*?)^<!-- end -->$',
+                          f.read(), re.M | re.S)[1].splitlines()
+    with open(os.path.join(ASSETS, 'study_times.md')) as f:
+        lines = f.read().splitlines()
+    assert block and any(lines[i:i + len(block)] == block for i in range(len(lines) - len(block) + 1)), block
+
+
+def test_a_study_time_is_its_runs_training_over_the_runs_at_once_plus_its_timed_runs(tmp_path):
+    # a fake study whose run.sh trains fake-s1 and fake-s2 in study.sh's lanes (two at once) and times a run alone;
+    # other-s1.jsonl is a log that run.sh does not train (as cpu-long-exits keeps cpu-long's runs' logs): not counted
+    (tmp_path / 'study.sh').write_text('lane() { "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }\n')
+    fake = tmp_path / 'fake'
+    (fake / 'logs').mkdir(parents=True)
+    (fake / 'run.sh').write_text('. assets/study.sh\nfor s in 1 2; do\n  lane train "fake-s$s" config/x.py --seed=$s  '
+                                 '# two at once\ndone\nwait_lanes\ntimed_train timed fake-timed config/x.py\n')
+
+    def log(name, records):  # (iter, ms_per_iter) of each train record, an eval record first
+        lines = [dict(kind='eval', iter=0, val_loss=[9.0])] + [dict(kind='train', iter=i, ms_per_iter=ms) for i, ms in records]
+        (fake / 'logs' / name).write_text(''.join(json.dumps(r) + '\n' for r in lines))
+    log('fake-s1.jsonl', [(50, 600.0), (100, 1198.0)])  # 50 x 0.6 s + 50 x 1.198 s = 89.9 s
+    log('fake-s2.jsonl', [(100, 300.0)])                # 100 x 0.3 s = 30 s
+    log('other-s1.jsonl', [(100, 9000.0)])
+    (fake / 'logs' / 'timed.seconds').write_text('30.0\n')
+    seconds = (89.9 + 30) / 2 + 30.0                    # two at once, then the timed run: 89.95 s
+    minutes = math.floor(seconds / 60 * 10) / 10        # 1.499 min: 1.4, rounded down (a lower bound)
+    r = study_times('--assets', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2].split(' | ')[:2] == ['| fake', f'≥ {minutes:.1f} min'] == ['| fake', '≥ 1.4 min']
+    assert 'the 2 runs run.sh trains (`fake-s*`), 2 at a time; plus `logs/timed.seconds`' in r.stdout
+
+
+def test_study_times_given_a_missing_folder_is_one_error_line(tmp_path):
+    assert_one_line_error(study_times('--assets', str(tmp_path / 'none')), 'assets/study_times.py', 'none: no such folder')
