@@ -400,6 +400,9 @@ def study_times(*args):
 
 
 def test_study_times_md_is_what_the_script_prints_on_the_stored_records():
+    late = re.search(r'(?m)^AT=(\w+)$', open(os.path.join(ASSETS, 'parity-late', 'run.sh')).read())[1]
+    if subprocess.run(['git', 'cat-file', '-e', f'{late}^{{commit}}'], cwd=HERE, capture_output=True).returncode:
+        pytest.skip(f'parity-late ran at {late}, which this clone does not hold (a shallow clone): its time is read there')
     r = study_times()
     with open(os.path.join(ASSETS, 'study_times.md')) as f:
         assert r.returncode == 0 and r.stdout == f.read(), (
