@@ -32,6 +32,19 @@ def test_dtype_auto_is_bf16_where_the_hardware_has_it_and_float32_to_evaluate_on
             assert runtime.resolve_dtype('float16', device, training=training) == 'float16'  # a dtype named is kept
 
 
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float16', 'float32'])
+def test_autocast_runs_the_forward_in_its_dtype_on_the_device_named_and_float32_is_none(dtype):
+    # the context the forward passes run in: CPU autocast to the dtype for 'cpu' (and 'cpu:0'), nothing at all for
+    # float32; a matmul inside shows which
+    a = torch.ones(4, 4)
+    for device in ('cpu', 'cpu:0'):
+        with runtime.autocast(device, dtype):
+            assert torch.is_autocast_enabled('cpu') == (dtype != 'float32')
+            assert (a @ a).dtype == getattr(torch, dtype)
+            assert not torch.is_autocast_enabled('cuda')  # (a CPU run turns no other device's autocast on)
+    assert not torch.is_autocast_enabled('cpu')  # and it ends with the block
+
+
 @pytest.mark.parametrize('flags, native', [('fpu avx512f avx512_bf16', True), ('fpu amx_bf16 amx_tile', True),
                                            ('fpu avx512f avx2', False), (None, False)])
 def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, flags, native):
