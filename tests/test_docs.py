@@ -127,12 +127,6 @@ def results(rel):
     return json.loads((ASSETS / rel).read_text())
 
 
-def json_group(rel, name):
-    g = [g for g in results(rel)['groups'] if g['name'] == name]
-    assert len(g) == 1, f'{rel}: group {name}'
-    return g[0]['mean'], g[0]['std']
-
-
 def json_run(rel, name):
     r = [r for r in results(rel)['runs'] if r['name'] == name]
     assert len(r) == 1, f'{rel}: run {name}'
@@ -187,44 +181,8 @@ def mean(cell):
     return nums(cell)[:1]
 
 
-def lemma_row(rel, run, k):
-    return stored_row(rel, (run, str(k)), caption='Lemma 2')
-
-
-DEMO = 'cpu-demo/tables.md'
-
-
-def demo_run(c):
-    return f'out-{c}-cpu (3 seeds)'
-
-
-def four_epoch_file(c):
-    return 'cpu-long/tables.md' if c in ('norm_perloop', 'raw_perloop', 'penalty_perloop',
-                                         'finalnorm_perloop') else 'cpu-long-more/tables.md'
-
-
-def four_epoch_row(c):
-    rel, run = four_epoch_file(c), f'out-{c}-cpu-long (3 seeds)'
-    return [Copied(depth(rel, run, K, 'ppl')) for K in (1, 2, 3, 4, 8)], rel, run
-
-
-def quickstart_and_demo_evals(c):
-    """The last eval (iteration 300) of the quick start's run and of the CPU demo's 3 seeds."""
-    logs = [f'quickstart/logs/{c}-cpu.jsonl'] + [f'cpu-demo/logs/{c}-cpu-s{s}.jsonl' for s in (1, 2, 3)]
-    evals = [[r for r in jsonl(p) if r['kind'] == 'eval'][-1] for p in logs]
-    assert all(e['iter'] == 300 for e in evals)
-    return evals
-
-
 def span(values):
     return [min(values), max(values)]
-
-
-M44 = 'cpu-44m/tables.md'
-
-
-def m44(c, col, K=4):
-    return depth(M44, f'out-{c}-cpu44m-s1', K, col)
 
 
 def costs(name, table, key, col):
@@ -233,29 +191,7 @@ def costs(name, table, key, col):
     return stored_row(name, (key,), header0=table)[col]
 
 
-def cost_nums(name, table, keys, col):
-    return [nums(costs(name, table, k, col))[0] for k in keys]
-
-
 F32, BF16 = 'cpu-44m/costs-norm_perloop-float32.md', 'cpu-44m/costs-norm_perloop-bfloat16.md'
-
-
-def stored_cells(rel, header0, key):
-    found = [r for cap, h, rows, _ in stored_tables(rel) if h[0] == header0 for r in rows if r[0] == key]
-    assert len(found) == 1
-    return found[0]
-
-
-SPEC = 'cpu-long-speculative/results.json'
-
-
-def spec_run(c):
-    return json_run(SPEC, f'out-{c}-cpu-long-s1')
-
-
-def spec_best(c, mode):
-    b = max((x for x in spec_run(c)['speculative_bench'] if x['mode'] == mode), key=lambda x: x['speedup'])
-    return b
 
 
 @lru_cache(maxsize=None)
@@ -275,19 +211,6 @@ def fixed_k_before_after():
 EXITS, SWEEP = 'cpu-long-exits/tables.md', 'cpu-long-exit-sweep/tables.md'
 
 
-def exit_row(rel, run, crit, thr):
-    """A row of an early-exit table: criterion, threshold, then mean loops and ppl teacher-forced,
-    causal with copied stand-ins, causal with projected ones (positional: its 'ppl's share a name)."""
-    found = [r for cap, h, rows, _ in stored_tables(rel) if cap.startswith(f'early exit, {run} ')
-             for r in rows if r[:2] == [crit, thr]]
-    assert len(found) == 1, f'{rel}: {run} {crit} {thr}'
-    return found[0]
-
-
-def full_depth_ppl(rel, run):
-    return nums(depth(rel, run, 4, 'ppl'))
-
-
 # ---------------------------------------------------------------------------------------------
 # the checks: (page, header) -> {row label: [expected cell, ...]} for the cells after the label
 
@@ -299,54 +222,6 @@ def check(page, *header):
         CHECKS[(page, tuple(header))] = fn
         return fn
     return register
-
-
-@check('README.md', 'condition', 'K=1', 'K=2', 'K=4 (trained)', 'K=8', 'mean ‖H_4‖', 'radial gradient fraction')
-def readme_intro():
-    rows = {}
-    for c, label in (('norm_perloop', 'norm_perloop: RMSNorm readout, per-loop CE'),
-                     ('raw_perloop', 'raw_perloop: raw readout, per-loop CE')):
-        r = demo_run(c)
-        rows[label] = [Copied(depth(DEMO, r, K, 'ppl')) for K in (1, 2, 4, 8)] + [
-            Copied(depth(DEMO, r, 4, 'mean ‖H_K‖')), Copied(depth(DEMO, r, 4, 'radial frac'))]
-    return rows
-
-
-@check('README.md', 'run', 'val loss K=1', 'val loss K=4', 'mean ‖H_4‖', 'radial fraction, loop 4')
-def readme_quickstart_seeds():
-    rows = {}
-    for c in ('norm_perloop', 'raw_perloop'):
-        ev = quickstart_and_demo_evals(c)
-        rows[c] = [span([e['val_loss'][0] for e in ev]), span([e['val_loss'][3] for e in ev]),
-                   span([e['norm_mean'][3] for e in ev]), span([e['radial'][3] for e in ev])]
-    return rows
-
-
-CONDITIONS = ('norm_perloop', 'norm_terminal', 'raw_perloop', 'raw_terminal', 'finalnorm_perloop',
-              'penalty_perloop', 'penalty_terminal', 'interloop_perloop')
-
-
-@check('README.md', 'condition', 'ppl K=1', 'ppl K=4 (trained)', 'mean ‖H_4‖', 'Δ loss, clamp at K=4')
-def readme_demo():
-    return {c: [Copied(depth(DEMO, demo_run(c), 1, 'ppl')), Copied(depth(DEMO, demo_run(c), 4, 'ppl')),
-                Copied(depth(DEMO, demo_run(c), 4, 'mean ‖H_K‖')),
-                Copied(depth(DEMO, demo_run(c), 4, 'Δ loss clamp'))] for c in CONDITIONS}
-
-
-@check('README.md', 'condition', 'K=1', 'K=2', 'K=3', 'K=4 (trained)', 'K=8')
-def readme_four_epochs():
-    return {c: four_epoch_row(c)[0] for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop', 'penalty_terminal')}
-
-
-@check('README.md', 'condition', '‖H_4‖ mean / p99 / max', 'radial fraction', '1 − cos, loop 4', "paper's final ‖H_4‖")
-def readme_44m():
-    return {c: readme_44m_row(c) + [None]   # the paper's numbers
-            for c in ('norm_perloop', 'raw_perloop', 'penalty_perloop')}
-
-
-def readme_44m_row(c):
-    return [[nums(m44(c, col))[0] for col in ('mean ‖H_K‖', 'p99 ‖H_K‖', 'max ‖H_K‖')],
-            Copied(m44(c, 'radial frac')), Copied(m44(c, '1-cos'))]
 
 
 # tables with numbers that hold no stored result
@@ -388,7 +263,6 @@ def tasks_interventions():
 
 
 UNCHECKED = {
-    ('README.md', ('file', 'what it holds')): 'the files, no results',
 }
 
 
@@ -749,7 +623,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
-PENDING = {'README.md', 'docs/tasks.md'}   # checked as before (below)
+PENDING = {'docs/tasks.md'}   # checked as before (below)
 
 
 def page_lines(page, text=None):
@@ -967,42 +841,12 @@ def ppl(rel, run, K):
     return nums(depth(rel, run, K, 'ppl'))[0]
 
 
-def group_k(rel, name, K, key='ppl'):
-    """A group's mean of key at K in a results.json."""
-    return [r[key] for r in json_group(rel, name)[0]['per_K'] if r['K'] == K][0]
-
-
 def change(new, old):
     """new against old, in %."""
     return 100 * (new / old - 1)
 
 
-def log_values(logs, kind, key, k=3, it=None):
-    """The values of key (at loop k+1; k=None: a number) in the log.jsonl records of a kind, at iteration it or at
-    every one."""
-    return [r[key] if k is None else r[key][k] for rel in logs for r in jsonl(rel)
-            if r['kind'] == kind and it in (None, r['iter'])]
-
-
-def demo_logs(c):
-    return [f'cpu-demo/logs/{c}-cpu-s{s}.jsonl' for s in (1, 2, 3)]
-
-
-def log_line_number(rel, pattern):
-    """The number a log's line shows after pattern (`number of parameters: 0.56M`)."""
-    return float(re.search(pattern + r'\s*([\d.]+)', (ASSETS / rel).read_text()).group(1))
-
-
 LONG, LONG_RUN = 'cpu-long/tables.md', 'out-{}-cpu-long (3 seeds)'
-
-
-def long_ppl(c, K):
-    """The 4-epoch study's mean perplexity of condition c at K (penalty_terminal: cpu-long-more)."""
-    return ppl(four_epoch_file(c), LONG_RUN.format(c), K)
-
-
-def long_best(c):
-    return min(long_ppl(c, K) for K in range(1, 5))
 
 
 DEPTH = 'depth/results.json'
@@ -1032,34 +876,11 @@ def draws(name):
                                            (k >= 16).mean())]
 
 
-HELD = 'heldout/tables.md'
-
-
 def tokens_scored(rel):
     """The validation tokens every run of a results.json scored: one number."""
     scored = {run['tokens_scored'] for run in results(rel)['runs']}
     assert len(scored) == 1, f'{rel}: {scored}'
     return scored.pop()
-
-
-def train_seconds(rel):
-    """A run's training time from its log.jsonl: each train record's ms_per_iter stands for the iterations since the
-    one before."""
-    its = [r for r in jsonl(rel) if r['kind'] == 'train']
-    return sum(r['ms_per_iter'] * (r['iter'] - prev) for r, prev in zip(its, [0] + [r['iter'] for r in its])) / 1000
-
-
-def lemma_mean(rel, c, key, loop):
-    """A group's Lemma 2 mean at a loop (1-based) from a results.json."""
-    return json_group(rel, c)[0]['lemma'][key][loop - 1]
-
-
-def normalized_radial(rel, conditions):
-    """The radial fraction at K=4 of every normalized readout (all but the raw ones) of a tables.md of
-    3-seed groups: one value, as stored."""
-    cells = {depth(rel, demo_run(c), 4, 'radial frac') for c in conditions if 'raw' not in c}
-    assert len(cells) == 1, f'{rel}: {cells}'
-    return nums(cells.pop())[0]
 
 
 def design(row, col):
@@ -1068,10 +889,6 @@ def design(row, col):
              for r in rows if r[0] == row]
     assert len(found) == 1, f'depth/designs.md: {len(found)} rows {row}'
     return nums(found[0][col])[0]
-
-
-def design_names():
-    return [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[0] == 'design' for r in rows]
 
 
 def per_loop_best():
@@ -1083,185 +900,6 @@ def per_loop_best():
         assert min(p[k2] for k2 in p if k2 > 3) > p[k] * (1 - 0.001), g
         best.append(k)
     return [max(best)]
-
-
-def exit_tables_rows(header0_cols):
-    found = [(h, rows) for cap, h, rows, _ in stored_tables('cpu-long-criteria/exit_tables.md') if len(h) == header0_cols]
-    assert len(found) == 1
-    return {r[0]: [Copied(c) for c in r[1:]] for r in found[0][1]}
-
-
-def criteria_cell(decoded, criterion, column):
-    """A cell of cpu-long-criteria/exit_tables.md: teacher-forced loops, or decoded picks (its numbers)."""
-    return exit_tables_rows(5 if decoded else 7)[criterion][column]
-
-
-def decoded_speedup(cell):
-    return float(re.search(r'([\d.]+)x', cell).group(1))
-
-
-# README.md ------------------------------------------------------------------------------------
-
-R = 'README.md'
-
-
-@prose(R, 'norm_perloop reaches #–# by iteration 50, a raw readout keeps #–#.')
-def readme_figure():
-    raw = [v for c in ('raw_perloop', 'raw_terminal', 'finalnorm_perloop')
-           for v in log_values(demo_logs(c), 'train', 'h_norm')]
-    return span(log_values(demo_logs('norm_perloop'), 'train', 'h_norm', it=50)) + span(raw)
-
-
-@prose(R, "The normalized model's states are # times larger, its loss has no radial gradient, and its extra loops barely "
-          "help (#% from K=1 to K=4); the raw model's pay (#%).")
-def readme_intro_prose():
-    h = [group_k('cpu-demo/results.json', f'out-{c}-cpu', 4, 'norm_mean') for c in ('norm_perloop', 'raw_perloop')]
-    return [h[0] / h[1]] + [change(ppl(DEMO, demo_run(c), 4), ppl(DEMO, demo_run(c), 1))
-                            for c in ('norm_perloop', 'raw_perloop')]
-
-
-@prose(R, 'the raw readout and the norm penalty beat it by #% and #% at their best depth, while its perplexity stays #–# '
-          'from K=1 to K=4.')
-def readme_four_epochs_intro():
-    norm = [long_ppl('norm_perloop', K) for K in range(1, 5)]
-    return [-change(long_best(c), min(norm)) for c in ('raw_perloop', 'penalty_perloop')] + span(norm)
-
-
-@prose(R, 'the losses moved by up to #.')
-def readme_other_machine():
-    def last(rel):   # a train.py log's last validation line: the losses at K=1..4
-        return nums(re.findall(r'val loss K=1\.\.4 ([\d. ]+)', (ASSETS / rel).read_text())[-1])
-    return [max(abs(a - b) for c in ('norm_perloop', 'raw_perloop') for d in ('bfloat16', 'float32') for a, b in
-                zip(last(f'quickstart/logs/{c}-cpu.log'), last(f'quickstart/logs/xeon/{c}-cpu-{d}.log')))]
-
-
-PROSE[R, 'A `train.py` run took #–# s in the CPU demo'] = lambda: span(
-    [train_seconds(rel) for c in CONDITIONS for rel in demo_logs(c)])
-
-
-PROSE[R, '`config/cpu.py` (#M parameters'] = lambda: [log_line_number('quickstart/logs/norm_perloop-cpu.log',
-                                                                       'number of parameters:')]
-
-
-@prose(R, 'Norms grow only where the readout hides them (#–#; #–# wherever a loss sees the scale), and the radial '
-          "fraction is #, float64's zero, for every normalized readout.")
-def readme_norms():
-    h = {c: nums(depth(DEMO, demo_run(c), 4, 'mean ‖H_K‖'))[0] for c in CONDITIONS}
-    hidden, seen = ('norm_perloop', 'norm_terminal'), ('raw_perloop', 'raw_terminal', 'finalnorm_perloop',
-                                                       'penalty_perloop', 'penalty_terminal')
-    return span([h[c] for c in hidden]) + span([h[c] for c in seen]) + [normalized_radial(DEMO, CONDITIONS)]
-
-
-PROSE[R, "changes norm_perloop's loss by # only"] = lambda: mean(depth(DEMO, demo_run('norm_perloop'), 4, 'Δ loss clamp'))
-PROSE[R, "the penalty's loops help (#% at K=2;"] = lambda: [change(ppl(HELD, demo_run('penalty_perloop'), 2),
-                                                                   ppl(HELD, demo_run('penalty_perloop'), 1))]
-
-
-@prose(R, "norm_perloop's `s` grows #x from loop 4 to 29 while its step `‖u_k+1 − u_k‖` falls #x")
-def readme_lemma():
-    lem = lambda key, k: lemma_mean('cpu-demo/results.json', 'out-norm_perloop-cpu', key, k)
-    return [lem('s', 29) / lem('s', 4), lem('angular_step', 4) / lem('angular_step', 29)]
-
-
-PROSE[R, '(`s` = # at loop 4, where its state turns by 1 − cos #); the raw readout gains #% from K=1 to K=3; the penalty '
-         'with terminal CE is the best model (#).'] = lambda: [
-    nums(lemma_row(LONG, LONG_RUN.format('norm_perloop'), 4)['s_k'])[0],
-    nums(depth(LONG, LONG_RUN.format('norm_perloop'), 4, '1-cos'))[0],
-    -change(long_ppl('raw_perloop', 3), long_ppl('raw_perloop', 1)), long_ppl('penalty_terminal', 4)]
-
-PROSE[R, 'The drift takes minutes (# at init, # at iteration 20); the readouts end #x apart; the penalty is #x below the '
-         'drift'] = lambda: [
-    log_values(['cpu-44m/logs/norm_perloop-cpu44m-s1.jsonl'], 'eval', 'norm_mean', it=0)[0],
-    log_values(['cpu-44m/logs/norm_perloop-cpu44m-s1.jsonl'], 'train', 'h_norm', it=20)[0],
-    nums(m44('norm_perloop', 'mean ‖H_K‖'))[0] / nums(m44('raw_perloop', 'mean ‖H_K‖'))[0],
-    nums(m44('norm_perloop', 'mean ‖H_K‖'))[0] / nums(m44('penalty_perloop', 'mean ‖H_K‖'))[0]]
-PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"] = lambda: [
-    log_line_number('cpu-44m/logs/norm_perloop-cpu44m-s1.log', 'number of parameters:')]
-PROSE[R, '"44M"/"129M" shapes have #M/'] = PROSE[R, "own 44M recipe (GPT-2 BPE, #M parameters"]
-PROSE[R, '~# where the paper has ~1e-9'] = lambda: [nums(depth(DEMO, demo_run('norm_perloop'), 4, 'radial frac'))[0]]
-
-
-@prose(R, 'max_prob > 0.9 costs #% over full depth (copied stand-ins: #%)')
-def readme_exits():
-    run = 'out-penalty_perloop-cpu-long (3 seeds)'
-    row, full = exit_row(EXITS, run, 'max_prob', '0.9'), full_depth_ppl(EXITS, run)[0]
-    return [change(mean(row[7])[0], full), change(mean(row[5])[0], full)]
-
-
-@prose(R, 'stays within 1% at # loops, the top probability at # (oracle: #); decoded, stand-ins undo it: within +5%, the '
-          'best is two loops for every token (#x)')
-def readme_criteria():
-    best = max(exit_tables_rows(5), key=lambda c: decoded_speedup(criteria_cell(True, c, 1)))
-    assert nums(criteria_cell(True, best, 1))[0] == 2   # two loops, every token
-    return [nums(criteria_cell(False, c, 0))[0] for c in ('latent', 'max_prob', 'oracle')] + [
-        decoded_speedup(criteria_cell(True, best, 1))]
-
-
-@prose(R, 'where a readout costs # of a loop, deciding from the state takes an exit after 3 of 4 loops from #x to #x')
-def readme_44m_exit():
-    loop, readout = cost_nums(F32, 'part', ('one loop (the 8-layer stack, one token)', 'one readout (512 x 50257)'), 'ms')
-    cells = stored_cells(F32, 'exit after loop e', '3')
-    return [readout / loop, mean(cells[2])[0], mean(cells[4])[0]]
-
-
-def spec_speedup(c, mode, j=1, g=3, stop=0.0):
-    return [b['speedup'] for b in spec_run(c)['speculative_bench']
-            if (b['mode'], b['j'], b['g'], b['draft_stop']) == (mode, j, g, stop)][0]
-
-
-SPEC_ORDER = ('penalty_perloop', 'raw_perloop', 'norm_perloop')
-PROSE[R, '#x for penalty_perloop, #x for raw_perloop, #x for the drifted norm_perloop, whose loops agree (sampled: #x, #x, '
-         '#x); the best of # greedy settings'] = lambda: [spec_speedup(c, 'greedy') for c in SPEC_ORDER] + [
-    spec_speedup(c, 'sample') for c in SPEC_ORDER] + [
-    len([b for b in spec_run('raw_perloop')['speculative_bench'] if b['mode'] == 'greedy'])]
-PROSE[R, '--speculative`): #x, #x, #x.'] = lambda: [spec_best(c, 'greedy')['speedup'] for c in SPEC_ORDER]
-
-
-PROSE[R, 'All # paper conditions worsen past K=4.'] = lambda: [
-    sum(design(f'out-{c}-cpu-long-s1', 'K=8') > design(f'out-{c}-cpu-long-s1', 'K=4') for c in CONDITIONS)]
-PROSE[R, 'holds 4-epoch raw_perloop (3 seeds) at #%, #% over its best K at K=8, 16 (fixed: #%, #%).'] = lambda: [
-    design(r, col) for r in ('out-raw_perloop-rd-cpu-long (3 seeds)', 'out-raw_perloop-cpu-long-s1')
-    for col in ('K=8 vs best', 'K=16 vs best')]
-
-
-PROSE[R, 'Per-loop CE gains nothing past # loops here, at any draw.'] = per_loop_best
-PROSE[R, "A learned AlphaReadout sees some scale (α #), the study's best (#)"] = lambda: [
-    json_run(DEPTH, 'out-alpha_perloop-cpu-long-s1')['depth']['alpha'],
-    min(design(r, 'best K≤trained') for r in design_names())]
-PROSE[R, 'kept by a #-bit probe, gets ≥#% of 32-bit strings by K=# on #/# new seeds, 64-bit on #/#'] = \
-    lambda: [study_probe(INITS, INITS_SEEDS)[0], 95, 96] + [v for n in (32, 64) for v in (
-        seed_share('norm-il', n, study=INITS)['passed'], seed_share('norm-il', n, study=INITS)['runs'])]
-PROSE[R, 'drifts to #, #/#'] = lambda: [seed_share('norm', 32)['h_norm_fail'], seed_share('norm', 32)['passed'],
-                                       seed_share('norm', 32)['runs']]
-
-
-@prose(R, "a training step at the 44M shape is #x faster than the paper's released code in fp32 (# "
-          "against # ms, one run), #x as shipped in bf16")
-def readme_speed():
-    cell = lambda step, i: nums(stored_cells('speed/logs/bench-44m.log', 'step', step)[i])[0]
-    ours, shipped, released = 'ours, float32, eager', 'ours as configured (bfloat16, eager)', 'released code, float32, eager'
-    return [cell(ours, 3), cell(ours, 1), cell(released, 1), cell(shipped, 3)]
-
-
-NOT_STORED.update({
-    (R, 'Sharma & Vu, 2026'): 'the paper',
-    (R, 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
-    ('docs/paper-shape.md', 'Kanavalau, Amo Alonso and Lall, arXiv 2602.10408'): 'the prior art, cited',
-    (R, '(8 conditions, 3 seeds, 300 iterations)'): "the study's design",
-    (R, 'torch 2.13 or 2.14 (CI: 2.13.0)'): "requirements.txt's and CI's versions",
-    (R, "the CPU demo's 1–3"): 'seeds',
-    (R, '(rows 1 and 4;'): 'which rows are shown',
-    (R, 'The sample is 100 bytes'): "the command's --max_new_tokens",
-    (R, 'Over 30 loops'): "the command's --lemma_loops",
-    (R, '(4 x 256) and the length: 200 iterations, 204,800 tokens, 0.04% of the paper\'s'):
-        "config/cpu_44m.py's settings, and their product against the paper's 480M tokens (docs/paper-shape.md)",
-    (R, 'on 8,192 validation tokens (radial fraction: the first 1,024'): 'the evaluation\'s settings',
-    (R, 'At j=1, 3 drafts a pass'): "the command's settings",
-    (R, "Huginn's draw, mean 4"): "config/random_depth.py's setting",
-    (R, "not the paper's 20k-word one"): "the paper's tokenizer",
-    (R, '/151.86M parameters'): "config/129m.py's size: no run of it is stored",
-    (R, 'trained on ≤8 bits, ≤12 loops'): "the task's training settings",
-})
 
 
 # docs/cpu-demo.md -----------------------------------------------------------------------------
@@ -2209,8 +1847,10 @@ SETTINGS = {
     r'AVX-#': 'an instruction set',
     r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
     r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
-    r"[Tt]he paper's #(?:–#)?": "the paper's own number, cited (not a result of this repository)",
+    r"[Tt]he paper(?:'s| has) ~?#(?:–#)?": "the paper's own number, cited (not a result of this repository)",
     r'#(?: and #)? at init\b': "an initial value of the code (not a result)",
+    r'& \w+,? #|torch #(?: or #)?|CI: #': 'a citation, a version',
+    r'≥#% of #-bit strings by K=#': "a bar of the parity task (beyond.tasks.BARS)",
 }
 
 
