@@ -276,6 +276,83 @@ def render_shares(rows):
     return '\n'.join(lines)
 
 
+def render_design_shares(rows):
+    """One row a design, as docs/tasks.md shows the shares with no intervention: each bar's runs passing (k/n) and its
+    95% interval, then the mean ||H_K|| at the deepest K of the first bar's passing and failing runs."""
+    rows = [r for r in rows if r['intervention'] == 'none']
+    if not rows:
+        return ''
+    head = ['design'] + [c for n, _, _ in BARS for c in (f'{n} bits: passing', '95% interval')] + [
+        f'mean ‖H_K‖ at the deepest K, {BARS[0][0]} bits: pass, fail']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for design in dict.fromkeys(r['design'] for r in rows):
+        at = {r['length']: r for r in rows if r['design'] == design}
+        cells = [design]
+        for n, _, _ in BARS:
+            r = at.get(n)
+            cells += [f"{r['passed']}/{r['runs']}", f"{100 * r['low']:.0f}–{100 * r['high']:.0f}%"] if r else ['-', '-']
+        first = at.get(BARS[0][0])
+        cells.append(', '.join(norm_cell(v) for v in (first['h_norm_pass'], first['h_norm_fail'])) if first else '-')
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def render_rescues(rows):
+    """Each design and length scored under interventions: its runs passing with none, and under each intervention
+    the runs passing, the runs it rescues (failing with none) and the passing runs it loses."""
+    none = {(r['design'], r['length']): r for r in rows if r['intervention'] == 'none'}
+    others = list(dict.fromkeys(r['intervention'] for r in rows if r['intervention'] != 'none'))
+    keys = [k for k in none if any((r['design'], r['length']) == k for r in rows if r['intervention'] != 'none')]
+    if not keys:
+        return ''
+    lines = ['| design | bits | none | ' + ' | '.join(others) + ' |', '|---|---|---|' + '---|' * len(others)]
+    for design, length in keys:
+        base = none[design, length]
+        cells = [design, str(length), f"{base['passed']}/{base['runs']}"]
+        for i in others:
+            r = next((r for r in rows if (r['design'], r['length'], r['intervention']) == (design, length, i)), None)
+            if r is None:
+                cells.append('-')
+                continue
+            ok, was = set(r['passed_runs']), set(base['passed_runs'])
+            cells.append(f"{r['passed']}/{r['runs']}: {len(ok - was)} rescued, {len(was - ok)} lost")
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def norm_cell(v):
+    return '-' if v is None or not math.isfinite(v) else f'{v:,.0f}' if abs(v) >= 1000 else f'{v:.3g}'
+
+
+def render_pivots(groups):
+    """Exact match (%) by K, mean ± std over seeds, one table an intervention (none first), one row a design and
+    length (by length, then design); then the mean ||H_K|| by K with no intervention, mean over seeds, the longest
+    strings first (where a drift shows most)."""
+    order = ['none'] + [i for i in INTERVENTIONS if i != 'none']
+    found = [i for i in order if any(g['intervention'] == i for g in groups)]
+    lengths = sorted({g['length'] for g in groups})
+    designs_ = list(dict.fromkeys(g['design'] for g in groups))
+    tables = []
+    for i, measure in [(i, 'exact') for i in found] + ([('none', 'h_norm')] if 'none' in found else []):
+        at = {(g['design'], g['length'], g['K']): g for g in groups if g['intervention'] == i}
+        ks = sorted({k for _, _, k in at})
+        title = (f'exact match (%) by K, {i}, mean ± std over seeds' if measure == 'exact' else
+                 'mean ‖H_K‖ by K, none, mean over seeds, the longest strings first')
+        lines = [title, '| design, bits | ' + ' | '.join(f'K={k}' for k in ks) + ' |', '|---|' + '---|' * len(ks)]
+        for n in (lengths if measure == 'exact' else lengths[::-1]):
+            for d in designs_:
+                if not any((d, n, k) in at for k in ks):
+                    continue
+                cells = []
+                for k in ks:
+                    g = at.get((d, n, k))
+                    cells.append('-' if g is None else norm_cell(g['h_norm']) if measure == 'h_norm' else
+                                 f"{100 * g['exact']:.0f} ± {100 * g['exact_std']:.0f}")
+                lines.append(f'| {d}, {n} | ' + ' | '.join(cells) + ' |')
+        tables.append('\n'.join(lines))
+    return '\n\n'.join(tables)
+
+
 def render(results):
     lines = ['| run | length | K | intervention | accuracy | exact match | mean ‖H_K‖ | 1 - cos |',
              '|---|---|---|---|---|---|---|---|']
@@ -366,7 +443,9 @@ def main(argv=None):
     except UserError as e:
         sys.exit(error_line('beyond.tasks', e))
     groups, passing = designs(results), shares(results)
-    print((render_shares(passing) + '\n\n' if passing else '') + render_designs(groups) + '\n\n' + render(results))
+    extra = [t for t in (render_design_shares(passing), render_rescues(passing), render_pivots(groups)) if t]
+    print((render_shares(passing) + '\n\n' if passing else '') + ''.join(t + '\n\n' for t in extra)
+          + render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, 'results.json'),  # (a diverged run's NaN and inf as null)
                dict(seed=seeds, rows=rows, runs=list(dict.fromkeys(r['run'] for r in results)),

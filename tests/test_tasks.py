@@ -527,3 +527,35 @@ def test_the_shares_table_gives_each_bar_the_runs_passing_their_interval_and_the
     low, high = tasks.wilson(1, 1)
     assert table[3] == f"| q | 32 | ≥95% by K=96, held to 384 | none | 1/1 | {100 * low:.0f}–{100 * high:.0f}% | 5, - |"
     assert len(table) == 4  # (no 64-bit rows: none scored)
+
+
+def test_the_pages_tables_a_design_a_row_the_rescues_and_exact_match_by_k():
+    """What docs/tasks.md embeds, read again from the rows by hand: a design's shares on one row (each bar's k/n and
+    interval, the first bar's norms of both sides), each intervention's runs passing with the failing runs it rescues
+    and the passing ones it loses, and exact match by K as the mean ± std over seeds of each (length, K), in %."""
+    def rows(run, exact_by_k, h, length=32, intervention='none'):
+        return [dict(run=run, length=length, K=k, intervention=intervention, exact=e, h_norm=h, accuracy=e,
+                     one_minus_cos=0.0) for k, e in exact_by_k.items()]
+    good, bad = {96: 0.97, 384: 0.99}, {96: 0.5, 384: 0.5}
+    results = rows('o/p-s1', good, 10.0) + rows('o/p-s2', bad, 2000.0) + rows('o/p-s3', good, 20.0)
+    results += rows('o/p-s1', bad, 1.0, intervention='cap') + rows('o/p-s2', good, 1.0, intervention='cap')
+    results += rows('o/p-s3', good, 1.0, intervention='cap')
+    results += rows('o/p-s1', {256: 1.0}, 3.0, length=64) + rows('o/p-s2', {256: 0.0}, 3.0, length=64)
+    results += rows('o/p-s3', {256: 0.0}, 3.0, length=64)
+    passing = tasks.shares(results)
+    one = tasks.render_design_shares(passing).splitlines()[2]
+    (l32, h32), (l64, h64) = tasks.wilson(2, 3), tasks.wilson(1, 3)
+    assert one == (f'| p | 2/3 | {100 * l32:.0f}–{100 * h32:.0f}% | 1/3 | {100 * l64:.0f}–{100 * h64:.0f}% | '
+                   f'{(10 + 20) / 2:.3g}, 2,000 |')
+    # under the cap s1 fails (lost), s2 passes (rescued): 2/3 as with none, one rescued and one lost
+    assert tasks.render_rescues(passing).splitlines()[2] == '| p | 32 | 2/3 | 2/3: 1 rescued, 1 lost |'
+    pivot = tasks.render_pivots(tasks.designs(results)).split('\n\n')
+    first = pivot[0].splitlines()
+    assert first[1] == '| design, bits | K=96 | K=256 | K=384 |'
+    mean, std = np.mean([97, 50, 97]), np.std([97, 50, 97])
+    assert first[3] == f'| p, 32 | {mean:.0f} ± {std:.0f} | - | {np.mean([99, 50, 99]):.0f} ± {np.std([99, 50, 99]):.0f} |'
+    assert first[4] == f"| p, 64 | - | {100 / 3:.0f} ± {np.std([100, 0, 0]):.0f} | - |"
+    assert pivot[1].startswith('exact match (%) by K, cap') and pivot[2].startswith('mean ‖H_K‖ by K, none')
+    assert pivot[2].splitlines()[3] == '| p, 64 | - | 3 | - |'   # (the longest strings first)
+    assert pivot[2].splitlines()[4] == f"| p, 32 | {np.mean([10, 2000, 20]):,.0f} | - | {np.mean([10, 2000, 20]):,.0f} |"
+    assert tasks.render_rescues([r for r in passing if r['intervention'] == 'none']) == ''
