@@ -224,44 +224,6 @@ def check(page, *header):
     return register
 
 
-# tables with numbers that hold no stored result
-def task_designs(intervention='none'):
-    """{(design, length, K): its group} of assets/tasks/results.json's designs (mean and std over seeds)."""
-    return {(g['design'].split('out-parity-', 1)[1], g['length'], g['K']): g
-            for g in results('tasks/results.json')['designs'] if g['intervention'] == intervention}
-
-
-TASK_DESIGNS = ('norm-il', 'raw-il', 'alpha-il', 'norm', 'raw', 'alpha', 'norm-pen', 'norm-damp', 'norm-il-noinj',
-                'norm-il-fixed')
-
-
-@check('docs/tasks.md', 'design', 'K=8', '12', '16', '24', '32', '48', '96', '128', '256', '512')
-def tasks_exact_match():
-    """Whole-string exact match (%) by K, mean ± std over seeds (no intervention)."""
-    g = task_designs()
-    return {f'{d}, {n} bits': [[100 * g[d, n, K]['exact'], 100 * g[d, n, K]['exact_std']]
-                               for K in (8, 12, 16, 24, 32, 48, 96, 128, 256, 512)]
-            for n in (8, 16, 32) for d in TASK_DESIGNS}
-
-
-@check('docs/tasks.md', 'design, 32 bits', 'K=12', '32', '128', '512')
-def tasks_h_norm():
-    """Mean ‖H_K‖ on 32-bit strings by K, mean over seeds (no intervention)."""
-    g = task_designs()
-    return {d: [[g[d, 32, K]['h_norm']] for K in (12, 32, 128, 512)] for d in TASK_DESIGNS}
-
-
-@check('docs/tasks.md', 'design, 8 bits, intervention', 'K=8', '12', '32', '128', '512')
-def tasks_interventions():
-    """Exact match (%) on 8-bit strings under each intervention, mean ± std over seeds."""
-    out = {}
-    for iv in ('none', 'clamp', 'cap'):   # (the direction-only readout: the same argmax, so the same numbers)
-        g = task_designs(iv)
-        for d in ('norm-il', 'norm', 'raw'):
-            out[f'{d}, {iv}'] = [[100 * g[d, 8, K]['exact'], 100 * g[d, 8, K]['exact_std']] for K in (8, 12, 32, 128, 512)]
-    return out
-
-
 UNCHECKED = {
 }
 
@@ -309,7 +271,10 @@ def test_quickstart_sample_line_is_the_stored_log():
 # ---------------------------------------------------------------------------------------------
 
 def doc_tables():
-    return [(page, header, rows, line) for page in DOCS for _, header, rows, line in md_tables(ROOT / page)]
+    """Every table of the pages outside their printed blocks (a block is checked against its file)."""
+    in_block = {page: {i + 1 for i, (_, kind) in enumerate(page_lines(page)) if kind == 'block'} for page in DOCS}
+    return [(page, header, rows, line) for page in DOCS for _, header, rows, line in md_tables(ROOT / page)
+            if line not in in_block[page]]
 
 
 def test_every_table_is_checked():
@@ -622,7 +587,7 @@ def test_every_command_runs_as_written(page):
 
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
-TEXT_FILES = ('.md', '.txt', '.log', '.jsonl')
+TEXT_FILES = ('.md', '.txt', '.log', '.jsonl', '.seconds')
 PENDING = {'docs/tasks.md'}   # checked as before (below)
 
 
@@ -927,7 +892,6 @@ def best_k_of(name, up_to=16):
     return min((k for k in p if k <= up_to), key=p.get)
 
 
-
 # docs/early-exit.md --------------------------------------------------------------------------
 
 # docs/paper-shape.md -------------------------------------------------------------------------
@@ -1001,6 +965,8 @@ def parity_config():
 @prose(T, 'the checkpoint that extrapolates best: every # steps train.py scores the data\'s probe split (`select = '
           '\'beyond.tasks.screened_probe\'`: # strings of # bits, drawn on a stream of their own, never the test split) at '
           'K=# and # where their first # bits are right at K=# and #')
+
+
 def recipe_probe():
     cfg, (rows, n) = parity_config()
     assert cfg['select'] == 'beyond.tasks.screened_probe'
@@ -1108,6 +1074,8 @@ PROSE[T, '`beyond.tasks` scores # fresh strings'] = lambda: [results('tasks/resu
 @prose(T, 'gets 32-bit strings (4x the length) from #% exact match at K=12 to # ± #% at K=48 and #% on all three seeds from K=64 '
           '(under 8x its trained K) through K=512: no overthinking over 8x past that K. The loops a length needs grow with it '
           '(at K=n: #% of 8-bit strings, #% of 16-bit ones, #% of 32-bit ones). Its ‖H_K‖ holds at #')
+
+
 def norm_il_extrapolates():
     late = [K for K in task_ks() if K >= 64]
     held = {round(task_group('norm-il', 32, K)['h_norm']) for K in task_ks() if K >= 12}
@@ -1122,6 +1090,8 @@ def norm_il_extrapolates():
           "worst on 8 and 32 bits (16 bits: # ± #% at best, alpha's # ± #%) and one of its seeds does not learn 8 bits (its "
           "best validation loss #; norm-il's: #, #, #); the raw readout sees it and holds 8-bit strings at #% to K=64 on "
           'all three seeds, but then overthinks too (# ± #% at K=512) and reaches # ± #% on 16 bits.')
+
+
 def blind_spot_parity():
     three = ('norm', 'raw', 'alpha')
     for n in (8, 32):
@@ -1153,6 +1123,8 @@ PROSE[T, 'The norm penalty holds ‖H_K‖ at # inside the trained depth but not
 
 @prose(T, 'the state is bounded (#) but carries the input only from loop 1: 32-bit strings reach # ± #% at K=48 (by seed at '
           'K=64: #, #, #%) and fall back (# ± #% at K=512).')
+
+
 def noinj():
     assert best_exact('norm-il-noinj', 32)[0] == 48
     return [task_group('norm-il-noinj', 32, 512)['h_norm']] + exact('norm-il-noinj', 32, 48) + [
@@ -1161,6 +1133,8 @@ def noinj():
 
 @prose(T, 'trains well (#% of 8 bits at K=8-12) but learns a solution for exactly 12 loops: 8-bit strings drop to # ± #% at '
           'K=24 (# ± #% from K=32) and 32-bit ones reach # ± #%.')
+
+
 def fixed_k_parity():
     after = {tuple(round(v) for v in exact('norm-il-fixed', 8, K)) for K in task_ks() if K >= 32}
     assert len(after) == 1
@@ -1170,6 +1144,8 @@ def fixed_k_parity():
 
 @prose(T, "cuts the norm readout's 8-bit match from # ± #% to # ± #% at K=12, and the raw one's from #% to # ± #%; the "
           'per-token RMS cap keeps them at K=12 but not past it (norm # ± #%, raw # ± #% at K=512).')
+
+
 def interventions_prose():
     for d in ('norm', 'raw'):
         assert exact(d, 8, 12, 'cap') == exact(d, 8, 12)
@@ -1188,6 +1164,8 @@ HELD_SEEDS = 'tasks/heldout-seeds/results.json'
 @prose(T, '(#% and #% exact match at K=64 and at K=512, 1 − cos ≤ #: a fixed point) but not on seed 11 (#% at K=64, #% at '
           'K=512; its state still turns, 1 − cos #), # ± #% over the three at K=64. All three reach the same best validation '
           'loss (#, #, #: the floor of 16-bit strings at K=12)')
+
+
 def parity_heldout_seeds():
     seed = lambda s, K: task_seed('norm-il', s, 32, K, rel=HELD_SEEDS)
     for s in (12, 13):
@@ -1206,7 +1184,6 @@ PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #
 from beyond.tasks import BARS, PASS, design_of  # noqa: E402  (the study's design names and bars, as beyond.tasks has them)
 
 SEEDS55 = 'parity-seeds/results.json'
-SEED_DESIGNS = (('norm-il', 'norm-il (the recipe)'), ('raw-il', 'raw-il'), ('norm', 'norm'), ('raw', 'raw'))
 
 
 def seed_share(design, length, intervention='none', study='parity-seeds'):
@@ -1217,63 +1194,7 @@ def seed_share(design, length, intervention='none', study='parity-seeds'):
     return found[0]
 
 
-def norm_or_dash(v):
-    return Text('-') if v is None else [v]
-
-
-@check('docs/tasks.md', 'design', '32 bits: seeds passing', '95% interval', '64 bits: seeds passing', '95% interval',
-       'mean ‖H_384‖, 32 bits: passing seeds', 'failing seeds')
-def seed_shares():
-    out = {}
-    for d, label in SEED_DESIGNS:
-        a, b = seed_share(d, 32), seed_share(d, 64)
-        out[label] = [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
-                      [100 * b['low'], 100 * b['high']], norm_or_dash(a['h_norm_pass']), norm_or_dash(a['h_norm_fail'])]
-    return out
-
-
-@check('docs/tasks.md', 'design, 32 bits', 'none', 'clamp', 'cap', 'relax')
-def seed_rescues():
-    """k/n passing under each training-free rescue, with the seeds it rescues (+) and those it breaks (−)."""
-    out = {}
-    for d, label in SEED_DESIGNS:
-        plain = set(seed_share(d, 32)['passed_runs'])
-        cells = [[len(plain), seed_share(d, 32)['runs']]]
-        for i in ('clamp', 'cap', 'relax'):
-            s = seed_share(d, 32, i)
-            now = set(s['passed_runs'])
-            cells.append([s['passed'], s['runs'], len(now - plain), len(plain - now)])
-        out[label] = cells
-    return out
-
-
-@check('docs/tasks.md', 'design, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
-def seed_curves():
-    """Whole-string exact match (%) by K, mean ± std over the ten seeds (no rescue); 64-bit strings to K=256."""
-    g = {(x['design'].split('out-parity-', 1)[1], x['length'], x['K']): x for x in results(SEEDS55)['designs']
-         if x['intervention'] == 'none'}
-    out = {}
-    for n in (32, 64):
-        for d, _ in SEED_DESIGNS:
-            out[f'{d}, {n}'] = [[100 * g[d, n, K]['exact'], 100 * g[d, n, K]['exact_std']] if (d, n, K) in g else Text('')
-                                for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)]
-    return out
-
-
 # the docs' names of rules.py's checkpoint rules (its columns), in its order
-RULE_LABELS = dict(val_loss='best validation loss (train.py\'s default)', probe_error='probe error (the recipe\'s)',
-                   probe_disagreement='probe disagreement (no labels)', probe_turn='probe turn (no labels)',
-                   last='the last checkpoint')
-
-
-@check('docs/tasks.md', 'checkpoint rule, the recipe\'s ten runs', 'seeds passing (32 bits)', '95% interval')
-def seed_rules():
-    """rules.py's last row, as the study stored it in rules.md."""
-    passing = rules_passing()
-    return {label: [passing[rule][:2], passing[rule][2:]] for rule, label in RULE_LABELS.items()}
-
-
-
 def seed_runs(design, length, study='parity-seeds'):
     """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
     out = {}
@@ -1320,6 +1241,8 @@ PROSE[T, 'and the test strings at seed #, # of each length'] = lambda: [results(
 
 @prose(T, 'at least #% whole-string exact match on #-bit strings at some K <= #, held within # points at every K scored up '
           'to #; and at least #% on #-bit strings (#x the longest trained) at some K <= #.')
+
+
 def seed_bars():
     from beyond.tasks import BARS, PASS, WITHIN
     (n32, by32, held), (n64, by64, _) = BARS
@@ -1338,6 +1261,8 @@ PROSE[T, 'kept a checkpoint with probe error #, from step # to step #.'] = lambd
 
 @prose(T, '**#-bit strings, #x the longest trained: #/#.** The three that fail reach #-#% on 32 bits and stop at #%, #% '
           'and #% on 64-bit ones: a probe of #-bit strings')
+
+
 def seed_64_bits():
     s = seed_share('norm-il', 64)
     failing = failing_runs('norm-il', 64)
@@ -1349,6 +1274,8 @@ def seed_64_bits():
 
 @prose(T, '**The blind spot, as shares of seeds: #/# for both readouts without the inter-loop norm.** The norm readout\'s '
           'and the raw readout\'s ‖H_384‖ reach # and # on 32-bit strings')
+
+
 def seed_blind_spot():
     a, b = seed_share('norm', 32), seed_share('raw', 32)
     assert (a['passed'], a['runs']) == (b['passed'], b['runs']) == (seed_share('norm', 64)['passed'], 10)
@@ -1365,6 +1292,8 @@ PROSE[T, 'the raw readout extrapolates on #/#: its three failing seeds keep the 
 
 @prose(T, 'the best validation loss keeps a checkpoint that passes on #/# seeds, the last checkpoint on #/# and the '
           'label-free scores on #/#; the probe\'s on #/#.')
+
+
 def seed_rules_prose():
     p = rules_passing()
     assert p['probe_disagreement'] == p['probe_turn']
@@ -1409,37 +1338,6 @@ NOT_STORED.update({
 LATE = 'parity-late'
 
 
-@check('docs/tasks.md', 'design, the same ten seeds', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
-       'mean ‖H_384‖, 32 bits: passing, failing')
-def late_shares():
-    return {label: share_row(d, study, range(1001, 1011))
-            for d, study, label in (('norm-il-late', LATE, 'norm-il-late (late-state CE)'),
-                                    ('norm-il', 'parity-seeds', "norm-il (the recipe, the last section's)"))}
-
-
-def share_row(design, study, seeds):
-    """A design's row of a one-study shares table (its runs exactly the seeds): k/n and the interval at 32 bits, the same
-    at 64, and the mean ‖H_384‖ of the passing runs and of the failing ones (if any)."""
-    a, b = seed_share(design, 32, study=study), seed_share(design, 64, study=study)
-    assert sorted(r[-4:] for r in results(f'{study}/results.json')['runs'] if design_of(r) == f'out-parity-{design}') == [
-        str(s) for s in seeds]
-    return [[a['passed'], a['runs']], [100 * a['low'], 100 * a['high']], [b['passed'], b['runs']],
-            [100 * b['low'], 100 * b['high']], [a['h_norm_pass']] + ([a['h_norm_fail']] if a['h_norm_fail'] is not None else [])]
-
-
-def curve_rows(design, study):
-    """Mean ± std exact match (%) by K of a design's seeds in one study, 32- and 64-bit rows (no rescue)."""
-    g = {(x['length'], x['K']): x for x in results(f'{study}/results.json')['designs']
-         if (x['design'], x['intervention']) == (f'out-parity-{design}', 'none')}
-    return {f'{design}, {n}': [[100 * g[n, K]['exact'], 100 * g[n, K]['exact_std']] if (n, K) in g else Text('')
-                               for K in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)] for n in (32, 64)}
-
-
-@check('docs/tasks.md', 'late-state CE, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
-def late_curves():
-    return curve_rows('norm-il-late', LATE)
-
-
 @prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
 def late_why():
     failing = failing_runs('norm-il', 64)
@@ -1450,6 +1348,8 @@ def late_why():
 
 @prose(T, '**A run that learns to extrapolate with it holds #x: the seven that pass # bits pass # bits, all seven.** '
           'Without it three of ten such runs stop at #-#% on 64-bit strings.')
+
+
 def late_holds():
     a, b = seed_share('norm-il-late', 32, study=LATE), seed_share('norm-il-late', 64, study=LATE)
     assert set(a['passed_runs']) <= set(b['passed_runs']) and a['passed'] == 7
@@ -1469,6 +1369,8 @@ def late_interval():
 @prose(T, 'Seeds 1008, 1009 and 1010 keep no checkpoint with the probe right (the lowest probe '
           'error of each: #%, #%, #%), where the recipe without it kept one on each of the ten. Their state stays bounded '
           '(‖H_384‖ # against # on the passing seeds)')
+
+
 def late_never():
     failing = failing_runs('norm-il-late', 32, study=LATE)
     assert [r[-4:] for r in failing] == ['1008', '1009', '1010']
@@ -1481,6 +1383,8 @@ def late_never():
 
 @prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
           'the label-free scores on #/#, the last checkpoint on #/#.')
+
+
 def late_rules():
     p = rules_passing(LATE)
     assert p['probe_disagreement'] == p['probe_turn'] and max(v[0] for v in p.values()) == p['probe_error'][0]
@@ -1513,21 +1417,10 @@ INITS_SEEDS = range(1031, 1041)
 INITS_TUNE = 'parity-inits-tuning'
 
 
-@check('docs/tasks.md', 'the recipe', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
-       'mean ‖H_384‖, 32 bits: passing, failing')
-def new_shares():
-    return {label: share_row('norm-il', study, seeds)
-            for study, seeds, label in ((NEW, NEW_SEEDS, '48-bit probe, new seeds 1011-1020'),
-                                        ('parity-seeds', range(1001, 1011), '24-bit probe, seeds 1001-1010 (on every seed)'))}
-
-
-@check('docs/tasks.md', 'the recipe, new seeds, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
-def new_curves():
-    return curve_rows('norm-il', NEW)
-
-
 @prose(T, 'each holds the same exact match from K=# to K=# (#%, #% and #%). They extrapolate #x and not #x, and a probe of '
           '#-bit strings, #x the longest trained, cannot see it: each kept a checkpoint with every probe string right.')
+
+
 def probe_why():
     failing = failing_runs('norm-il', 64)
     runs = seed_runs('norm-il', 64)
@@ -1542,6 +1435,8 @@ PROSE[T, 'keep one that passes 64 bits on 9 of its 10 seeds (the tenth, seed 101
          'probe.'] = lambda: [seed_share('norm-il', 64)['passed']]
 PROSE[T, "in this study train.py reads it every # steps, not # (`select = 'beyond.tasks.probe'`);"] = lambda: [
     study_probe(NEW, NEW_SEEDS)[1], study_probe('parity-seeds', range(1001, 1011))[1]]
+
+
 def study_draws(study):
     """A one-design study's first and last seed, its data's seed (its run.sh's PREP_ARGS) and its test strings' seed."""
     seeds = [int(r[-4:]) for r in results(f'{study}/results.json')['runs']]
@@ -1568,6 +1463,8 @@ PROSE[T, 'trains the recipe on ten more seeds (#-#), the data drawn at seed # an
           'The four '
           '64-bit failures, seeds #, #, # and #, kept none: their lowest probe errors are #%, #%, #% and #%, and they stop '
           'at #%, #%, #% and #% on 64-bit strings. Seed # fails 32 bits too (#%).')
+
+
 def new_why():
     kept_ = study_kept(NEW, NEW_SEEDS)
     perfect = {s for s, e in kept_.items() if e['select']['probe_error'] == 0}
@@ -1582,6 +1479,8 @@ def new_why():
 
 @prose(T, 'on # seeds in # training never gave it a checkpoint with every string right (seed #, at #%, passes all the '
           'same).')
+
+
 def new_imperfect():
     imperfect = {s: e['select']['probe_error'] for s, e in study_kept(NEW, NEW_SEEDS).items() if e['select']['probe_error'] > 0}
     (s, err), = [(s, err) for s, err in imperfect.items() if s in study_runs(NEW, 64)[1]]
@@ -1590,6 +1489,8 @@ def new_imperfect():
 
 @prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
           'the label-free scores on #/# and #/#, the last checkpoint on #/#.')
+
+
 def new_rules():
     p = rules_passing(NEW)
     assert max(v[0] for v in p.values()) == p['probe_error'][0] == seed_share('norm-il', 32, study=NEW)['passed']
@@ -1629,28 +1530,6 @@ TUNE = 'parity-screen-tuning'
 TUNE_SEEDS = range(101, 107)
 
 
-@check('docs/tasks.md', 'the recipe, screened', '32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
-       'mean ‖H_384‖, 32 bits: passing, failing')
-def screen_shares():
-    step = study_probe(SCREEN, SCREEN_SEEDS)[1]
-    return {f'read every {step} steps, new seeds {SCREEN_SEEDS[0]}-{SCREEN_SEEDS[-1]}': share_row('norm-il', SCREEN, SCREEN_SEEDS)}
-
-
-@check('docs/tasks.md', "the same runs, the probe's rule", '32 bits: passing', '64 bits: passing')
-def screen_sparser():
-    (a, b), step = (rules_passing(SCREEN, name) for name in ('rules.md', 'rules-64.md')), study_probe(SCREEN, SCREEN_SEEDS)[1]
-    assert [a['probe_error'][0], b['probe_error'][0]] == [seed_share('norm-il', n, study=SCREEN)['passed'] for n in (32, 64)]
-    sparse = 'probe_error, every 100 steps'
-    assert a['probe_error'][0] - a[sparse][0] == b['probe_error'][0] - b[sparse][0] == 2  # "two seeds more pass each bar"
-    return {f'over every evaluation (every {step} steps)': [a['probe_error'][:2], b['probe_error'][:2]],
-            "over every 100th step's": [a['probe_error, every 100 steps'][:2], b['probe_error, every 100 steps'][:2]]}
-
-
-@check('docs/tasks.md', 'the recipe, screened, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256', '384')
-def screen_curves():
-    return curve_rows('norm-il', SCREEN)
-
-
 @prose(T, 'read every # steps, seed # has one at step #, with #% of the strings wrong at step # and #% at #.')
 def screen_brief():
     errors = {e['iter']: e['select']['probe_error'] for e in seed_evals('norm-il', NEW, [1011])[0]}
@@ -1662,6 +1541,8 @@ def screen_brief():
           'looks back, never ahead), at a quarter of the work (rows of # tokens for # loops, against # for #). Only where '
           'every half is right does it read the whole strings at K=# and #. Its score is their error, or # plus the '
           'screen\'s where the screen fails')
+
+
 def screen_work():
     cfg, (_, n) = parity_config()
     assert cfg['select'] == 'beyond.tasks.screened_probe'
@@ -1688,6 +1569,8 @@ def screen_tuned_on():
 
 @prose(T, 'The rule\'s pick passes # bits on #/# seeds over every evaluation, #/# over every #th step\'s and #/# over every '
           '#th step\'s')
+
+
 def screen_tuned():
     p = rules_passing(TUNE, 'rules-64.md')
     return [64] + p['probe_error'][:2] + p['probe_error, every 50 steps'][:2] + [50] + p['probe_error, every 100 steps'][:2] + [100]
@@ -1707,6 +1590,8 @@ PROSE[T, 'trains it on ten more seeds (#-#), the data drawn at seed # and the te
 @prose(T, '**Each of the five seeds that kept a checkpoint with every #-bit probe string right passes both bars, #/#** '
           '(#, #, #, #, #), '
           'as on the seeds of')
+
+
 def screen_perfect():
     perfect = sorted(s for s, e in study_kept(SCREEN, SCREEN_SEEDS).items() if e['select']['probe_error'] == 0)
     assert set(perfect) <= study_runs(SCREEN, 32)[1] & study_runs(SCREEN, 64)[1]
@@ -1724,6 +1609,8 @@ def screen_near():
 @prose(T, '**Two seeds never pass the screen.** Seeds # and # got some #-bit string wrong at every evaluation (at best #% '
           'and #% of them); they stop at #% and #% on 32-bit strings. Seed # passed it twice and kept a checkpoint with #% '
           'of the #-bit strings wrong: #% on 32 bits.')
+
+
 def screen_never():
     evals = dict(zip(SCREEN_SEEDS, seed_evals('norm-il', SCREEN, SCREEN_SEEDS)))
     never = sorted(s for s, e in evals.items() if all(r['select']['screen_error'] > 0 for r in e))
@@ -1747,6 +1634,8 @@ def rules_cell(study, name, seed, rule):
 
 @prose(T, 'Seed #\'s only checkpoint with every probe string right is at step #; read every # steps, the rule keeps step # '
           '(#% on 32-bit strings).')
+
+
 def screen_1021():
     errors = {e['iter']: e['select']['probe_error'] for e in seed_evals('norm-il', SCREEN, [1021])[0]}
     (only,) = [i for i, v in errors.items() if v == 0]
@@ -1755,6 +1644,8 @@ def screen_1021():
 
 @prose(T, 'of the # evaluations of these ten runs, # passed the screen and read the whole strings. One run took # minutes '
           'alone on one core')
+
+
 def screen_reads():
     evals = [r for e in seed_evals('norm-il', SCREEN, SCREEN_SEEDS) for r in e]
     past = [r for r in evals if r['select']['screen_error'] == 0]
@@ -1771,6 +1662,8 @@ def screen_beside():
 
 @prose(T, "over the two studies' twenty seeds: all ten whose kept checkpoint got every #-bit probe string right pass both "
           'bars.')
+
+
 def screen_holds():
     perfect = [(study, s) for study, seeds in ((NEW, NEW_SEEDS), (SCREEN, SCREEN_SEEDS))
                for s, e in zip(seeds, seed_evals('norm-il', study, seeds)) if kept(e)['select']['probe_error'] == 0]
@@ -1803,15 +1696,9 @@ NUMBER = r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'   # what a `#` of a 
 
 @lru_cache(maxsize=None)
 def prose_text(page):
-    """A page's prose: its lines outside code blocks (fenced, or indented four spaces), tables and
-    figures, joined with single spaces."""
-    out, fence = [], False
-    for line in (ROOT / page).read_text().splitlines():
-        if line.strip().startswith('```'):
-            fence = not fence
-        elif not (fence or line.startswith('    ') or line.lstrip().startswith(('|', '!['))):
-            out.append(line)
-    return ' '.join(' '.join(out).split())
+    """A page's prose (page_lines' 'prose' lines: outside code, tables, printed blocks, figures and comments), joined
+    with single spaces."""
+    return ' '.join(' '.join(line for line, kind in page_lines(page) if kind == 'prose').split())
 
 
 def fragment_match(page, fragment):
@@ -1831,7 +1718,7 @@ def prose_numbers(page, fragment):
 SETTINGS = {
     r'\bK ?[=≤<>] ?#(?:(?:\.\.|–|-| to )\d+\b(?!\.\d))?': 'a depth K (where a K is a result, a fragment holds it)',
     r'\bloops? #(?:(?:\.\.|–|-| to | and )#)?': 'a loop',
-    r'\bseeds? #(?:, #)*(?:,? and #|–#)?': 'a seed',
+    r'\b[Ss]eeds? #(?:, #)*(?:,? and #|[–-]#)?': 'a seed',
     r'\b# seeds\b': 'how many seeds',
     r'Lemma #': "the paper's lemma",
     r'#-bit|\b# bits\b': 'a string length',
@@ -1925,18 +1812,6 @@ def perfect_by_init(study, design, seeds, every=1):
     return runs
 
 
-@check('docs/tasks.md', 'initializations, learning rate', 'runs with a probe-perfect evaluation', 'initializations with one',
-       "such evaluations, seed by seed (each initialization's)")
-def inits_tuning():
-    def row(runs):
-        return [[sum(any(c) for c in runs), len(runs)], [sum(x > 0 for c in runs for x in c), sum(map(len, runs))],
-                [x for c in runs for x in c]]
-    rows = {'1, cosine (the screened recipe)': row(perfect_by_init(TUNE, 'norm-il', TUNE_SEEDS, every=50))}
-    for name, label in (('const', '1, constant'), ('i3cos', '3, cosine'), ('i3con', '3, constant'), ('i2con', '2, constant')):
-        rows[label] = row(perfect_by_init(INITS_TUNE, name, TUNE_SEEDS))
-    return rows
-
-
 PROSE[T, "'s ten runs none came past step #, in its six tuning runs none past step #."] = \
     lambda: [max(e['iter'] for run in seed_evals('norm-il', study, seeds) for e in run if e['select']['probe_error'] == 0)
              for study, seeds in ((SCREEN, SCREEN_SEEDS), (TUNE, TUNE_SEEDS))]
@@ -1964,6 +1839,8 @@ def inits_tuned_on():
 
 @prose(T, 'one initialization at a constant rate has # to # such evaluations on five seeds, where the cosine has # to #; '
           'but seed # has none.')
+
+
 def inits_constant():
     const = [sum(c) for c in perfect_by_init(INITS_TUNE, 'const', TUNE_SEEDS)]
     cosine = [sum(c) for c in perfect_by_init(TUNE, 'norm-il', TUNE_SEEDS, every=50)]
@@ -1974,6 +1851,8 @@ def inits_constant():
 
 @prose(T, 'three of # steps find them in # of # initializations. At a constant rate, # of #, and two of # steps, '
           '# of #: each of the six seeds, # in its second initialization.')
+
+
 def inits_short():
     def tried(name):
         runs = perfect_by_init(INITS_TUNE, name, TUNE_SEEDS)
@@ -1985,20 +1864,10 @@ def inits_short():
     return [steps // 3, *cos, *con3, steps // 2, *con2, late]
 
 
-@check('docs/tasks.md', 'the recipe, two initializations', '32 bits: passing', '95% interval', '64 bits: passing',
-       '95% interval', 'mean ‖H_384‖, 32 bits: passing, failing')
-def inits_shares():
-    return {f'new seeds {INITS_SEEDS[0]}-{INITS_SEEDS[-1]}': share_row('norm-il', INITS, INITS_SEEDS)}
-
-
-@check('docs/tasks.md', 'the recipe, two initializations, bits', 'K=16', '24', '32', '48', '64', '96', '128', '192', '256',
-       '384')
-def inits_curves():
-    return curve_rows('norm-il', INITS)
-
-
 @prose(T, 'trains config/parity.py as it stands on ten more seeds (#-#), the data drawn at seed # and the test strings at '
           'seed #')
+
+
 def inits_seeds():
     sh = (ASSETS / f'{INITS}/run.sh').read_text()
     data, test = (int(re.search(pattern, sh).group(1)) for pattern in (r'PREP_ARGS:---seed=(\d+)\}', r'TEST_SEED:-(\d+)\}'))
@@ -2008,6 +1877,8 @@ def inits_seeds():
 
 @prose(T, 'Every run kept a checkpoint with every #-bit probe string right, and # of the # initializations had one '
           '(seeds # and #: their first only).')
+
+
 def inits_perfect():
     runs = perfect_by_init(INITS, 'norm-il', INITS_SEEDS)
     assert all(kept(evals)['select']['probe_error'] == 0 for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
@@ -2024,6 +1895,8 @@ def rules_rows(study, name='rules.md'):
 
 @prose(T, 'on all ten seeds that came in the first # steps: no seed here needed the second. Each of the ten had such an '
           'evaluation within # steps at a constant rate')
+
+
 def inits_first():
     span = parity_config()[0]['max_iters'] // parity_config()[0]['inits']
     assert all(kept(evals)['iter'] <= span for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
@@ -2039,6 +1912,8 @@ PROSE[T, '(other seeds and data, one cosine over # steps)'] = lambda: [
 
 @prose(T, 'each of two trains # steps, not #. Against one constant initialization, the case for a second rests on one '
           'seed: #, whose one such evaluation came in its second.')
+
+
 def inits_two():
     steps = parity_config()[0]['max_iters']
     const = [sum(c) for c in perfect_by_init(INITS_TUNE, 'const', TUNE_SEEDS)]
@@ -2049,16 +1924,11 @@ def inits_two():
 
 @prose(T, 'the best validation loss keeps a checkpoint that passes 32 bits on #/# seeds, the label-free scores on #/# '
           'and #/#, the last checkpoint on #/#.')
+
+
 def inits_rules():
     passing = rules_passing(INITS)
     return [v for rule in ('val_loss', 'probe_disagreement', 'probe_turn', 'last') for v in passing[rule][:2]]
-
-
-@check('docs/tasks.md', 'checkpoint rule, two initializations', '32 bits: passing', '64 bits: passing')
-def inits_rule_table():
-    a, b = rules_passing(INITS), rules_passing(INITS, 'rules-64.md')
-    assert a['probe_error'][0] == seed_share('norm-il', 32, study=INITS)['passed']
-    return {label: [a[rule][:2], b[rule][:2]] for rule, label in RULE_LABELS.items()}
 
 
 PROSE[T, 'and evaluations; one run alone took # minutes on one core'] = lambda: [
