@@ -1,26 +1,23 @@
-"""The docs' tables are the stored results, number for number, and their commands run as written.
+"""The pages quote what the studies printed, and their commands run as written.
 
-Every markdown table in README.md and docs/*.md that reports a measurement is checked here
-against the stored file it was made from: the tables.md / costs-*.md / exit_tables.md that the
-project's code printed into assets/, a results*.json where the number is not printed, or a
-training log. A number shown in a doc table passes when it is the stored number rounded as
-shown: within half a unit of its last shown digit. Each doc table is found by its header row,
-each of its rows by its first cell; a table, row or cell that changes must change here too,
-and a table with numbers that no check covers fails test_every_table_is_checked.
+A page (README.md, docs/*.md) embeds a study's printed output between `<!-- printed by CMD: FILE -->` and
+`<!-- end -->`: the lines between are a run of FILE's whole lines, byte for byte (FILE is what CMD prints into
+under assets/). Every number of a page's prose is a number of its section's printed blocks or of the assets/ text
+files the section links, as shown (the source's number rounded to the prose number's last digit), or a setting (the
+numbers of the page's commands and the config files they name, or SETTINGS' words: K=4, seed 1, 32-bit); a table
+with numbers outside a block fails. A copy of a page with one digit changed must fail, for 80% of its prose numbers
+or more: the rule has to see a wrong number.
 
-The table checks read only README.md, docs/ and assets/. The command checks take every command
-line of the pages (code blocks, and inline `python ...` spans of the prose) and check it with the
-script's own command line: configurator's settings or the argparse parser that the script's
---help reaches, run in this process (the scripts are imported, torch with them; nothing is trained,
-read or downloaded): its script or module exists, its config files exist and load, and each --flag
-is a setting of the script, with a value of its type. A study's `bash assets/<study>/run.sh` sets
-every variable that the script's own usage line sets.
+The command checks take every command line of the pages (code blocks, and inline `python ...` spans of the prose)
+and check it with the script's own command line: configurator's settings or the argparse parser that the script's
+--help reaches, run in this process (the scripts are imported, torch with them; nothing is trained, read or
+downloaded): its script or module exists, its config files exist and load, and each --flag is a setting of the
+script, with a value of its type. A study's `bash assets/<study>/run.sh` sets every variable that the script's own
+usage line sets. The README's quick-start output is its stored logs' lines.
 
-Numbers in the prose are checked the same way, in fragments of its sentences: PROSE holds each
-fragment with a `#` where a stored number stands and the function that computes those numbers from
-the stored files; a number of the prose that no fragment holds fails test_every_prose_number_is_checked,
-unless it is a setting (K=4, seed 1) or NOT_STORED says why it is no stored result. No network, no
-data, a few seconds.
+PENDING pages keep their prose under the older checks (below): PROSE holds each fragment of a sentence with a `#`
+where a stored number stands and the function that computes it; NOT_STORED says why a number is no stored result.
+docs/tasks.md is the one left. No network, no data, a few seconds.
 """
 import argparse
 import contextlib
@@ -112,16 +109,6 @@ def stored_tables(rel):
     return md_tables(ASSETS / rel)
 
 
-def stored_row(rel, key, caption='', header0=None):
-    """The one row of a stored table (under a caption containing `caption`) whose first cells
-    are `key`, as {header cell: cell}."""
-    key = tuple(key)
-    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if caption in cap
-             and (header0 is None or h[0] == header0) for r in rows if tuple(r[:len(key)]) == key]
-    assert len(found) == 1, f'{rel}: {len(found)} rows {key} under {caption!r}'
-    return found[0]
-
-
 @lru_cache(maxsize=None)
 def results(rel):
     return json.loads((ASSETS / rel).read_text())
@@ -166,16 +153,7 @@ def check_cell(cell, want, where):
 
 
 # ---------------------------------------------------------------------------------------------
-# the stored results, as the tables use them
-
-def depth(rel, run, K, col):
-    """A cell of eval_depth.py's depth table (its row run, K; the trained K is marked '4*') in a
-    stored tables.md."""
-    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables(rel) if h[:2] == ('run', 'K')
-             for r in rows if r[0] == run and r[1] in (str(K), f'{K}*')]
-    assert len(found) == 1, f'{rel}: {len(found)} rows {run}, K={K}'
-    return found[0][col]
-
+# the stored results, as the older prose checks use them
 
 def mean(cell):
     return nums(cell)[:1]
@@ -185,47 +163,6 @@ def span(values):
     return [min(values), max(values)]
 
 
-def costs(name, table, key, col):
-    """A cell of a stored costs-*.md (depth_costs.py's output): the table whose header starts
-    with `table`, its row `key`."""
-    return stored_row(name, (key,), header0=table)[col]
-
-
-F32, BF16 = 'cpu-44m/costs-norm_perloop-float32.md', 'cpu-44m/costs-norm_perloop-bfloat16.md'
-
-
-@lru_cache(maxsize=None)
-def fixed_k_before_after():
-    """fixed_k_before_after.txt: {condition: {decoder: best tok/s}}."""
-    out, cur = {}, None
-    for line in (ASSETS / 'cpu-long-speculative/fixed_k_before_after.txt').read_text().splitlines():
-        m = re.match(r'== (\w+)', line)
-        if m:
-            cur = out.setdefault(m.group(1), {})
-        m = re.match(r'(\S+)\s.*best (\d+) tok/s', line)
-        if m and cur is not None:
-            cur[m.group(1)] = float(m.group(2))
-    return out
-
-
-EXITS, SWEEP = 'cpu-long-exits/tables.md', 'cpu-long-exit-sweep/tables.md'
-
-
-# ---------------------------------------------------------------------------------------------
-# the checks: (page, header) -> {row label: [expected cell, ...]} for the cells after the label
-
-CHECKS = {}
-
-
-def check(page, *header):
-    def register(fn):
-        CHECKS[(page, tuple(header))] = fn
-        return fn
-    return register
-
-
-UNCHECKED = {
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,67 +207,12 @@ def test_quickstart_sample_line_is_the_stored_log():
 
 # ---------------------------------------------------------------------------------------------
 
-def doc_tables():
-    """Every table of the pages outside their printed blocks (a block is checked against its file)."""
-    in_block = {page: {i + 1 for i, (_, kind) in enumerate(page_lines(page)) if kind == 'block'} for page in DOCS}
-    return [(page, header, rows, line) for page in DOCS for _, header, rows, line in md_tables(ROOT / page)
-            if line not in in_block[page]]
-
-
-def test_every_table_is_checked():
-    missing = [f'{page}:{line} {" | ".join(header)}' for page, header, rows, line in doc_tables()
-               if page in PENDING and any(re.search(r'\d', c) for r in rows for c in r[1:])
-               and (page, header) not in CHECKS and (page, header) not in UNCHECKED]
-    assert not missing, 'tables with numbers that no check covers (add one to tests/test_docs.py):\n' + '\n'.join(missing)
-
-
-def pytest_generate_tests(metafunc):
-    """The table tests run over every check in CHECKS, registered anywhere in this file: pytest calls this after the
-    module is imported whole (a parametrize decorator here would see only the checks above it)."""
-    if 'table' in metafunc.fixturenames:
-        metafunc.parametrize('table', sorted(CHECKS), ids=lambda k: f'{k[0]}:{k[1][0]}|{k[1][1]}')
-
-
-def test_table_matches_stored_results(table):
-    page, header = key = table
-    tables = [(rows, line) for p, h, rows, line in doc_tables() if (p, h) == key]
-    assert len(tables) == 1, f'{page}: {len(tables)} tables with the header {" | ".join(header)}'
-    rows, line = tables[0]
-    want = CHECKS[key]()
-    labels = [r[0] for r in rows]
-    assert sorted(labels) == sorted(want), f'{page}:{line}: rows {labels}, checked {list(want)}'
-    for r in rows:
-        cells = want[r[0]]
-        assert len(r) == len(cells) + 1, f'{page}:{line} row {r[0]}: {len(r) - 1} cells, {len(cells)} checked'
-        for col, cell, w in zip(header[1:], r[1:], cells):
-            check_cell(cell, w, f'{page}:{line} {r[0]!r}, {col!r}')
-
-
 def test_a_changed_digit_fails():
     """The rule catches a one-digit change: 12.84 shown for 12.838 passes, 12.85 does not."""
     assert shown('12.84 ± 0.20')[0].matches(12.838) and not shown('12.85')[0].matches(12.838)
     assert shown('1,172')[0].matches(1171.6) and not shown('1,173')[0].matches(1171.6)
     assert shown('1.3e-17')[0].matches(1.27e-17) and not shown('1.4e-17')[0].matches(1.27e-17)
     assert [s.value for s in shown('−0.32 / +7.72 / 3,911 / 2.6e+03')] == [-0.32, 7.72, 3911, 2600]
-
-
-def test_every_number_is_pinned(table):
-    """In every checked cell, changing any one number's last digit makes its check fail."""
-    key = table
-    rows = [rows for p, h, rows, _ in doc_tables() if (p, h) == key][0]
-    want, pinned = CHECKS[key](), 0
-    for r in rows:
-        for cell, w in zip(r[1:], want[r[0]]):
-            if w is None or isinstance(w, Text):
-                continue
-            for m in NUM.finditer(cell):
-                e = m.group(0).find('e')
-                for i in {m.end() - 1, m.start() + e - 1} if e > 0 else {m.end() - 1}:   # the last digits
-                    changed = cell[:i] + str((int(cell[i]) + 5) % 10) + cell[i + 1:]
-                    with pytest.raises(AssertionError):
-                        check_cell(changed, w, 'changed')
-                    pinned += 1
-    assert pinned
 
 
 # ---------------------------------------------------------------------------------------------
@@ -799,11 +681,6 @@ def prose(page, fragment):
         PROSE[(page, fragment)] = fn
         return fn
     return register
-
-
-def ppl(rel, run, K):
-    """A stored tables.md's mean perplexity of run at K."""
-    return nums(depth(rel, run, K, 'ppl'))[0]
 
 
 def change(new, old):
@@ -1785,9 +1662,9 @@ def test_every_prose_number_is_checked(page):
 
 def test_a_number_no_fragment_holds_is_found(monkeypatch):
     """A number added to the prose without its fragment is found; one in a setting's words is not."""
-    text, before = prose_text('README.md'), unchecked_prose_numbers('README.md')
+    text, before = prose_text(T), unchecked_prose_numbers(T)
     monkeypatch.setitem(globals(), 'prose_text', lambda page: text + ' At K=8 it gains 12%.')
-    found = unchecked_prose_numbers('README.md')
+    found = unchecked_prose_numbers(T)
     assert len(found) == len(before) + 1 and found[-1].endswith('gains [12]%.')
 
 
