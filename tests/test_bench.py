@@ -63,6 +63,15 @@ def test_one_step_of_each_loss_is_timed(capsys):
     assert 'matmul peak measured here (float32)' in out and 'per-loop / terminal peak memory' in out
 
 
+def test_ms_per_step_and_tokens_per_s_are_the_means_over_the_timed_steps(capsys):
+    # the timed steps' total time over their number, not the total: ms/step x tokens/s is the tokens of one step
+    # (batch 2 x 16), whatever the number of steps (three here; one would not tell a total from a mean)
+    bench.main([a for a in TINY if a != '--steps=1'] + ['--steps=3', '--dtype=float32', '--peak_size=256'])
+    for row in table(capsys.readouterr().out)[1:]:
+        tok_s, ms = float(row[1].replace(',', '')), float(row[2])
+        assert tok_s * ms / 1000 == pytest.approx(2 * 16, rel=0.1), row
+
+
 def test_side_by_side_with_the_released_code(capsys, tmp_path):
     (tmp_path / 'models').mkdir()
     (tmp_path / 'models' / 'ar_looplm.py').write_text(RELEASED)
