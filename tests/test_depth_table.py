@@ -31,6 +31,10 @@ def test_the_table_of_designs_gives_each_verdict_from_its_numbers():
     edge = depth_table.table({'groups': [group('above', 2 * depth_table.VISIBLE, large, growing),
                                          group('below', depth_table.VISIBLE / 2, large, growing)]})
     assert '| visible |' in edge.splitlines()[2] and '| hidden, drifted |' in edge.splitlines()[3]  # at the threshold
+    # the edges themselves, as the docstring writes them: r >= 1e-3 is visible, an RMS of DRIFTED is drifted
+    assert depth_table.verdict(1e-3, 1.0) == 'visible' and depth_table.verdict(0.999e-3, 1.0) == 'hidden, held'
+    assert depth_table.verdict(None, depth_table.DRIFTED) == 'hidden, drifted'
+    assert depth_table.verdict(None, 0.999 * depth_table.DRIFTED) == 'hidden, held'
     assert '| 9.600 | +4.2% | +12.5% |' in rows['raw']  # best K<=4 9.6 (K=4); K=8 10.0, K=16 10.8
     drawn = group('raw', 2e-2, large, still)
     drawn['mean'].update(random_depth=True, depth=dict(draw=dict(n_loops=4, depth_sigma=1.5)))
