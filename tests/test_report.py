@@ -89,6 +89,20 @@ def printed_line(r):
             f"angular {row('angular', '.2e')}")
 
 
+def test_on_resume_the_log_keeps_train_lines_through_the_checkpoint_and_evals_before_it(tmp_path):
+    # the checkpoint at iteration 4 was saved at its eval: the run goes on from 4, so 4's eval comes again (and
+    # the train lines after 4, and a last line cut short as the run was killed, go); nothing appears twice
+    lines = [dict(kind=kind, iter=it) for it in range(7) for kind in ('train', 'eval') if kind == 'train' or it % 2 == 0]
+    with open(tmp_path / 'log.jsonl', 'w') as f:
+        f.writelines(json.dumps(r) + '\n' for r in lines)
+        f.write('{"kind": "train", "it')
+    report.trim_log(str(tmp_path), 4)
+    kept = [json.loads(line) for line in open(tmp_path / 'log.jsonl')]
+    assert kept == [r for r in lines if r['iter'] < 4 or r == dict(kind='train', iter=4)]
+    assert dict(kind='eval', iter=2) in kept and dict(kind='eval', iter=4) not in kept
+    report.trim_log(str(tmp_path / 'none'), 4)  # no log yet: nothing to trim, no error
+
+
 def test_each_printed_line_shows_its_records_numbers_in_their_places(still_run):
     from report import eval_line
     _, log, printed = still_run
