@@ -7,6 +7,8 @@ random depth resumes as the uninterrupted one and logs the loops it ran, and one
     python -m pytest -q tests/test_depth.py
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -128,3 +130,19 @@ def test_a_step_of_the_progressive_draw_is_the_draw_its_settings_give():
     draws = [depth.step_depth(c, it) for it in range(200)]
     assert draws == [depth.draw_progressive(5, it, cap=6) for it in range(200)]
     assert depth.step_depth(SimpleNamespace(**dict(c.__dict__, random_depth=False)), 7) == (None, 3)
+
+
+def test_the_random_depth_overlay_trains_any_condition_with_bptt_on_the_model_that_has_it():
+    # config/random_depth.py on a paper condition: truncated backprop is beyond/additions.py's, so the run's model is
+    # FieldGPT (the paper's with it), the condition's loss and readout kept; a class without it is refused in one line
+    from conftest import HERE, settings
+    from configurator import UserError
+    config = os.path.join(HERE, 'config')
+    for name in ('raw_perloop.py', 'norm_terminal.py', 'sandwich_perloop.py'):
+        alone = settings(os.path.join(config, name))
+        c = settings(os.path.join(config, name), os.path.join(config, 'random_depth.py'))
+        assert c['model_class'] == 'beyond.additions.FieldGPT', name
+        assert c['random_depth'] and c['bptt'] == 8 and c['max_loops'] == 32 and c['depth_sigma'] == 1.0
+        assert (c['readout'], c['loss']) == (alone['readout'], alone['loss']) and c['out_dir'] == alone['out_dir'] + '-rd'
+    with pytest.raises(UserError, match='ExitTrainedGPT does not .* beyond.additions.FieldGPT does'):
+        settings(os.path.join(config, 'raw_perloop_exit.py'), os.path.join(config, 'random_depth.py'))
