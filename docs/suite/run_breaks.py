@@ -55,7 +55,7 @@ def main(argv=None):
     parser.add_argument('--at', default='HEAD', help='the commit to clone (default: HEAD)')
     parser.add_argument('--own', action='store_true', help="only the module's own test file, in one process")
     args = parser.parse_args(argv)
-    if args.breaks.endswith('.tar.gz'):  # a sealed set (round-2/sealed.tar.gz): read without unpacking it here
+    if args.breaks.endswith('.tar.gz'):  # a sealed set (a tar.gz of its breaks.json): read without unpacking it
         with tarfile.open(args.breaks) as tar:
             every = json.load(tar.extractfile('./breaks.json'))
     else:
