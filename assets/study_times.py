@@ -3,7 +3,8 @@
     python assets/study_times.py                              # the table, on stdout
     python assets/study_times.py --out assets/study_times.md  # the copy assets/README.md embeds
 
-The rule, for each folder with a run.sh or a README.md; the first of these that finds a record:
+The rule, for each study: a folder with a run.sh or a README.md (a folder of studies, one whose subfolders have a
+run.sh, as assets/parity/, is its subfolders: a row each, named parity/<step>); the first of these that finds a record:
 1. its logs' `[N s wall]` lines (logs/*.log: the quick start's commands, each timed whole, one after the other):
    their sum, the time itself.
 2. the runs its run.sh trains: each run's training time from its logs/<run>.jsonl (every train record's ms_per_iter,
@@ -15,7 +16,8 @@ The rule, for each folder with a run.sh or a README.md; the first of these that 
 From run.sh, not typed here: which runs it trains (the names it gives study.sh's train and train_grid, their variables
 as wildcards) and how many at once (its own LANES where it sets one; study.sh's lane width where it trains in lanes;
 else one). A run.sh that runs another study's (bash assets/<study>/run.sh) trains what that one trains too; one that
-says its study ran at another commit (AT=<commit>) is read as it was there, from git. Times are in minutes to one
+says its study ran at another commit (AT=<commit>, and WAS=<its folder there> where it has moved since) is read as it
+was there, from git. Times are in minutes to one
 decimal (and hours past two), a lower bound rounded down (so that ≥ stays true as shown).
 """
 import argparse
@@ -55,10 +57,11 @@ def read(folder, rel, at=None):
 def run_sh(folder, study, at=None):
     """(study's run.sh without its comments, with the code of the run.sh files it runs; the commit it was read at)."""
     code = re.sub(r'(?m)(^|[ \t])#.*$', r'\1', read(folder, f'{study}/run.sh', at))
-    commit = re.search(r'(?m)^AT=(\w+)$', code)
-    if commit and at is None:  # the study ran at another commit: its run.sh as it was there
-        return run_sh(folder, study, commit[1])
-    for other in sorted(set(re.findall(r'bash assets/([\w-]+)/run\.sh', code)) - {study}):
+    commit = re.search(r'(?m)^AT=(\w+)\b', code)
+    if commit and at is None:  # the study ran at another commit: its run.sh as it was there, in its folder there
+        was = re.search(r'\bWAS=assets/([\w/-]+)', code)
+        return run_sh(folder, was[1] if was else study, commit[1])
+    for other in sorted(set(re.findall(r'bash assets/([\w/-]+)/run\.sh', code)) - {study}):
         code += run_sh(folder, other, at)[0]
     return code, at
 
@@ -127,17 +130,29 @@ def row(folder, study):
             total = sum(map(train_seconds, runs)) / n + sum(map(timed_seconds, timed))
             how = [f"the training of the {len(runs)} runs run.sh trains (`{' '.join(patterns)}`), {n} at a time"]
             how += [f"plus {', '.join('`logs/' + os.path.basename(p) + '`' for p in timed)}"] if timed else []
-            how += [f'run.sh as it was at commit {at}'] if at else []
+            was = re.search(r'\bWAS=(assets/[\w/-]+)', read(folder, f'{study}/run.sh'))
+            how += [f"run.sh as it was at commit {at}{f' ({was[1]} there)' if was else ''}"] if at else []
             return duration(total, True), '; '.join(how)
     return 'not recorded', 'no training log (`logs/*.jsonl`) or wall time is stored'
+
+
+def study_folders(folder):
+    """The studies of folder, as paths relative to it: each folder with a run.sh or a README.md, a folder of studies
+    (one whose subfolders have a run.sh) as its subfolders."""
+    def has(d, *names):
+        return any(os.path.isfile(os.path.join(folder, d, f)) for f in names)
+    out = []
+    for d in filter(lambda d: os.path.isdir(os.path.join(folder, d)), os.listdir(folder)):
+        steps = [f'{d}/{s}' for s in os.listdir(os.path.join(folder, d)) if has(f'{d}/{s}', 'run.sh')]
+        out += steps or ([d] if has(d, 'run.sh', 'README.md') else [])
+    return out
 
 
 def table(folder):
     """The markdown table of every study in folder, by name."""
     if not os.path.isdir(folder):
         raise UserError(f'{folder}: no such folder (the studies, assets/)')
-    studies = sorted(d for d in os.listdir(folder)
-                     if any(os.path.isfile(os.path.join(folder, d, f)) for f in ('run.sh', 'README.md')))
+    studies = sorted(study_folders(folder))
     lines = ['| study | time | how it was read |', '|---|---|---|']
     for study in studies:
         time, how = row(folder, study)

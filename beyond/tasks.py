@@ -16,7 +16,7 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
   relax      under-relaxation past the trained K: H_k = 0.75 H_k-1 + 0.25 F(H_k-1) (sotaku's third)
 Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
 at each length, K and intervention, and where the runs were scored deep enough, its share of seeds passing each
-bar of BARS (k/n, a 95% interval; assets/parity-seeds). --merge tables the results.json of several scorings
+bar of BARS (k/n, a 95% interval; assets/parity/seeds). --merge tables the results.json of several scorings
 together, and probe() and screened_probe() are train.py's selects for a parity run (config/parity.py's: the
 second). Writes the tables to stdout, DIR/results.json (the rows, the designs and the shares) and DIR/accuracy.png
 (exact match against K, one line per design with its seeds' spread, one panel per length).

@@ -6,8 +6,8 @@
 # std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint that extrapolates best (its probe split's 48-bit strings,
 # read every 50 steps past a screen of their first halves), kept over two initializations trained one after the other
 # from scratch at a constant learning rate after warm-up (two chances to come upon a checkpoint that extrapolates; the
-# studies in docs/tasks.md before "two initializations" trained one, with a cosine). Trains on strings of 1-8 bits
-# (beyond.parity's default). About 4 minutes on one core.
+# steps before it trained one, with a cosine: assets/parity/README.md, the recipe's log). Trains on strings of 1-8
+# bits (beyond.parity's default). About 4 minutes on one core.
 #   python -m beyond.parity
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin

@@ -373,7 +373,7 @@ def check_command(words, env, shell_vars):
         if not (ROOT / script).is_file():
             return [f'{script} does not exist']
         source = (ROOT / script).read_text() + (ASSETS / 'study.sh').read_text()
-        # a script that runs another study's script (assets/parity-new-seeds') passes the variables on to it
+        # a script that runs another study's script (assets/parity/new-seeds') passes the variables on to it
         source += ''.join((ROOT / other).read_text() for other in re.findall(r'^[^#]*\bbash (assets/\S+\.sh)', source, re.M))
         problems = [f'{script} needs {v}=' for v in sorted(bash_needs(script) - set(env))]
         return problems + [f'{script} reads no {v}' for v in env if not re.search(r'\$\{?' + v + r'\b', source)]
@@ -782,7 +782,7 @@ def best_k_of(name, up_to=16):
 T = 'docs/tasks.md'
 
 
-def task_seed(design, seed, n, K, intervention='none', rel='tasks/results.json'):
+def task_seed(design, seed, n, K, intervention='none', rel='parity/designs/results.json'):
     """One seed's scores (exact, h_norm, one_minus_cos, ...) on n-bit strings at K."""
     found = [r for r in results(rel)['results'] if r['run'].endswith(f'out-parity-{design}-s{seed}')
              and (r['length'], r['K'], r['intervention']) == (n, K, intervention)]
@@ -790,24 +790,24 @@ def task_seed(design, seed, n, K, intervention='none', rel='tasks/results.json')
     return found[0]
 
 
-def task_group(design, n, K, intervention='none', rel='tasks/results.json'):
+def task_group(design, n, K, intervention='none', rel='parity/designs/results.json'):
     found = [g for g in results(rel)['designs'] if g['design'].endswith(f'out-parity-{design}')
              and (g['length'], g['K'], g['intervention']) == (n, K, intervention)]
     assert len(found) == 1, (design, n, K)
     return found[0]
 
 
-def exact(design, n, K, intervention='none', rel='tasks/results.json'):
+def exact(design, n, K, intervention='none', rel='parity/designs/results.json'):
     """Exact match in %, mean and std over the seeds."""
     g = task_group(design, n, K, intervention, rel)
     return [100 * g['exact'], 100 * g['exact_std']]
 
 
-def task_ks(rel='tasks/results.json'):
+def task_ks(rel='parity/designs/results.json'):
     return sorted({g['K'] for g in results(rel)['designs']})
 
 
-def best_exact(design, n, rel='tasks/results.json'):
+def best_exact(design, n, rel='parity/designs/results.json'):
     """The K where a design's mean exact match is highest, and that match, mean and std."""
     K = max(task_ks(rel), key=lambda K: task_group(design, n, K, rel=rel)['exact'])
     return K, exact(design, n, K, rel=rel)
@@ -818,7 +818,7 @@ def best_val(rel):
     return min((r['val_loss'][-1], r['iter']) for r in jsonl(rel) if r['kind'] == 'eval')
 
 
-def seed_logs(design, seeds, folder='tasks'):
+def seed_logs(design, seeds, folder='parity/designs'):
     return [f'{folder}/logs/parity-{design}-s{s}.jsonl' for s in seeds]
 
 
@@ -863,7 +863,7 @@ def study_probe(study, seeds):
 
 @prose(T, 'In this study the probe had #-bit strings, read every # steps (K=# and K=#)')
 def seed_study_probe():
-    n, step, _ = study_probe('parity-seeds', range(1001, 1011))
+    n, step, _ = study_probe('parity/seeds', range(1001, 1011))
     return [n, step, 2 * n, 4 * n]
 
 
@@ -900,8 +900,8 @@ def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_wit
     # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
     # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
     # the screened-probe study (whose defaults are the recipe's)
-    seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity-seeds', NEW, SCREEN))
-    assert study_probe('parity-seeds', range(1001, 1011)) == (
+    seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity/seeds', NEW, SCREEN))
+    assert study_probe('parity/seeds', range(1001, 1011)) == (
         int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
         *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ', seeds_sh))
     cfg, (_, n) = parity_config()
@@ -913,16 +913,16 @@ def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_wit
         n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+) ', screen_sh))
     # and the training each ran: one initialization at a cosine learning rate, before the recipe's two (their own logs:
     # the fresh starts their output names, the rates their log lines report), as each script pins it
-    pinned = {'parity-seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
+    pinned = {'parity/seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
               NEW: (NEW_SEEDS, 'norm-il', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
               SCREEN: (SCREEN_SEEDS, 'norm-il', r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"'),
-              'parity-screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
-              'tasks': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
+              'parity/screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
+              'parity/designs': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
     for study, (seeds, design, pattern) in pinned.items():
         sh = (ROOT / f'assets/{study}/run.sh').read_text()
         assert study_training(study, seeds, design) == script_training(pattern, sh) == (1, 'cosine'), study
     # (the late-state CE study reruns only at the commit it ran at: its logs alone say how it trained)
-    assert study_training('parity-late', range(1001, 1011), 'norm-il-late') == (1, 'cosine')
+    assert study_training('parity/late', range(1001, 1011), 'norm-il-late') == (1, 'cosine')
     # the two-initialization study: the recipe as it stands, nothing pinned
     inits_sh = (ROOT / f'assets/{INITS}/run.sh').read_text()
     assert '--inits' not in inits_sh and '--lr_decay' not in inits_sh
@@ -937,15 +937,15 @@ def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_wit
 
 PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
          '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
-    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3), 'tasks/init-0.02')] + [
+    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3), 'parity/designs/init-0.02')] + [
     best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3))] + exact(
-    'norm-il', 32, 64, rel='tasks/init-0.02/results.json') + [
-    100 * max(task_seed('norm-il', s, 32, 64, rel='tasks/init-0.02/results.json')['exact'] for s in (1, 2, 3)),
-    exact('raw-il', 32, 64, rel='tasks/init-0.02/results.json')[0]]
+    'norm-il', 32, 64, rel='parity/designs/init-0.02/results.json') + [
+    100 * max(task_seed('norm-il', s, 32, 64, rel='parity/designs/init-0.02/results.json')['exact'] for s in (1, 2, 3)),
+    exact('raw-il', 32, 64, rel='parity/designs/init-0.02/results.json')[0]]
 PROSE[T, 'on 16-bit strings falls to about #'] = lambda: [min(best_val(rel)[0] for rel in seed_logs('norm-il', (1, 2, 3)))]
 PROSE[T, '(norm-il seed 1: # at step #, # at 3,000;'] = lambda: list(best_val(seed_logs('norm-il', (1,))[0])) + [
     [r['val_loss'][-1] for r in jsonl(seed_logs('norm-il', (1,))[0]) if r['kind'] == 'eval'][-1]]
-PROSE[T, '`beyond.tasks` scores # fresh strings'] = lambda: [results('tasks/results.json')['rows']]
+PROSE[T, '`beyond.tasks` scores # fresh strings'] = lambda: [results('parity/designs/results.json')['rows']]
 
 
 @prose(T, 'gets 32-bit strings (4x the length) from #% exact match at K=12 to # ± #% at K=48 and #% on all three seeds from K=64 '
@@ -1035,7 +1035,7 @@ PROSE[T, 'without overthinking: # ± #% at its trained K=12, # ± #% from K=64 t
     'norm-il', 32, 12) + [min(exact('norm-il', 32, K)[0] for K in task_ks() if K >= 64),
                           max(exact('norm-il', 32, K)[1] for K in task_ks() if K >= 64)]
 PROSE[T, '(its third seed stops at #% on 32 bits)'] = lambda: [100 * task_seed('raw-il', 3, 32, 512)['exact']]
-HELD_SEEDS = 'tasks/heldout-seeds/results.json'
+HELD_SEEDS = 'parity/designs/heldout-seeds/results.json'
 
 
 @prose(T, '(#% and #% exact match at K=64 and at K=512, 1 − cos ≤ #: a fixed point) but not on seed 11 (#% at K=64, #% at '
@@ -1051,19 +1051,19 @@ def parity_heldout_seeds():
         max(abs(seed(s, K)['one_minus_cos']) for s in (12, 13) for K in (64, 512))] + [
         100 * seed(11, K)['exact'] for K in (64, 512)] + [seed(11, 512)['one_minus_cos']] + exact(
         'norm-il', 32, 64, rel=HELD_SEEDS) + [best_val(rel)[0] for rel in seed_logs('norm-il', (11, 12, 13),
-                                                                                      'tasks/heldout-seeds')]
+                                                                                      'parity/designs/heldout-seeds')]
 
 
 PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #% on 16 bits at best, ‖H_K‖ # at K=512 on 32 '
          'bits.'] = lambda: best_exact('norm', 16, HELD_SEEDS)[1] + [task_group('norm', 32, 512, rel=HELD_SEEDS)['h_norm']]
 
-# docs/tasks.md, on every seed (assets/parity-seeds) ----------------------------------------------
+# docs/tasks.md, on every seed (assets/parity/seeds) ----------------------------------------------
 from beyond.tasks import BARS, PASS, design_of  # noqa: E402  (the study's design names and bars, as beyond.tasks has them)
 
-SEEDS55 = 'parity-seeds/results.json'
+SEEDS55 = 'parity/seeds/results.json'
 
 
-def seed_share(design, length, intervention='none', study='parity-seeds'):
+def seed_share(design, length, intervention='none', study='parity/seeds'):
     """A design's share of seeds passing the bar at a length (beyond.tasks.shares, as the study stored it)."""
     found = [s for s in results(f'{study}/results.json')['shares'] if (s['design'], s['length'], s['intervention']) == (
         f'out-parity-{design}', length, intervention)]
@@ -1072,7 +1072,7 @@ def seed_share(design, length, intervention='none', study='parity-seeds'):
 
 
 # the docs' names of rules.py's checkpoint rules (its columns), in its order
-def seed_runs(design, length, study='parity-seeds'):
+def seed_runs(design, length, study='parity/seeds'):
     """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
     out = {}
     for r in results(f'{study}/results.json')['results']:
@@ -1081,13 +1081,13 @@ def seed_runs(design, length, study='parity-seeds'):
     return out
 
 
-def failing_runs(design, length, study='parity-seeds'):
+def failing_runs(design, length, study='parity/seeds'):
     """A design's runs that fail the bar at a length (no rescue), in order."""
     passed = seed_share(design, length, study=study)['passed_runs']
     return sorted(r for r in seed_runs(design, length, study) if r not in passed)
 
 
-def seed_evals(design, study='parity-seeds', seeds=range(1001, 1011)):
+def seed_evals(design, study='parity/seeds', seeds=range(1001, 1011)):
     """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
     return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
             for s in seeds]
@@ -1099,7 +1099,7 @@ def rules_table(study, name='rules.md'):
     return table
 
 
-def rules_passing(study='parity-seeds', name='rules.md'):
+def rules_passing(study='parity/seeds', name='rules.md'):
     """rules.py's passing row: {rule: [k, n, the interval's low and high %]}, from the study's rules.md (or name)."""
     header, rows = rules_table(study, name)
     return {rule: nums(cell) for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
@@ -1199,8 +1199,8 @@ NOT_STORED.update({
     (T, 'at most 12 loops, gets'): 'the training settings',
     (T, 'extrapolates to 8x its trained depth'): 'depths',
     (T, 'learns a solution for exactly 12 loops'): 'the training setting',
-    (T, '([assets/tasks/init-0.02]'): 'a folder',
-    (T, 'evaluated every 250 steps'): "assets/tasks/run.sh's RULE",
+    (T, '([assets/parity/designs/init-0.02]'): 'a folder',
+    (T, 'evaluated every 250 steps'): "assets/parity/designs/run.sh's RULE",
     (T, 'the data drawn at seed 2001'): "run.sh's PREP_ARGS",
     (T, 'from 2n to 4n loops'): "beyond.tasks.probe's depths",
     (T, 'at K=2n and K=4n (n bits'): "beyond.tasks.probe's depths",
@@ -1211,8 +1211,8 @@ NOT_STORED.update({
 })
 
 
-# docs/tasks.md, late-state CE (assets/parity-late, beside assets/parity-seeds) --------------------------
-LATE = 'parity-late'
+# docs/tasks.md, late-state CE (assets/parity/late, beside assets/parity/seeds) --------------------------
+LATE = 'parity/late'
 
 
 @prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
@@ -1271,7 +1271,7 @@ def late_rules():
 PROSE[T, 'the deep steps run up to # loops, and one run alone took # minutes on one core'] = lambda: [
     128 + 12, float((ASSETS / f'{LATE}/logs/timed.seconds').read_text()) / 60]
 PROSE[T, '**The recipe stays without it**: #/# and #/# against #/# and #/#. Neither reaches 64-bit strings on # seeds in '
-         '#.'] = lambda: [v for d, st in (('norm-il', 'parity-seeds'), ('norm-il-late', LATE)) for n in (32, 64)
+         '#.'] = lambda: [v for d, st in (('norm-il', 'parity/seeds'), ('norm-il-late', LATE)) for n in (32, 64)
                           for v in (seed_share(d, n, study=st)['passed'], seed_share(d, n, study=st)['runs'])] + [9, 10]
 
 NOT_STORED.update({
@@ -1279,19 +1279,19 @@ NOT_STORED.update({
     (T, 'n ~ U[12, 128] times before k ~ U[1, 12] with one'): "the draw at -late's settings (depth.py at 15f14ef)",
     (T, 'The training strings have at most 8 bits'): "beyond.parity's default",
     (T, 'chosen on six other seeds (101-106, data seed 100)'): 'the tuning runs, not stored',
-    (T, 'evaluated every 100 steps'): "assets/parity-late/run.sh's setting (at 15f14ef)",
-    (T, 'parity-late/logs/timed.log)), past the 4 minutes a run may take'): "issue #55's limit",
+    (T, 'evaluated every 100 steps'): "assets/parity/late/run.sh's setting (at 15f14ef)",
+    (T, 'parity/late/logs/timed.log)), past the 4 minutes a run may take'): "issue #55's limit",
 })
 
 
-# docs/tasks.md, a longer probe (assets/parity-new-seeds, beside assets/parity-seeds) ------------------------
-NEW = 'parity-new-seeds'
+# docs/tasks.md, a longer probe (assets/parity/new-seeds, beside assets/parity/seeds) ------------------------
+NEW = 'parity/new-seeds'
 NEW_SEEDS = range(1011, 1021)
-SCREEN = 'parity-screen'
+SCREEN = 'parity/screen'
 SCREEN_SEEDS = range(1021, 1031)
-INITS = 'parity-inits'
+INITS = 'parity/inits'
 INITS_SEEDS = range(1031, 1041)
-INITS_TUNE = 'parity-inits-tuning'
+INITS_TUNE = 'parity/inits-tuning'
 
 
 @prose(T, 'each holds the same exact match from K=# to K=# (#%, #% and #%). They extrapolate #x and not #x, and a probe of '
@@ -1304,14 +1304,14 @@ def probe_why():
     flat = [runs[r][96] for r in failing]
     assert all(runs[r][K] == runs[r][96] for r in failing for K in (128, 192, 256))  # held, not lost
     assert all(kept(e)['select']['probe_error'] == 0 for e in seed_evals('norm-il'))
-    n = study_probe('parity-seeds', range(1001, 1011))[0]
+    n = study_probe('parity/seeds', range(1001, 1011))[0]
     return [96, 256] + [100 * v for v in sorted(flat, reverse=True)] + [32 // 8, 64 // 8, n, n // 8]
 
 
 PROSE[T, 'keep one that passes 64 bits on 9 of its 10 seeds (the tenth, seed 1010, at 90%), against # with the 24-bit '
          'probe.'] = lambda: [seed_share('norm-il', 64)['passed']]
 PROSE[T, "in this study train.py reads it every # steps, not # (`select = 'beyond.tasks.probe'`);"] = lambda: [
-    study_probe(NEW, NEW_SEEDS)[1], study_probe('parity-seeds', range(1001, 1011))[1]]
+    study_probe(NEW, NEW_SEEDS)[1], study_probe('parity/seeds', range(1001, 1011))[1]]
 
 
 def study_draws(study):
@@ -1383,7 +1383,7 @@ NOT_STORED.update({
         '100 steps), 53 checkpoints'): 'the tuning runs re-read, not stored',
     (T, 'Of the 45 that also had 64 strings of 48 bits right, 44 reached 95% on 64-bit strings; of the 8 that did not, 4.'):
         'the tuning runs re-read, not stored',
-    (T, 'Read the same way, the seed study\'s own kept checkpoints'): "parity-seeds' kept checkpoints re-read, not stored",
+    (T, 'Read the same way, the seed study\'s own kept checkpoints'): "parity/seeds' kept checkpoints re-read, not stored",
     (T, 'holds 128 strings of 48 bits, 6x the longest trained'): 'the recipe paragraph above, checked there',
     (T, 'raised the share of seeds passing 64 bits on the same runs'): 'the re-read above, not stored',
     (T, 'past the 4 minutes a run may take. The recipe with the 24-bit probe read every 50 steps'): "issue #55's limit; the "
@@ -1402,8 +1402,8 @@ NOT_STORED.update({
 })
 
 
-# docs/tasks.md, a screened probe (assets/parity-screen, and its tuning, assets/parity-screen-tuning) -------------
-TUNE = 'parity-screen-tuning'
+# docs/tasks.md, a screened probe (assets/parity/screen, and its tuning, assets/parity/screen-tuning) -------------
+TUNE = 'parity/screen-tuning'
 TUNE_SEEDS = range(101, 107)
 
 
@@ -1531,7 +1531,7 @@ def screen_reads():
     return [len(evals), len(past), float((ASSETS / f'{SCREEN}/logs/timed.seconds').read_text()) / 60]
 
 
-@prose(T, 'the other core ([beside](../assets/parity-screen/logs/beside.seconds)): # s against # s.')
+@prose(T, 'the other core ([beside](../assets/parity/screen/logs/beside.seconds)): # s against # s.')
 def screen_beside():
     secs = dict(line.split() for line in (ASSETS / f'{SCREEN}/logs/beside.seconds').read_text().splitlines())
     return [float(secs['screened']), float(secs['whole'])]
@@ -1672,7 +1672,7 @@ def test_readme_is_a_front_page():
     assert len((ROOT / 'README.md').read_text()) < 15_000
 
 
-# docs/tasks.md, two initializations (assets/parity-inits, and its tuning, assets/parity-inits-tuning) --------------
+# docs/tasks.md, two initializations (assets/parity/inits, and its tuning, assets/parity/inits-tuning) --------------
 
 def perfect_by_init(study, design, seeds, every=1):
     """Per run, its evaluations with every probe string right (probe error 0) in each initialization, the

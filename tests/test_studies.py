@@ -87,41 +87,41 @@ STUDIES = {
     'gate-targets': (dict(CONDITIONS='raw_perloop'), True,
                      ['results.json', 'tables.md', 'frontier.png', 'logs/raw_perloop-cpu-s1.gate-eps02.log']),
     'cpu-long-speculative': (dict(CONDITIONS='raw_perloop'), True, ['results.json', 'tables.md', 'ppl_vs_k.png']),
-    'tasks': (dict(CONDITIONS='norm-il raw-pen', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64',
+    'parity/designs': (dict(CONDITIONS='norm-il raw-pen', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64',
                    TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=16 --interventions=clamp,cap'), False,
               ['results.json', 'accuracy.md', 'accuracy.png', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                'logs/parity-raw-pen-s1.log', 'logs/parity-raw-pen-s1.jsonl',
                'logs/prepare.log']),
-    'parity-seeds': (dict(CONDITIONS='norm-il raw', PREP_ARGS='--seed=2001 --train_rows=512 --val_rows=64 --test_rows=64 '
+    'parity/seeds': (dict(CONDITIONS='norm-il raw', PREP_ARGS='--seed=2001 --train_rows=512 --val_rows=64 --test_rows=64 '
                                                              '--probe_rows=16 --probe_lengths=3',
                           TASK_ARGS='--rows=16', LOOPS='2,4'), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
                       'scores/raw-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-raw-s1.jsonl',
                       'logs/score-norm-il-32.log', 'logs/prepare.log', 'logs/timed.seconds']),
-    'parity-late': (dict(), False, []),  # (it reruns only at the commit it ran at: its run.sh says how, and writes nothing)
-    'parity-new-seeds': (dict(PREP_ARGS='--seed=2002 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+    'parity/late': (dict(), False, []),  # (it reruns only at the commit it ran at: its run.sh says how, and writes nothing)
+    'parity/new-seeds': (dict(PREP_ARGS='--seed=2002 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                      '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
                          ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
                           'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                           'logs/timed.seconds', 'logs/timed.log']),
-    'parity-screen': (dict(PREP_ARGS='--seed=2003 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+    'parity/screen': (dict(PREP_ARGS='--seed=2003 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                   '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', RULES_ARGS='--every=2'), False,
                       ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
                        'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                        'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log', 'logs/beside.seconds',
                        'logs/beside-screened.log', 'logs/beside-whole.log']),
-    'parity-screen-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+    'parity/screen-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                          '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', EVERY='2'), False,
                              ['rules.md', 'rules-64.md', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                               'logs/prepare.log']),
-    'parity-inits': (dict(PREP_ARGS='--seed=2004 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+    'parity/inits': (dict(PREP_ARGS='--seed=2004 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                  '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
-    # (seed 101: the baseline row reads that seed's stored log, assets/parity-screen-tuning's; its data, parity-100, is
-    # parity-screen-tuning's, made there; three iterations: one for each of three initializations)
-    'parity-inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+    # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
+    # screen-tuning's, made there; three iterations: one for each of three initializations)
+    'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                         '--probe_lengths=3', SEEDS='101',
                                  TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=3')), False,
                             ['inits.md', 'logs/parity-i2con-s101.log', 'logs/parity-i3cos-s101.jsonl']),
@@ -183,11 +183,20 @@ def readme_names(study):
                     for token in re.findall(r'`([^`\s]+)`', readme)]
 
 
+def study_folders():
+    """assets/'s studies as assets/study_times.py finds them: each folder with a run.sh or a README.md, a folder of
+    studies (one whose subfolders have a run.sh: assets/parity/) as its subfolders."""
+    import runpy
+    return runpy.run_path(os.path.join(HERE, 'assets', 'study_times.py'))['study_folders'](os.path.join(HERE, 'assets'))
+
+
 def test_every_study_folder_has_its_script_and_readme():
     assets = os.path.join(HERE, 'assets')
     folders = {d for d in os.listdir(assets) if os.path.isdir(os.path.join(assets, d))}
+    # every folder of assets/ is a study or a folder of studies (parity/: the recipe's steps, a folder each)
+    assert folders == {f.split('/')[0] for f in study_folders()}
     # (gpu/: beyond.gpu_check's reports, made on a lent GPU; quickstart/: the README's quick start, its commands there)
-    assert sorted(folders - {'gpu', 'quickstart'}) == sorted(STUDIES)
+    assert sorted(set(study_folders()) - {'gpu', 'quickstart'}) == sorted(STUDIES)
     for study in STUDIES:
         with open(os.path.join(HERE, 'assets', study, 'README.md')) as f:
             readme = f.read()
@@ -195,27 +204,33 @@ def test_every_study_folder_has_its_script_and_readme():
 
 
 def test_every_study_folder_has_one_row_in_the_index():
-    # assets/README.md's table of studies: each folder of assets/ with a run.sh or a README.md in exactly one row,
-    # its first cell a link to the folder named as the folder; no row for a folder that is not there
+    # assets/README.md's table of studies: each folder under assets/ with a run.sh or a README.md (assets/parity/ and
+    # each of its steps too) in exactly one row, its first cell a link to the folder named as the folder; no row for a
+    # folder that is not there
     with open(os.path.join(HERE, 'assets', 'README.md')) as f:
         rows = re.findall(r'^\| \[([^]]+)\]\(([^)]+)\) \|', f.read(), re.M)
     assert [name for name, link in rows if name != link.rstrip('/')] == []
     assets = os.path.join(HERE, 'assets')
-    folders = {d for d in os.listdir(assets) if any(os.path.isfile(os.path.join(assets, d, f)) for f in ('run.sh', 'README.md'))}
+    folders = {os.path.relpath(d, assets) for d, _, files in os.walk(assets) if d != assets and {'run.sh', 'README.md'} & set(files)}
+    assert {'parity', 'parity/seeds', 'cpu-demo'} <= folders
     rows = collections.Counter(name for name, _ in rows)
     assert {d: rows[d] for d in sorted(folders | set(rows)) if rows[d] != 1 or d not in folders} == {}
 
 
 def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():
-    """assets/parity-late ran at a commit whose train.py had late-state CE, since removed: its run.sh prints how to
-    rerun it at that commit, the one its README names, passing on the variables it was given."""
+    """assets/parity/late ran at a commit whose train.py had late-state CE, since removed, as assets/parity-late: its
+    run.sh prints how to rerun it at that commit, the one its README names, from the folder it had there, passing on
+    the variables it was given."""
     env = {'PATH': os.environ['PATH'], 'SEEDS': '1001 1002', 'RUNS': '/tmp/runs'}
-    r = subprocess.run(['bash', 'assets/parity-late/run.sh'], cwd=HERE, env=env, capture_output=True, text=True, timeout=60)
-    commit = re.search(r'ran at commit (\w+)', r.stdout).group(1)
-    with open(os.path.join(HERE, 'assets', 'parity-late', 'README.md')) as f:
-        assert r.returncode == 0 and f'It ran at commit `{commit}`' in f.read()
+    r = subprocess.run(['bash', 'assets/parity/late/run.sh'], cwd=HERE, env=env, capture_output=True, text=True, timeout=60)
+    commit, was = re.search(r'ran at commit (\w+), as (assets/\S+);', r.stdout).groups()
+    with open(os.path.join(HERE, 'assets', 'parity', 'late', 'README.md')) as f:
+        assert r.returncode == 0 and f'It ran at commit `{commit}`, as `{was}`' in f.read()
     assert f"git worktree add ../parity-late-{commit} {commit}\n" in r.stdout
-    assert f"cd ../parity-late-{commit} && SEEDS='1001 1002' RUNS='/tmp/runs' bash assets/parity-late/run.sh" in r.stdout
+    assert f"cd ../parity-late-{commit} && SEEDS='1001 1002' RUNS='/tmp/runs' bash {was}/run.sh" in r.stdout
+    shallow = subprocess.run(['git', 'rev-parse', '--is-shallow-repository'], cwd=HERE, capture_output=True, text=True)
+    if shallow.stdout.strip() == 'false':  # (a shallow clone has not the history)
+        assert subprocess.run(['git', 'cat-file', '-e', f'{commit}:{was}/run.sh'], cwd=HERE).returncode == 0
 
 
 @pytest.mark.parametrize('study', STUDIES)
@@ -268,18 +283,20 @@ def test_a_study_given_no_out_writes_a_fresh_folder_in_runs_and_leaves_assets_as
         assert (out / name).is_file(), name
 
 
-WRITES_OUT = [s for s in STUDIES if s != 'parity-late']  # (it trains nothing here: it prints how to rerun it)
+WRITES_OUT = [s for s in STUDIES if s != 'parity/late']  # (it trains nothing here: it prints how to rerun it)
 
 
 @pytest.mark.parametrize('study', WRITES_OUT)
 def test_a_study_refuses_a_default_folder_that_holds_anything(study, tiny_data, tmp_path):
     # a half-old folder never looks complete: one error line, before anything is written
-    (tmp_path / f'out-study-{study}').mkdir()
+    # (a parity step's folder is out-study-parity/<step>)
+    (tmp_path / f'out-study-{study}').mkdir(parents=True)
     (tmp_path / f'out-study-{study}' / 'tables.md').write_text('an older run\n')
     r = run_study(study, tiny_data, tmp_path)
     assert_one_line_error(r, f'assets/{study}/run.sh', f'{tmp_path}/out-study-{study} is not empty: remove it, or set OUT=')
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*')) == [f'out-study-{study}',
-                                                                         f'out-study-{study}/tables.md']
+    folder = f'out-study-{study}'
+    there = [folder + '/tables.md'] + [folder.rsplit('/', n)[0] for n in range(study.count('/') + 1)]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*')) == sorted(there)
 
 
 def study_out(study, **given):
@@ -367,13 +384,13 @@ def test_a_changed_number_fails(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# assets/parity-seeds/rules.py, the rules the parity studies pick a checkpoint by
+# assets/parity/rules.py, the rules the parity studies pick a checkpoint by
 
 def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth(tmp_path):
-    # assets/parity-seeds/rules.py's picks, from a run's log.jsonl (an evaluation every 25 steps): each rule's lowest,
+    # assets/parity/rules.py's picks, from a run's log.jsonl (an evaluation every 25 steps): each rule's lowest,
     # the earliest of equals; --every N the probe's rule over the evaluations at multiples of N only
     import runpy
-    rules = runpy.run_path(f'{HERE}/assets/parity-seeds/rules.py')
+    rules = runpy.run_path(f'{HERE}/assets/parity/rules.py')
     errors = {25: 0.5, 50: 0.3, 75: 0.0, 100: 0.2, 125: 0.0, 150: 0.1, 175: 0.0, 200: 0.1}
     losses = {25: 0.9, 50: 0.4, 75: 0.6, 100: 0.4, 125: 0.7, 150: 0.8, 175: 0.5, 200: 0.6}
     with open(tmp_path / 'log.jsonl', 'w') as f:
@@ -400,9 +417,9 @@ def study_times(*args):
 
 
 def test_study_times_md_is_what_the_script_prints_on_the_stored_records():
-    late = re.search(r'(?m)^AT=(\w+)$', open(os.path.join(ASSETS, 'parity-late', 'run.sh')).read())[1]
+    late = re.search(r'(?m)^AT=(\w+)\b', open(os.path.join(ASSETS, 'parity', 'late', 'run.sh')).read())[1]
     if subprocess.run(['git', 'cat-file', '-e', f'{late}^{{commit}}'], cwd=HERE, capture_output=True).returncode:
-        pytest.skip(f'parity-late ran at {late}, which this clone does not hold (a shallow clone): its time is read there')
+        pytest.skip(f'parity/late ran at {late}, which this clone does not hold (a shallow clone): its time is read there')
     r = study_times()
     with open(os.path.join(ASSETS, 'study_times.md')) as f:
         assert r.returncode == 0 and r.stdout == f.read(), (

@@ -3,7 +3,7 @@ The checkpoint rules of docs/tasks.md compared on the same runs: each rule picks
 (train.py --keep_checkpoints=True: ckpt-<iter>.pt at every evaluation) from what its log.jsonl recorded there, and
 the pick is scored on fresh test strings against the first bar of beyond.tasks.BARS. Ties go to the earliest.
 
-    python assets/parity-seeds/rules.py --runs=out-parity-norm-il-s1001,out-parity-norm-il-s1002 --seed=3001
+    python assets/parity/rules.py --runs=out-parity-norm-il-s1001,out-parity-norm-il-s1002 --seed=3001
 
 --bits=64 scores the picks against the 64-bit bar instead; --every=50,100 adds the probe's rule over only the
 evaluations at multiples of each of those steps (what the same run would keep, evaluated that much less often).

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Depth that pays? (docs/tasks.md): running parity (python -m beyond.parity: train strings of 1-8 bits),
+# Depth that pays? (docs/tasks.md#the-design): running parity (python -m beyond.parity: train strings of 1-8 bits),
 # the recipe of config/parity.py (window 2, no positions, injection, the progressive loss) with each design
 # of CONDITIONS and each seed of SEEDS, two runs at once on one thread each, then every run scored by
 # beyond.tasks at each test length and K.
 #
-#   bash assets/tasks/run.sh
-#   CONDITIONS="norm-il norm" SEEDS="1 2 3" bash assets/tasks/run.sh
+#   bash assets/parity/designs/run.sh
+#   CONDITIONS="norm-il norm" SEEDS="1 2 3" bash assets/parity/designs/run.sh
 #
 # Settings (environment variables; the defaults are the study as it was run; relative paths are from the
 # repo root):
@@ -23,16 +23,16 @@
 #   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   RULE         the checkpoint rule and training the study was run with: the best validation loss, evaluated every
 #                250 steps, of one initialization at a cosine learning rate (--select= --eval_interval=250 --inits=1
-#                --lr_decay=cosine; config/parity.py's own rule is its probe's, assets/parity-seeds)
+#                --lr_decay=cosine; config/parity.py's own rule is its probe's, assets/parity/seeds)
 #   TRAIN_ARGS   extra settings for every train.py run; TASK_ARGS for python -m beyond.tasks (the CI's tiny sizes)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity} PREP_ARGS=${PREP_ARGS:-}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.}
 RULE=${RULE:---select= --eval_interval=250 --inits=1 --lr_decay=cosine} TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
 DATASET=$TASK_DATASET
 . assets/study.sh  # study_out, train
-study_out tasks
+study_out parity/designs
 mkdir -p "$OUT/logs"
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \

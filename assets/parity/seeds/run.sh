@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Depth that pays on every seed? (docs/tasks.md): config/parity.py's recipe (norm-il: the checkpoint its probe split
+# Depth that pays on every seed? (docs/tasks.md#the-probes-checkpoint): config/parity.py's recipe (norm-il: the checkpoint its probe split
 # scores best) and the blind-spot designs beside it, each on ten seeds, with the data drawn at a seed of its own and
 # the test strings at another; each run passes or fails the bars beyond.tasks fixed before training (BARS), and
 # the designs' shares of seeds that pass are tabled with their 95% intervals.
 #
-#   bash assets/parity-seeds/run.sh
+#   bash assets/parity/seeds/run.sh
 #
 # Settings (environment variables; the defaults are the study as it was run; relative paths from the repo root):
 #   DATA_DIR     where beyond.parity writes the task (data); TASK_DATASET its folder there (parity-2001)
 #   PREP_ARGS    python -m beyond.parity settings (--seed=2001 --probe_lengths=24: the data's own seed, and the
 #                probe of 24-bit strings this study was run with)
-#   CONDITIONS   the designs, READOUT[-il][-pen][-damp][-noinj][-fixed] as assets/tasks/run.sh (norm-il norm raw raw-il)
+#   CONDITIONS   the designs, READOUT[-il][-pen][-damp][-noinj][-fixed] as assets/parity/designs/run.sh (norm-il norm raw raw-il)
 #   SEEDS        the training seeds (1001 .. 1010)
 #   TEST_SEED    the test strings' seed (3001)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go
-#                (a fresh out-study-parity-seeds in RUNS, refused if it holds anything)
+#                (a fresh out-study-parity/seeds in RUNS, refused if it holds anything)
 #   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine: the
 #                probe read whole and one initialization at a cosine learning rate, as this study was run; each run keeps every evaluation's checkpoint, for rules.py's
@@ -24,7 +24,7 @@
 #   RULES_ARGS   extra settings for rules.py (none; --every=100 adds the probe's rule over every 100th step's evaluations)
 #   LOOPS        the K scored (to 384 on 32-bit strings; 64-bit ones to 256)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001 --probe_lengths=24}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il} SEEDS=${SEEDS:-1001 1002 1003 1004 1005 1006 1007 1008 1009 1010}
 TEST_SEED=${TEST_SEED:-3001} RUNS=${RUNS:-.}
@@ -32,7 +32,7 @@ TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50 --select=beyond.tasks.probe --inits=
 LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384} RULES_BITS=${RULES_BITS:-32} RULES_ARGS=${RULES_ARGS:-}
 DATASET=$TASK_DATASET
 . assets/study.sh  # study_out, train, lane, parity_design, parity_rules, timed_train
-study_out parity-seeds
+study_out parity/seeds
 mkdir -p "$OUT/logs" "$OUT/scores"
 
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \

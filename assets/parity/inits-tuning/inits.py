@@ -3,7 +3,7 @@ initializations): for one variant's runs (their log.jsonl), the evaluations whos
 string right at K=96 and 192) in each initialization, and the share of runs and of initializations with at least one.
 One markdown row; with --header, the table's head first.
 
-    python assets/parity-inits-tuning/inits.py --name=NAME --inits=2 [--every=50] LOG...
+    python assets/parity/inits-tuning/inits.py --name=NAME --inits=2 [--every=50] LOG...
 """
 import argparse
 import bisect
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..'))
 
 from train import init_starts  # noqa: E402
 
