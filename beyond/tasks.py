@@ -327,7 +327,8 @@ def norm_cell(v):
 def render_pivots(groups):
     """Exact match (%) by K, mean ± std over seeds, one table an intervention (none first), one row a design and
     length (by length, then design); then the mean ||H_K|| by K with no intervention, mean over seeds, the longest
-    strings first (where a drift shows most)."""
+    strings first (where a drift shows most). Each length's rows under a header of their own (after a blank line), so
+    that a page can show one length's rows as a table."""
     order = ['none'] + [i for i in INTERVENTIONS if i != 'none']
     found = [i for i in order if any(g['intervention'] == i for g in groups)]
     lengths = sorted({g['length'] for g in groups})
@@ -338,8 +339,11 @@ def render_pivots(groups):
         ks = sorted({k for _, _, k in at})
         title = (f'exact match (%) by K, {i}, mean ± std over seeds' if measure == 'exact' else
                  'mean ‖H_K‖ by K, none, mean over seeds, the longest strings first')
-        lines = [title, '| design, bits | ' + ' | '.join(f'K={k}' for k in ks) + ' |', '|---|' + '---|' * len(ks)]
+        head = ['| design, bits | ' + ' | '.join(f'K={k}' for k in ks) + ' |', '|---|' + '---|' * len(ks)]
+        lines = [title] + head
         for n in (lengths if measure == 'exact' else lengths[::-1]):
+            if len(lines) > 3 and any((d, n, k) in at for d in designs_ for k in ks):
+                lines += [''] + head
             for d in designs_:
                 if not any((d, n, k) in at for k in ks):
                     continue

@@ -470,7 +470,7 @@ def test_every_command_runs_as_written(page):
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl', '.seconds')
-PENDING = {'docs/tasks.md'}   # checked as before (below)
+PENDING = set()   # checked as before (below): none left
 
 
 def page_lines(page, text=None):
@@ -660,16 +660,10 @@ def test_every_study_a_page_names_exists():
 
 
 # ---------------------------------------------------------------------------------------------
-# numbers in the prose. A page's prose is its text outside code blocks, tables and figures, its
-# lines joined. PROSE maps (page, fragment) to the function that computes, from the stored files,
-# the numbers that the fragment's `#`s stand for; the fragment is found once on its page, and its
-# numbers are checked as a table's cells are (each the stored number rounded as shown). Digits
-# written out in a fragment are its text (a setting: K=8, seed 1). NOT_STORED names the fragments
-# whose numbers are no stored result, and why (a setting, the paper's, arithmetic), as UNCHECKED
-# does for tables; SETTINGS the words that make a number a setting wherever it stands (K=4, loop 4,
-# seed 1). Every other number of the prose must stand in a fragment of PROSE
-# (test_every_prose_number_is_checked). The fragments follow the pages, each page's after the
-# helpers it shares with the others.
+# numbers in the prose, as the older checks read them (no page is PENDING now). PROSE maps (page, fragment) to the
+# function that computes the numbers of its `#`s from the stored files; NOT_STORED names the fragments whose numbers
+# are no stored result; SETTINGS the words that make a number a setting wherever it stands (K=4, loop 4, seed 1),
+# read by the generic checks above too.
 
 PROSE = {}        # (page, fragment) -> a function: the stored numbers its `#`s show, in order
 NOT_STORED = {}   # (page, fragment) -> why its numbers are no stored result
@@ -681,891 +675,6 @@ def prose(page, fragment):
         PROSE[(page, fragment)] = fn
         return fn
     return register
-
-
-def change(new, old):
-    """new against old, in %."""
-    return 100 * (new / old - 1)
-
-
-LONG, LONG_RUN = 'cpu-long/tables.md', 'out-{}-cpu-long (3 seeds)'
-
-
-DEPTH = 'depth/results.json'
-
-
-def depth_ppl(name):
-    """{K: ppl} of a run or a group (the mean over its seeds) of the depth study."""
-    return {r['K']: r['ppl'] for r in depth_result(name)['per_K']}
-
-
-def depth_result(name):
-    """A group's means, or a seed's run, of the depth study's results.json."""
-    groups = [g['mean'] for g in results(DEPTH)['groups'] if g['name'] == name]
-    return groups[0] if groups else json_run(DEPTH, name)
-
-
-def draws(name):
-    """A random-depth run's draws of K (depth.draw_depth over its iterations): their number, mean K, then the
-    share of K <= 2, K = 1, K >= 4, 8, 16, in %."""
-    import numpy as np
-    import depth
-    run = json_run(DEPTH, name)
-    d, iters = run['depth']['draw'], jsonl(f'depth/logs/{name[4:]}.jsonl')[-1]['iter']
-    k = np.array([depth.draw_depth(run['seed'], it, mean=d['n_loops'], cap=d['max_loops'], sigma=d['depth_sigma'])
-                  for it in range(iters)])
-    return [iters, k.mean()] + [100 * x for x in ((k <= 2).mean(), (k == 1).mean(), (k >= 4).mean(), (k >= 8).mean(),
-                                           (k >= 16).mean())]
-
-
-def tokens_scored(rel):
-    """The validation tokens every run of a results.json scored: one number."""
-    scored = {run['tokens_scored'] for run in results(rel)['runs']}
-    assert len(scored) == 1, f'{rel}: {scored}'
-    return scored.pop()
-
-
-def design(row, col):
-    """A cell of the depth study's designs.md (docs/depth.md's table), its first number."""
-    found = [dict(zip(h, r)) for cap, h, rows, _ in stored_tables('depth/designs.md') if h[:2] == ('design', 'depth')
-             for r in rows if r[0] == row]
-    assert len(found) == 1, f'depth/designs.md: {len(found)} rows {row}'
-    return nums(found[0][col])[0]
-
-
-def per_loop_best():
-    """The last of the per-loop designs' best K up to 3; no K past 3 beats any of them by 0.1%."""
-    best = []
-    for g in (g['name'] for g in results(DEPTH)['groups'] if 'perloop' in g['name']):
-        p = depth_ppl(g)
-        k = min((k for k in p if k <= 3), key=p.get)
-        assert min(p[k2] for k2 in p if k2 > 3) > p[k] * (1 - 0.001), g
-        best.append(k)
-    return [max(best)]
-
-
-# docs/cpu-demo.md -----------------------------------------------------------------------------
-
-# docs/four-epochs.md --------------------------------------------------------------------------
-
-# docs/depth.md -------------------------------------------------------------------------------
-
-def design_row(c, draw=''):
-    """The designs.md row of condition c at fixed depth (draw '') or with a draw ('rd', 'rd1.5', 'rdm8')."""
-    name = f'out-{c}-{draw}-cpu-long' if draw else f'out-{c}-cpu-long'
-    rows = [r[0] for _, h, rows, _ in stored_tables('depth/designs.md') if h[:2] == ('design', 'depth') for r in rows
-            if r[0] in (name + '-s1', name + ' (3 seeds)')]
-    assert len(rows) == 1, name
-    return rows[0]
-
-
-def dz_name(c, draw=''):
-    """The results.json name of a designs.md row."""
-    return design_row(c, draw).replace(' (3 seeds)', '')
-
-
-def best_k_of(name, up_to=16):
-    p = depth_ppl(name)
-    return min((k for k in p if k <= up_to), key=p.get)
-
-
-# docs/early-exit.md --------------------------------------------------------------------------
-
-# docs/paper-shape.md -------------------------------------------------------------------------
-
-# docs/speculative.md -------------------------------------------------------------------------
-
-# docs/speed.md --------------------------------------------------------------------------------
-
-# docs/tasks.md --------------------------------------------------------------------------------
-
-T = 'docs/tasks.md'
-
-
-def task_seed(design, seed, n, K, intervention='none', rel='parity/designs/results.json'):
-    """One seed's scores (exact, h_norm, one_minus_cos, ...) on n-bit strings at K."""
-    found = [r for r in results(rel)['results'] if r['run'].endswith(f'out-parity-{design}-s{seed}')
-             and (r['length'], r['K'], r['intervention']) == (n, K, intervention)]
-    assert len(found) == 1, (design, seed, n, K)
-    return found[0]
-
-
-def task_group(design, n, K, intervention='none', rel='parity/designs/results.json'):
-    found = [g for g in results(rel)['designs'] if g['design'].endswith(f'out-parity-{design}')
-             and (g['length'], g['K'], g['intervention']) == (n, K, intervention)]
-    assert len(found) == 1, (design, n, K)
-    return found[0]
-
-
-def exact(design, n, K, intervention='none', rel='parity/designs/results.json'):
-    """Exact match in %, mean and std over the seeds."""
-    g = task_group(design, n, K, intervention, rel)
-    return [100 * g['exact'], 100 * g['exact_std']]
-
-
-def task_ks(rel='parity/designs/results.json'):
-    return sorted({g['K'] for g in results(rel)['designs']})
-
-
-def best_exact(design, n, rel='parity/designs/results.json'):
-    """The K where a design's mean exact match is highest, and that match, mean and std."""
-    K = max(task_ks(rel), key=lambda K: task_group(design, n, K, rel=rel)['exact'])
-    return K, exact(design, n, K, rel=rel)
-
-
-def best_val(rel):
-    """A parity run's best validation loss (at K=12, the last of its losses) and its iteration, from its log.jsonl."""
-    return min((r['val_loss'][-1], r['iter']) for r in jsonl(rel) if r['kind'] == 'eval')
-
-
-def seed_logs(design, seeds, folder='parity/designs'):
-    return [f'{folder}/logs/parity-{design}-s{s}.jsonl' for s in seeds]
-
-
-@prose(T, 'per-loop CE gains nothing past # loops, and the fixed-depth terminal designs are best at their trained K=4')
-def tasks_text_depth():
-    assert all(best_k_of(dz_name(c)) == 4 for c in ('norm_terminal', 'raw_terminal', 'penalty_terminal'))
-    return per_loop_best()
-
-
-PROSE[T, 'About # minutes a run on one core, evaluations included'] = lambda: [
-    float((ASSETS / f'{INITS}/logs/timed.seconds').read_text()) / 60]
-
-
-def parity_config():
-    """config/parity.py's settings, and beyond.parity's default probe split: (rows, length)."""
-    from beyond.parity import SPLITS
-    (rows, n), = [(rows, int(n)) for split, rows, n in SPLITS if split == 'probe']
-    return runpy.run_path(str(ROOT / 'config/parity.py')), (rows, n)
-
-
-@prose(T, 'the checkpoint that extrapolates best: every # steps train.py scores the data\'s probe split (`select = '
-          '\'beyond.tasks.screened_probe\'`: # strings of # bits, drawn on a stream of their own, never the test split) at '
-          'K=# and # where their first # bits are right at K=# and #')
-
-
-def recipe_probe():
-    cfg, (rows, n) = parity_config()
-    assert cfg['select'] == 'beyond.tasks.screened_probe'
-    return [cfg['eval_interval'], rows, n, 2 * n, 4 * n, n // 2, n, 2 * n]  # read_probe: 2n and 4n, the screen at n/2 bits
-
-
-def study_probe(study, seeds):
-    """(the probe's string length that the study's prepare.log wrote, the steps between the evaluations its norm-il
-    runs logged, the select that logged them: beyond.tasks.screened_probe logs a screen_error, probe does not)."""
-    n, = {int(m) for m in re.findall(r'probe: [\d,]+ strings of (\d+)-\1 bits', (ASSETS / f'{study}/logs/prepare.log').read_text())}
-    evals = seed_evals('norm-il', study, seeds)
-    steps = {b['iter'] - a['iter'] for e in evals for a, b in zip(e, e[1:])}
-    selects = {'beyond.tasks.' + ('screened_probe' if 'screen_error' in r['select'] else 'probe') for e in evals for r in e}
-    assert len(steps) == 1 and len(selects) == 1
-    return n, steps.pop(), selects.pop()
-
-
-@prose(T, 'In this study the probe had #-bit strings, read every # steps (K=# and K=#)')
-def seed_study_probe():
-    n, step, _ = study_probe('parity/seeds', range(1001, 1011))
-    return [n, step, 2 * n, 4 * n]
-
-
-def interval_select(pattern, script):
-    """(the evaluation interval, the select) a study script passes to train.py: pattern's two groups in its text."""
-    m = re.search(pattern, script)
-    return int(m.group(1)), m.group(2)
-
-
-def fresh_starts(study, design, seed):
-    """The iterations a stored run's output says its fresh starts came at (train.py's inits: one line each)."""
-    out = (ASSETS / f'{study}/logs/parity-{design}-s{seed}.log').read_text()
-    return [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
-
-
-def study_training(study, seeds, design='norm-il'):
-    """(the initializations, the learning rate schedule) a study's runs of design trained with: one more than the fresh
-    starts each run's output names, and a cosine where the learning rates its log lines report change."""
-    trainings = set()
-    for s in seeds:
-        lrs = {e['lr'] for e in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if e['kind'] == 'train'}
-        trainings.add((1 + len(fresh_starts(study, design, s)), 'constant' if len(lrs) == 1 else 'cosine'))
-    assert len(trainings) == 1, trainings
-    return trainings.pop()
-
-
-def script_training(pattern, script):
-    """(the initializations, the learning rate schedule) a study script passes to train.py: pattern's groups."""
-    m = re.search(pattern, script)
-    return int(m.group(1)), m.group(2)
-
-
-def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_with():
-    # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
-    # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
-    # the screened-probe study (whose defaults are the recipe's)
-    seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity/seeds', NEW, SCREEN))
-    assert study_probe('parity/seeds', range(1001, 1011)) == (
-        int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
-        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ', seeds_sh))
-    cfg, (_, n) = parity_config()
-    for sh in (new_sh, screen_sh):
-        assert 'probe_lengths' not in re.search(r'PREP_ARGS:-([^}]*)\}', sh).group(1)  # beyond.parity's default probe
-    assert study_probe(NEW, NEW_SEEDS) == (n, 100, 'beyond.tasks.probe') == (
-        n, *interval_select(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh))
-    assert study_probe(SCREEN, SCREEN_SEEDS) == (n, cfg['eval_interval'], cfg['select']) == (
-        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+) ', screen_sh))
-    # and the training each ran: one initialization at a cosine learning rate, before the recipe's two (their own logs:
-    # the fresh starts their output names, the rates their log lines report), as each script pins it
-    pinned = {'parity/seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
-              NEW: (NEW_SEEDS, 'norm-il', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
-              SCREEN: (SCREEN_SEEDS, 'norm-il', r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"'),
-              'parity/screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
-              'parity/designs': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
-    for study, (seeds, design, pattern) in pinned.items():
-        sh = (ROOT / f'assets/{study}/run.sh').read_text()
-        assert study_training(study, seeds, design) == script_training(pattern, sh) == (1, 'cosine'), study
-    # (the late-state CE study reruns only at the commit it ran at: its logs alone say how it trained)
-    assert study_training('parity/late', range(1001, 1011), 'norm-il-late') == (1, 'cosine')
-    # the two-initialization study: the recipe as it stands, nothing pinned
-    inits_sh = (ROOT / f'assets/{INITS}/run.sh').read_text()
-    assert '--inits' not in inits_sh and '--lr_decay' not in inits_sh
-    assert study_training(INITS, INITS_SEEDS) == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
-    assert study_probe(INITS, INITS_SEEDS) == (n, cfg['eval_interval'], cfg['select'])
-    # the tuning: each variant's runs trained as run.sh names them
-    tuning_sh = (ROOT / f'assets/{INITS_TUNE}/run.sh').read_text()
-    variants = re.findall(r'"(\w+) (\d+) (\w+)"', re.search(r'VARIANTS=\(([^)]*)\)', tuning_sh).group(1))
-    assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']
-    for name, inits, decay in variants:
-        assert study_training(INITS_TUNE, TUNE_SEEDS, name) == (int(inits), decay), name
-
-PROSE[T, "norm-il's best validation losses #, #, # and raw-il's #, #, # (at 0.1: #, #, # and #, #, #), and 32-bit exact match "
-         '# ± #% (norm-il, one seed at #%) and #% (raw-il) at K=64.'] = lambda: [
-    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3), 'parity/designs/init-0.02')] + [
-    best_val(rel)[0] for d in ('norm-il', 'raw-il') for rel in seed_logs(d, (1, 2, 3))] + exact(
-    'norm-il', 32, 64, rel='parity/designs/init-0.02/results.json') + [
-    100 * max(task_seed('norm-il', s, 32, 64, rel='parity/designs/init-0.02/results.json')['exact'] for s in (1, 2, 3)),
-    exact('raw-il', 32, 64, rel='parity/designs/init-0.02/results.json')[0]]
-PROSE[T, 'on 16-bit strings falls to about #'] = lambda: [min(best_val(rel)[0] for rel in seed_logs('norm-il', (1, 2, 3)))]
-PROSE[T, '(norm-il seed 1: # at step #, # at 3,000;'] = lambda: list(best_val(seed_logs('norm-il', (1,))[0])) + [
-    [r['val_loss'][-1] for r in jsonl(seed_logs('norm-il', (1,))[0]) if r['kind'] == 'eval'][-1]]
-PROSE[T, '`beyond.tasks` scores # fresh strings'] = lambda: [results('parity/designs/results.json')['rows']]
-
-
-@prose(T, 'gets 32-bit strings (4x the length) from #% exact match at K=12 to # ± #% at K=48 and #% on all three seeds from K=64 '
-          '(under 8x its trained K) through K=512: no overthinking over 8x past that K. The loops a length needs grow with it '
-          '(at K=n: #% of 8-bit strings, #% of 16-bit ones, #% of 32-bit ones). Its ‖H_K‖ holds at #')
-
-
-def norm_il_extrapolates():
-    late = [K for K in task_ks() if K >= 64]
-    held = {round(task_group('norm-il', 32, K)['h_norm']) for K in task_ks() if K >= 12}
-    assert len(held) == 1
-    return [exact('norm-il', 32, 12)[0]] + exact('norm-il', 32, 48) + [
-        100 * min(task_seed('norm-il', s, 32, K)['exact'] for s in (1, 2, 3) for K in late)] + [
-        exact('norm-il', n, n)[0] for n in (8, 16, 32)] + [held.pop()]
-
-
-@prose(T, '‖H_K‖ grows about linearly: # at K=12 to # at K=512 for the norm readout, # to # for the raw one, # to # for alpha. '
-          'None of the three solves 32-bit strings at any K (at most #%). The norm readout, blind to that growth, is the '
-          "worst on 8 and 32 bits (16 bits: # ± #% at best, alpha's # ± #%) and one of its seeds does not learn 8 bits (its "
-          "best validation loss #; norm-il's: #, #, #); the raw readout sees it and holds 8-bit strings at #% to K=64 on "
-          'all three seeds, but then overthinks too (# ± #% at K=512) and reaches # ± #% on 16 bits.')
-
-
-def blind_spot_parity():
-    three = ('norm', 'raw', 'alpha')
-    for n in (8, 32):
-        assert min(three, key=lambda d: best_exact(d, n)[1][0]) == 'norm'
-    return [task_group(d, 32, K)['h_norm'] for d in three for K in (12, 512)] + [
-        max(best_exact(d, 32)[1][0] for d in three)] + best_exact('norm', 16)[1] + best_exact('alpha', 16)[1] + [
-        max(best_val(rel)[0] for rel in seed_logs('norm', (1, 2, 3)))] + [
-        best_val(rel)[0] for rel in seed_logs('norm-il', (1, 2, 3))] + [
-        100 * min(task_seed('raw', s, 8, K)['exact'] for s in (1, 2, 3) for K in task_ks() if 8 <= K <= 64)] + exact(
-        'raw', 8, 512) + best_exact('raw', 16)[1]
-
-
-@prose(T, 'raw-il reaches # ± #% on 32 bits (seeds #, #, #%: two of three), alpha-il # ± #% (#, #, #%: one of three).')
-def fixed_scale_extrapolates():
-    out = []
-    for d in ('raw-il', 'alpha-il'):
-        K, best = best_exact(d, 32)
-        out += best + [100 * task_seed(d, s, 32, K)['exact'] for s in (1, 2, 3)]
-    assert [sum(v == 100 for v in out[i + 2:i + 5]) for i in (0, 5)] == [2, 1]  # ("two of three", "one of three")
-    return out
-
-
-PROSE[T, 'The norm penalty holds ‖H_K‖ at # inside the trained depth but not past it (# at K=512), and 8-bit strings fall '
-         'from #% at K=12 to # ± #% at K=512. Damping bounds the norm (# at K=512) but not the answer: # ± #% on 8 bits at '
-         'best'] = lambda: [task_group('norm-pen', 32, K)['h_norm'] for K in (12, 512)] + [
-    exact('norm-pen', 8, 12)[0]] + exact('norm-pen', 8, 512) + [task_group('norm-damp', 32, 512)['h_norm']] + best_exact(
-    'norm-damp', 8)[1]
-
-
-@prose(T, 'the state is bounded (#) but carries the input only from loop 1: 32-bit strings reach # ± #% at K=48 (by seed at '
-          'K=64: #, #, #%) and fall back (# ± #% at K=512).')
-
-
-def noinj():
-    assert best_exact('norm-il-noinj', 32)[0] == 48
-    return [task_group('norm-il-noinj', 32, 512)['h_norm']] + exact('norm-il-noinj', 32, 48) + [
-        100 * task_seed('norm-il-noinj', s, 32, 64)['exact'] for s in (1, 2, 3)] + exact('norm-il-noinj', 32, 512)
-
-
-@prose(T, 'trains well (#% of 8 bits at K=8-12) but learns a solution for exactly 12 loops: 8-bit strings drop to # ± #% at '
-          'K=24 (# ± #% from K=32) and 32-bit ones reach # ± #%.')
-
-
-def fixed_k_parity():
-    after = {tuple(round(v) for v in exact('norm-il-fixed', 8, K)) for K in task_ks() if K >= 32}
-    assert len(after) == 1
-    return [min(exact('norm-il-fixed', 8, K)[0] for K in (8, 12))] + exact('norm-il-fixed', 8, 24) + list(after.pop()) + \
-        best_exact('norm-il-fixed', 32)[1]
-
-
-@prose(T, "cuts the norm readout's 8-bit match from # ± #% to # ± #% at K=12, and the raw one's from #% to # ± #%; the "
-          'per-token RMS cap keeps them at K=12 but not past it (norm # ± #%, raw # ± #% at K=512).')
-
-
-def interventions_prose():
-    for d in ('norm', 'raw'):
-        assert exact(d, 8, 12, 'cap') == exact(d, 8, 12)
-    assert all(exact('norm-il', 8, K, iv) == exact('norm-il', 8, K) for iv in ('clamp', 'cap') for K in task_ks())
-    return exact('norm', 8, 12) + exact('norm', 8, 12, 'clamp') + [exact('raw', 8, 12)[0]] + exact(
-        'raw', 8, 12, 'clamp') + exact('norm', 8, 512, 'cap') + exact('raw', 8, 512, 'cap')
-
-
-PROSE[T, 'without overthinking: # ± #% at its trained K=12, # ± #% from K=64 to K=512.'] = lambda: exact(
-    'norm-il', 32, 12) + [min(exact('norm-il', 32, K)[0] for K in task_ks() if K >= 64),
-                          max(exact('norm-il', 32, K)[1] for K in task_ks() if K >= 64)]
-PROSE[T, '(its third seed stops at #% on 32 bits)'] = lambda: [100 * task_seed('raw-il', 3, 32, 512)['exact']]
-HELD_SEEDS = 'parity/designs/heldout-seeds/results.json'
-
-
-@prose(T, '(#% and #% exact match at K=64 and at K=512, 1 − cos ≤ #: a fixed point) but not on seed 11 (#% at K=64, #% at '
-          'K=512; its state still turns, 1 − cos #), # ± #% over the three at K=64. All three reach the same best validation '
-          'loss (#, #, #: the floor of 16-bit strings at K=12)')
-
-
-def parity_heldout_seeds():
-    seed = lambda s, K: task_seed('norm-il', s, 32, K, rel=HELD_SEEDS)
-    for s in (12, 13):
-        assert seed(s, 64)['exact'] == seed(s, 512)['exact']
-    return [100 * seed(s, 64)['exact'] for s in (12, 13)] + [
-        max(abs(seed(s, K)['one_minus_cos']) for s in (12, 13) for K in (64, 512))] + [
-        100 * seed(11, K)['exact'] for K in (64, 512)] + [seed(11, 512)['one_minus_cos']] + exact(
-        'norm-il', 32, 64, rel=HELD_SEEDS) + [best_val(rel)[0] for rel in seed_logs('norm-il', (11, 12, 13),
-                                                                                      'parity/designs/heldout-seeds')]
-
-
-PROSE[T, 'The blind-spot twin (norm) fails on all three, as in the study: # ± #% on 16 bits at best, ‖H_K‖ # at K=512 on 32 '
-         'bits.'] = lambda: best_exact('norm', 16, HELD_SEEDS)[1] + [task_group('norm', 32, 512, rel=HELD_SEEDS)['h_norm']]
-
-# docs/tasks.md, on every seed (assets/parity/seeds) ----------------------------------------------
-from beyond.tasks import BARS, PASS, design_of  # noqa: E402  (the study's design names and bars, as beyond.tasks has them)
-
-SEEDS55 = 'parity/seeds/results.json'
-
-
-def seed_share(design, length, intervention='none', study='parity/seeds'):
-    """A design's share of seeds passing the bar at a length (beyond.tasks.shares, as the study stored it)."""
-    found = [s for s in results(f'{study}/results.json')['shares'] if (s['design'], s['length'], s['intervention']) == (
-        f'out-parity-{design}', length, intervention)]
-    assert len(found) == 1, (design, length, intervention)
-    return found[0]
-
-
-# the docs' names of rules.py's checkpoint rules (its columns), in its order
-def seed_runs(design, length, study='parity/seeds'):
-    """{run: {K: exact match}} of a design's ten runs at a length, no rescue (the study's results.json)."""
-    out = {}
-    for r in results(f'{study}/results.json')['results']:
-        if (design_of(r['run']), r['length'], r['intervention']) == (f'out-parity-{design}', length, 'none'):
-            out.setdefault(r['run'], {})[r['K']] = r['exact']
-    return out
-
-
-def failing_runs(design, length, study='parity/seeds'):
-    """A design's runs that fail the bar at a length (no rescue), in order."""
-    passed = seed_share(design, length, study=study)['passed_runs']
-    return sorted(r for r in seed_runs(design, length, study) if r not in passed)
-
-
-def seed_evals(design, study='parity/seeds', seeds=range(1001, 1011)):
-    """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
-    return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
-            for s in seeds]
-
-
-def rules_table(study, name='rules.md'):
-    """rules.py's table as the study stored it in rules.md (or name): (its header, its rows)."""
-    (table,), = [[(h, rows) for _, h, rows, _ in stored_tables(f'{study}/{name}') if h[0] == 'run']]
-    return table
-
-
-def rules_passing(study='parity/seeds', name='rules.md'):
-    """rules.py's passing row: {rule: [k, n, the interval's low and high %]}, from the study's rules.md (or name)."""
-    header, rows = rules_table(study, name)
-    return {rule: nums(cell) for rule, cell in zip(header, next(r for r in rows if r[0].strip('*') == 'passing'))
-            if rule != 'run'}
-
-
-def kept(evals):
-    """The evaluation the probe's rule keeps: the lowest probe error, the earliest of equals."""
-    return min(evals, key=lambda r: r['select']['probe_error'])
-
-
-PROSE[T, 'on ten seeds each (#-#)'] = lambda: [min(int(r[-4:]) for r in results(SEEDS55)['runs']),
-                                              max(int(r[-4:]) for r in results(SEEDS55)['runs'])]
-PROSE[T, 'and the test strings at seed #, # of each length'] = lambda: [results(SEEDS55)['seed'], results(SEEDS55)['rows']]
-
-
-@prose(T, 'at least #% whole-string exact match on #-bit strings at some K <= #, held within # points at every K scored up '
-          'to #; and at least #% on #-bit strings (#x the longest trained) at some K <= #.')
-
-
-def seed_bars():
-    from beyond.tasks import BARS, PASS, WITHIN
-    (n32, by32, held), (n64, by64, _) = BARS
-    return [100 * PASS, n32, by32, 100 * WITHIN, held, 100 * PASS, n64, n64 // 8, by64]
-
-
-PROSE[T, 'Seeds passing each bar, k/# with its #% (Wilson) interval'] = lambda: [seed_share('norm-il', 32)['runs'], 95]
-PROSE[T, 'The training-free rescues on #-bit strings, k/# passing'] = lambda: [32, seed_share('norm-il', 32, 'relax')['runs']]
-PROSE[T, '**The recipe passes the #-bit bar on each of the ten seeds tried, #/#.**'] = lambda: [
-    32, seed_share('norm-il', 32)['passed'], seed_share('norm-il', 32)['runs']]
-PROSE[T, 'at a fixed scale (‖H_384‖ #)'] = lambda: [seed_share('norm-il', 32)['h_norm_pass']]
-PROSE[T, 'kept a checkpoint with probe error #, from step # to step #.'] = lambda: [
-    max(kept(e)['select']['probe_error'] for e in seed_evals('norm-il')),
-    min(kept(e)['iter'] for e in seed_evals('norm-il')), max(kept(e)['iter'] for e in seed_evals('norm-il'))]
-
-
-@prose(T, '**#-bit strings, #x the longest trained: #/#.** The three that fail reach #-#% on 32 bits and stop at #%, #% '
-          'and #% on 64-bit ones: a probe of #-bit strings')
-
-
-def seed_64_bits():
-    s = seed_share('norm-il', 64)
-    failing = failing_runs('norm-il', 64)
-    assert len(failing) == 3
-    at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
-    return [64, 8, s['passed'], s['runs'], 100 * min(at32), 100 * max(at32)] + sorted(
-        (100 * max(seed_runs('norm-il', 64)[r].values()) for r in failing), reverse=True) + [24]
-
-
-@prose(T, '**The blind spot, as shares of seeds: #/# for both readouts without the inter-loop norm.** The norm readout\'s '
-          'and the raw readout\'s ‖H_384‖ reach # and # on 32-bit strings')
-
-
-def seed_blind_spot():
-    a, b = seed_share('norm', 32), seed_share('raw', 32)
-    assert (a['passed'], a['runs']) == (b['passed'], b['runs']) == (seed_share('norm', 64)['passed'], 10)
-    return [a['passed'], a['runs'], a['h_norm_fail'], b['h_norm_fail']]
-
-
-PROSE[T, 'no checkpoint of any of their twenty runs gets the probe right (the lowest probe error of each run: #% to #%)'] = \
-    lambda: [f(100 * min(r['select']['probe_error'] for r in e) for d in ('norm', 'raw') for e in seed_evals(d))
-             for f in (min, max)]
-PROSE[T, 'the raw readout extrapolates on #/#: its three failing seeds keep the same bounded state (‖H_384‖ # against # on '
-         'the passing ones)'] = lambda: [seed_share('raw-il', 32)['passed'], seed_share('raw-il', 32)['runs'],
-                                         seed_share('raw-il', 32)['h_norm_fail'], seed_share('raw-il', 32)['h_norm_pass']]
-
-
-@prose(T, 'the best validation loss keeps a checkpoint that passes on #/# seeds, the last checkpoint on #/# and the '
-          'label-free scores on #/#; the probe\'s on #/#.')
-
-
-def seed_rules_prose():
-    p = rules_passing()
-    assert p['probe_disagreement'] == p['probe_turn']
-    return p['val_loss'][:2] + p['last'][:2] + p['probe_disagreement'][:2] + p['probe_error'][:2]
-
-
-PROSE[T, "and loses # of the recipe's ten seeds (# of raw-il's) at K <= #."] = lambda: [
-    len(set(seed_share(d, 32)['passed_runs']) - set(seed_share(d, 32, 'relax')['passed_runs'])) for d in ('norm-il', 'raw-il')
-] + [96]
-PROSE[T, 'What does not: #-bit strings on three seeds in ten, and the raw readout'] = lambda: [64]
-
-NOT_STORED.update({
-    (T, 'with attention bounded to a window of 2'): 'the task',
-    (T, 'one layer, one head, d=64, a window of 2'): "config/parity.py's settings",
-    (T, 'n ~ U[0, 12) loops without a graph, then k ~ U[1, 12 - n] with one'): "config/parity.py's settings",
-    (T, 'weights drawn at std 0.1, 3,000 steps of 64 strings as two initializations of 1,500 steps'): "config/parity.py's "
-                                                                                              "settings",
-    (T, '**Weights at std 0.1** (about 1/sqrt(64)), not 0.02. With the inter-loop norm the carried state has RMS 1, while '
-        'the injected embedding has the RMS of its init: at 0.02'): 'settings, and arithmetic',
-    (T, "The study's two inter-loop designs at 0.02"): 'the setting',
-    (T, '(at 0.1:'): 'the setting',
-    (T, '(its floor: the 12 loops of K=12 reach 12 of the 16 bits, and the four left are guesses, 4/16 x ln 2 = 0.17)'):
-        'arithmetic',
-    (T, 'the norm penalty at 0.01'): 'the setting',
-    (T, 'training saw at most 12 loops'): 'the training settings',
-    (T, 'at most 12 loops, gets'): 'the training settings',
-    (T, 'extrapolates to 8x its trained depth'): 'depths',
-    (T, 'learns a solution for exactly 12 loops'): 'the training setting',
-    (T, '([assets/parity/designs/init-0.02]'): 'a folder',
-    (T, 'evaluated every 250 steps'): "assets/parity/designs/run.sh's RULE",
-    (T, 'the data drawn at seed 2001'): "run.sh's PREP_ARGS",
-    (T, 'from 2n to 4n loops'): "beyond.tasks.probe's depths",
-    (T, 'at K=2n and K=4n (n bits'): "beyond.tasks.probe's depths",
-    (T, "config/parity.py's has 48-bit ones"): 'the recipe paragraph above, checked there',
-    (T, 'relax: each loop past the trained K moves the state a quarter'): 'beyond.tasks.RELAX',
-    (T, 'with the inter-loop norm and the probe\'s checkpoint, 32-bit strings at K=48 and past, without overthinking to '
-        'K=384'): 'the table above',
-})
-
-
-# docs/tasks.md, late-state CE (assets/parity/late, beside assets/parity/seeds) --------------------------
-LATE = 'parity/late'
-
-
-@prose(T, "The recipe's three 64-bit failures reach #-#% on 32-bit strings: they extrapolate #x, not #x.")
-def late_why():
-    failing = failing_runs('norm-il', 64)
-    assert len(failing) == 3
-    at32 = [max(seed_runs('norm-il', 32)[r].values()) for r in failing]
-    return [100 * min(at32), 100 * max(at32), 32 // 8, 64 // 8]  # (8 bits, the longest trained)
-
-
-@prose(T, '**A run that learns to extrapolate with it holds #x: the seven that pass # bits pass # bits, all seven.** '
-          'Without it three of ten such runs stop at #-#% on 64-bit strings.')
-
-
-def late_holds():
-    a, b = seed_share('norm-il-late', 32, study=LATE), seed_share('norm-il-late', 64, study=LATE)
-    assert set(a['passed_runs']) <= set(b['passed_runs']) and a['passed'] == 7
-    stopped = [max(seed_runs('norm-il', 64)[r].values()) for r in failing_runs('norm-il', 64)
-               if r in seed_share('norm-il', 32)['passed_runs']]
-    assert len(stopped) == 3
-    return [8, 32, 64, 100 * min(stopped), 100 * max(stopped)]
-
-
-@prose(T, '**Three seeds never learn to extrapolate with it, judged at its evaluations every # steps.**')
-def late_interval():
-    steps = {b['iter'] - a['iter'] for e in seed_evals('norm-il-late', study=LATE) for a, b in zip(e, e[1:])}
-    assert len(steps) == 1
-    return [steps.pop()]
-
-
-@prose(T, 'Seeds 1008, 1009 and 1010 keep no checkpoint with the probe right (the lowest probe '
-          'error of each: #%, #%, #%), where the recipe without it kept one on each of the ten. Their state stays bounded '
-          '(‖H_384‖ # against # on the passing seeds)')
-
-
-def late_never():
-    failing = failing_runs('norm-il-late', 32, study=LATE)
-    assert [r[-4:] for r in failing] == ['1008', '1009', '1010']
-    evals = dict(zip(range(1001, 1011), seed_evals('norm-il-late', study=LATE)))
-    assert max(kept(e)['select']['probe_error'] for e in seed_evals('norm-il')) == 0
-    s = seed_share('norm-il-late', 32, study=LATE)
-    return [100 * min(r['select']['probe_error'] for r in evals[int(f[-4:])]) for f in failing] + [
-        s['h_norm_fail'], s['h_norm_pass']]
-
-
-@prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
-          'the label-free scores on #/#, the last checkpoint on #/#.')
-
-
-def late_rules():
-    p = rules_passing(LATE)
-    assert p['probe_disagreement'] == p['probe_turn'] and max(v[0] for v in p.values()) == p['probe_error'][0]
-    return [32] + p['probe_error'][:2] + p['val_loss'][:2] + p['probe_disagreement'][:2] + p['last'][:2]
-
-
-PROSE[T, 'the deep steps run up to # loops, and one run alone took # minutes on one core'] = lambda: [
-    128 + 12, float((ASSETS / f'{LATE}/logs/timed.seconds').read_text()) / 60]
-PROSE[T, '**The recipe stays without it**: #/# and #/# against #/# and #/#. Neither reaches 64-bit strings on # seeds in '
-         '#.'] = lambda: [v for d, st in (('norm-il', 'parity/seeds'), ('norm-il-late', LATE)) for n in (32, 64)
-                          for v in (seed_share(d, n, study=st)['passed'], seed_share(d, n, study=st)['runs'])] + [9, 10]
-
-NOT_STORED.update({
-    (T, 'With `late_share = 0.2` and `late_loops = 128`'): "the design part -late's settings (assets/study.sh at 15f14ef)",
-    (T, 'n ~ U[12, 128] times before k ~ U[1, 12] with one'): "the draw at -late's settings (depth.py at 15f14ef)",
-    (T, 'The training strings have at most 8 bits'): "beyond.parity's default",
-    (T, 'chosen on six other seeds (101-106, data seed 100)'): 'the tuning runs, not stored',
-    (T, 'evaluated every 100 steps'): "assets/parity/late/run.sh's setting (at 15f14ef)",
-    (T, 'parity/late/logs/timed.log)), past the 4 minutes a run may take'): "issue #55's limit",
-})
-
-
-# docs/tasks.md, a longer probe (assets/parity/new-seeds, beside assets/parity/seeds) ------------------------
-NEW = 'parity/new-seeds'
-NEW_SEEDS = range(1011, 1021)
-SCREEN = 'parity/screen'
-SCREEN_SEEDS = range(1021, 1031)
-INITS = 'parity/inits'
-INITS_SEEDS = range(1031, 1041)
-INITS_TUNE = 'parity/inits-tuning'
-
-
-@prose(T, 'each holds the same exact match from K=# to K=# (#%, #% and #%). They extrapolate #x and not #x, and a probe of '
-          '#-bit strings, #x the longest trained, cannot see it: each kept a checkpoint with every probe string right.')
-
-
-def probe_why():
-    failing = failing_runs('norm-il', 64)
-    runs = seed_runs('norm-il', 64)
-    flat = [runs[r][96] for r in failing]
-    assert all(runs[r][K] == runs[r][96] for r in failing for K in (128, 192, 256))  # held, not lost
-    assert all(kept(e)['select']['probe_error'] == 0 for e in seed_evals('norm-il'))
-    n = study_probe('parity/seeds', range(1001, 1011))[0]
-    return [96, 256] + [100 * v for v in sorted(flat, reverse=True)] + [32 // 8, 64 // 8, n, n // 8]
-
-
-PROSE[T, 'keep one that passes 64 bits on 9 of its 10 seeds (the tenth, seed 1010, at 90%), against # with the 24-bit '
-         'probe.'] = lambda: [seed_share('norm-il', 64)['passed']]
-PROSE[T, "in this study train.py reads it every # steps, not # (`select = 'beyond.tasks.probe'`);"] = lambda: [
-    study_probe(NEW, NEW_SEEDS)[1], study_probe('parity/seeds', range(1001, 1011))[1]]
-
-
-def study_draws(study):
-    """A one-design study's first and last seed, its data's seed (its run.sh's PREP_ARGS) and its test strings' seed."""
-    seeds = [int(r[-4:]) for r in results(f'{study}/results.json')['runs']]
-    data = int(re.search(r'PREP_ARGS:---seed=(\d+)\}', (ASSETS / f'{study}/run.sh').read_text()).group(1))
-    return [min(seeds), max(seeds), data, results(f'{study}/results.json')['seed']]
-
-
-def study_kept(study, seeds):
-    """{seed: the evaluation the probe's rule keeps} of a study's norm-il runs."""
-    return {s: kept(e) for s, e in zip(seeds, seed_evals('norm-il', study, seeds))}
-
-
-def study_runs(study, length):
-    """{seed: {K: exact match}} of a study's norm-il runs at a length, and the seeds that pass its bar."""
-    runs = {int(r[-4:]): ks for r, ks in seed_runs('norm-il', length, study).items()}
-    return runs, {int(r[-4:]) for r in seed_share('norm-il', length, study=study)['passed_runs']}
-
-
-PROSE[T, 'trains the recipe on ten more seeds (#-#), the data drawn at seed # and the test strings at seed #'] = \
-    lambda: study_draws(NEW)
-
-
-@prose(T, '**Each of the five seeds that kept a checkpoint with every #-bit probe string right passes both bars, #/#.** '
-          'The four '
-          '64-bit failures, seeds #, #, # and #, kept none: their lowest probe errors are #%, #%, #% and #%, and they stop '
-          'at #%, #%, #% and #% on 64-bit strings. Seed # fails 32 bits too (#%).')
-
-
-def new_why():
-    kept_ = study_kept(NEW, NEW_SEEDS)
-    perfect = {s for s, e in kept_.items() if e['select']['probe_error'] == 0}
-    (runs32, passed32), (runs64, passed64) = study_runs(NEW, 32), study_runs(NEW, 64)
-    assert perfect <= passed32 & passed64
-    fail64, fail32 = sorted(set(runs64) - passed64), sorted(set(runs32) - passed32)
-    assert len(fail64) == 4 and not perfect & set(fail64) and len(fail32) == 1
-    return [study_probe(NEW, NEW_SEEDS)[0], len(perfect), len(perfect)] + fail64 + [
-        100 * kept_[s]['select']['probe_error'] for s in fail64] + [100 * max(runs64[s].values()) for s in fail64] + [
-        fail32[0], 100 * max(v for K, v in runs32[fail32[0]].items() if K <= 96)]
-
-
-@prose(T, 'on # seeds in # training never gave it a checkpoint with every string right (seed #, at #%, passes all the '
-          'same).')
-
-
-def new_imperfect():
-    imperfect = {s: e['select']['probe_error'] for s, e in study_kept(NEW, NEW_SEEDS).items() if e['select']['probe_error'] > 0}
-    (s, err), = [(s, err) for s, err in imperfect.items() if s in study_runs(NEW, 64)[1]]
-    return [len(imperfect), len(NEW_SEEDS), s, 100 * err]
-
-
-@prose(T, 'on these runs it keeps a checkpoint that passes the #-bit bar on #/# seeds, the best validation loss on #/#, '
-          'the label-free scores on #/# and #/#, the last checkpoint on #/#.')
-
-
-def new_rules():
-    p = rules_passing(NEW)
-    assert max(v[0] for v in p.values()) == p['probe_error'][0] == seed_share('norm-il', 32, study=NEW)['passed']
-    return [32] + p['probe_error'][:2] + p['val_loss'][:2] + p['probe_disagreement'][:2] + p['probe_turn'][:2] + p['last'][:2]
-
-
-PROSE[T, '**Run time**: one run took # minutes on one core'] = lambda: [
-    float((ASSETS / f'{NEW}/logs/timed.seconds').read_text()) / 60]
-
-
-NOT_STORED.update({
-    (T, 'On the tuning seeds (101-106, data seed 100: the recipe\'s runs and the late-state CE runs, a checkpoint kept every '
-        '100 steps), 53 checkpoints'): 'the tuning runs re-read, not stored',
-    (T, 'Of the 45 that also had 64 strings of 48 bits right, 44 reached 95% on 64-bit strings; of the 8 that did not, 4.'):
-        'the tuning runs re-read, not stored',
-    (T, 'Read the same way, the seed study\'s own kept checkpoints'): "parity/seeds' kept checkpoints re-read, not stored",
-    (T, 'holds 128 strings of 48 bits, 6x the longest trained'): 'the recipe paragraph above, checked there',
-    (T, 'raised the share of seeds passing 64 bits on the same runs'): 'the re-read above, not stored',
-    (T, 'past the 4 minutes a run may take. The recipe with the 24-bit probe read every 50 steps'): "issue #55's limit; the "
-                                                                                                   'setting',
-    (T, 'its probe drawn at 24 bits), took 3.8: the longer probe costs 1.5x.'): 'timed by hand beside the study\'s timed run '
-                                                                               '(/tmp/t61/oldtime.sh: 225.9 s), not stored',
-    (T, 'on these new seeds, 32-bit strings on one seed in ten and 64-bit strings on four'): 'the table above',
-    (T, 'The probe tells the seeds that extrapolate 8x from those'): '64 bits over the 8 trained',
-    (T, 'the rule keeps checkpoints that pass 32 bits on 8 of these ten seeds'): 'the re-read, not stored',
-    (T, 'training offered no checkpoint that extrapolates 8x.'): '64 bits over the 8 trained',
-    (T, 'With each kept checkpoint read again by the data\'s probe stream at 24 bits'): 'the study\'s kept checkpoints re-read '
-                                                                               '(/tmp/t61/reread.py), not stored',
-    (T, 'seeds and 64 bits on 5, against 9 and 6 with the 48-bit probe'): 'the re-read, not stored; 9 and 6: the table above',
-    (T, 'read at K=96 and 192. A read costs about five times a 24-bit one'): 'beyond.tasks.probe at 2n and 4n; the cost, '
-                                                                             'timed by hand (probe() on one checkpoint)',
-})
-
-
-# docs/tasks.md, a screened probe (assets/parity/screen, and its tuning, assets/parity/screen-tuning) -------------
-TUNE = 'parity/screen-tuning'
-TUNE_SEEDS = range(101, 107)
-
-
-@prose(T, 'read every # steps, seed # has one at step #, with #% of the strings wrong at step # and #% at #.')
-def screen_brief():
-    errors = {e['iter']: e['select']['probe_error'] for e in seed_evals('norm-il', NEW, [1011])[0]}
-    step, first = study_probe(NEW, NEW_SEEDS)[1], min(i for i, v in errors.items() if v == 0)
-    return [step, 1011, first, 100 * errors[first - step], first - step, 100 * errors[first + step], first + step]
-
-
-@prose(T, 'reads the strings\' first halves first: # bits at K=# and #, the states the whole strings hold there (attention '
-          'looks back, never ahead), at a quarter of the work (rows of # tokens for # loops, against # for #). Only where '
-          'every half is right does it read the whole strings at K=# and #. Its score is their error, or # plus the '
-          'screen\'s where the screen fails')
-
-
-def screen_work():
-    cfg, (_, n) = parity_config()
-    assert cfg['select'] == 'beyond.tasks.screened_probe'
-    return [n // 2, n, 2 * n, n // 2 + 1, 2 * n, n + 1, 4 * n, 2 * n, 4 * n, 1]  # the start token and the bits, read_probe's loops
-
-
-PROSE[T, 'a whole read of #-bit strings (# loops) costs too much to make often'] = lambda: [
-    parity_config()[1][1], 4 * parity_config()[1][1]]
-PROSE[T, "with the probe's rule over every #th step's evaluations only"] = lambda: [
-    int(re.search(r'RULES_ARGS:---every=(\d+)\}', (ASSETS / f'{SCREEN}/run.sh').read_text()).group(1))]
-
-
-def tune_errors(seed):
-    """{iteration: probe error} of a tuning run, from its stored log."""
-    return {e['iter']: e['select']['probe_error'] for e in seed_evals('norm-il', TUNE, [seed])[0]}
-
-
-@prose(T, 'How often to read it was chosen on the tuning seeds (#-#, data seed #), read every # steps')
-def screen_tuned_on():
-    meta = re.search(r'PREP_ARGS:---seed=(\d+)\}', (ASSETS / f'{TUNE}/run.sh').read_text())
-    assert study_probe(TUNE, TUNE_SEEDS)[2] == 'beyond.tasks.screened_probe'
-    return [TUNE_SEEDS[0], TUNE_SEEDS[-1], int(meta.group(1)), study_probe(TUNE, TUNE_SEEDS)[1]]
-
-
-@prose(T, 'The rule\'s pick passes # bits on #/# seeds over every evaluation, #/# over every #th step\'s and #/# over every '
-          '#th step\'s')
-
-
-def screen_tuned():
-    p = rules_passing(TUNE, 'rules-64.md')
-    return [64] + p['probe_error'][:2] + p['probe_error, every 50 steps'][:2] + [50] + p['probe_error, every 100 steps'][:2] + [100]
-
-
-@prose(T, 'seed # got every probe string right at step # only. The recipe reads it every # steps.')
-def screen_seed_101():
-    perfect = [i for i, v in tune_errors(101).items() if v == 0]
-    assert len(perfect) == 1 and perfect[0] % 100
-    return [101, perfect[0], parity_config()[0]['eval_interval']]
-
-
-PROSE[T, 'trains it on ten more seeds (#-#), the data drawn at seed # and the test strings at seed #'] = \
-    lambda: study_draws(SCREEN)
-
-
-@prose(T, '**Each of the five seeds that kept a checkpoint with every #-bit probe string right passes both bars, #/#** '
-          '(#, #, #, #, #), '
-          'as on the seeds of')
-
-
-def screen_perfect():
-    perfect = sorted(s for s, e in study_kept(SCREEN, SCREEN_SEEDS).items() if e['select']['probe_error'] == 0)
-    assert set(perfect) <= study_runs(SCREEN, 32)[1] & study_runs(SCREEN, 64)[1]
-    return [study_probe(SCREEN, SCREEN_SEEDS)[0], len(perfect), len(perfect)] + perfect
-
-
-@prose(T, 'Seed #, at #%, passes both; seed #, at #%, passes # bits and stops at #% on #.')
-def screen_near():
-    kept_, (r32, p32), (r64, p64) = study_kept(SCREEN, SCREEN_SEEDS), study_runs(SCREEN, 32), study_runs(SCREEN, 64)
-    (a, ea), (b, eb) = sorted((s, e['select']['probe_error']) for s, e in kept_.items() if 0 < e['select']['probe_error'] < 0.1)
-    assert a in p32 & p64 and b in p32 - p64
-    return [a, 100 * ea, b, 100 * eb, 32, 100 * max(r64[b].values()), 64]
-
-
-@prose(T, '**Two seeds never pass the screen.** Seeds # and # got some #-bit string wrong at every evaluation (at best #% '
-          'and #% of them); they stop at #% and #% on 32-bit strings. Seed # passed it twice and kept a checkpoint with #% '
-          'of the #-bit strings wrong: #% on 32 bits.')
-
-
-def screen_never():
-    evals = dict(zip(SCREEN_SEEDS, seed_evals('norm-il', SCREEN, SCREEN_SEEDS)))
-    never = sorted(s for s, e in evals.items() if all(r['select']['screen_error'] > 0 for r in e))
-    r32 = study_runs(SCREEN, 32)[0]
-    top = lambda s: 100 * max(v for K, v in r32[s].items() if K <= 96)  # noqa: E731  (the bar's K)
-    (other,) = [s for s in set(study_runs(SCREEN, 32)[0]) - study_runs(SCREEN, 32)[1] if s not in never]
-    twice = sum(r['select']['screen_error'] == 0 for r in evals[other])
-    n = study_probe(SCREEN, SCREEN_SEEDS)[0]
-    assert len(never) == 2 and twice == 2 and set(never) | {other} == set(r32) - study_runs(SCREEN, 32)[1]
-    return never + [n // 2] + [100 * min(r['select']['screen_error'] for r in evals[s]) for s in never] + [
-        top(s) for s in never] + [other, 100 * study_kept(SCREEN, SCREEN_SEEDS)[other]['select']['probe_error'], n, top(other)]
-
-
-def rules_cell(study, name, seed, rule):
-    """One pick of rules.py's table: (its iteration, its best exact match %)."""
-    header, rows = rules_table(study, name)
-    (row,), = [[r for r in rows if r[0].endswith(f'-s{seed}')]]
-    it, pct = nums(row[header.index(rule)])[:2]
-    return int(it), pct
-
-
-@prose(T, 'Seed #\'s only checkpoint with every probe string right is at step #; read every # steps, the rule keeps step # '
-          '(#% on 32-bit strings).')
-
-
-def screen_1021():
-    errors = {e['iter']: e['select']['probe_error'] for e in seed_evals('norm-il', SCREEN, [1021])[0]}
-    (only,) = [i for i, v in errors.items() if v == 0]
-    return [1021, only, 100, *rules_cell(SCREEN, 'rules.md', 1021, 'probe_error, every 100 steps')]
-
-
-@prose(T, 'of the # evaluations of these ten runs, # passed the screen and read the whole strings. One run took # minutes '
-          'alone on one core')
-
-
-def screen_reads():
-    evals = [r for e in seed_evals('norm-il', SCREEN, SCREEN_SEEDS) for r in e]
-    past = [r for r in evals if r['select']['screen_error'] == 0]
-    assert all(r['select']['probe_error'] <= 1 for r in past) and all(r['select']['probe_error'] > 1 for r in evals
-                                                                        if r not in past)
-    return [len(evals), len(past), float((ASSETS / f'{SCREEN}/logs/timed.seconds').read_text()) / 60]
-
-
-@prose(T, 'the other core ([beside](../assets/parity/screen/logs/beside.seconds)): # s against # s.')
-def screen_beside():
-    secs = dict(line.split() for line in (ASSETS / f'{SCREEN}/logs/beside.seconds').read_text().splitlines())
-    return [float(secs['screened']), float(secs['whole'])]
-
-
-@prose(T, "over the two studies' twenty seeds: all ten whose kept checkpoint got every #-bit probe string right pass both "
-          'bars.')
-
-
-def screen_holds():
-    perfect = [(study, s) for study, seeds in ((NEW, NEW_SEEDS), (SCREEN, SCREEN_SEEDS))
-               for s, e in zip(seeds, seed_evals('norm-il', study, seeds)) if kept(e)['select']['probe_error'] == 0]
-    passed = [{(study, int(r[-4:])) for study in (NEW, SCREEN) for r in seed_share('norm-il', n, study=study)['passed_runs']}
-              for n in (32, 64)]
-    assert set(perfect) <= passed[0] & passed[1] and len(perfect) == 10  # ("all ten")
-    return [study_probe(SCREEN, SCREEN_SEEDS)[0]]
-
-
-NOT_STORED[T, 'on three of these seeds the rule found none that extrapolates 4x.'] = '32 bits over the 8 trained'
-PROSE[T, '**Reading every # steps keeps what every # misses**'] = lambda: [
-    study_probe(SCREEN, SCREEN_SEEDS)[1], int(re.search(r'RULES_ARGS:---every=(\d+)\}', (ASSETS / f'{SCREEN}/run.sh').read_text()).group(1))]
-
-
-@prose(T, '(the whole probe every # steps), the same seed and data')
-def screen_whole():
-    whole = interval_select(r'WHOLE="--eval_interval=(\d+) --select=(\S+) ', (ASSETS / f'{SCREEN}/run.sh').read_text())
-    assert whole == study_probe(NEW, NEW_SEEDS)[1:]  # the recipe of a longer probe, as it ran
-    return [whole[0]]
-
-
-PROSE[T, 'The screen asks more of the first # bits than the whole read does: right by K=#, two loops a bit, where the '
-         'whole read asks it by K=# (the 32-bit bar asks #% of strings by K=#, three loops a bit).'] = lambda: [
-    parity_config()[1][1] // 2, parity_config()[1][1], 2 * parity_config()[1][1]] + [100 * PASS, BARS[0][1]]
-NOT_STORED[T, 'On these three seeds the rule kept no checkpoint that extrapolates 4x.'] = '32 bits over the 8 trained'
 
 
 NUMBER = r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'   # what a `#` of a fragment stands for
@@ -1662,6 +771,7 @@ def test_every_prose_number_is_checked(page):
 
 def test_a_number_no_fragment_holds_is_found(monkeypatch):
     """A number added to the prose without its fragment is found; one in a setting's words is not."""
+    T = 'docs/tasks.md'
     text, before = prose_text(T), unchecked_prose_numbers(T)
     monkeypatch.setitem(globals(), 'prose_text', lambda page: text + ' At K=8 it gains 12%.')
     found = unchecked_prose_numbers(T)
@@ -1672,162 +782,108 @@ def test_readme_is_a_front_page():
     assert len((ROOT / 'README.md').read_text()) < 15_000
 
 
-# docs/tasks.md, two initializations (assets/parity/inits, and its tuning, assets/parity/inits-tuning) --------------
+# ---------------------------------------------------------------------------------------------
+# the parity studies' scripts against their stored logs
 
-def perfect_by_init(study, design, seeds, every=1):
-    """Per run, its evaluations with every probe string right (probe error 0) in each initialization, the
-    initializations cut where the run's output says a fresh start came (an evaluation at that iteration is the last
-    initialization's: it ran before the fresh start); only the evaluations at multiples of every."""
-    runs = []
+NEW = 'parity/new-seeds'
+NEW_SEEDS = range(1011, 1021)
+SCREEN = 'parity/screen'
+SCREEN_SEEDS = range(1021, 1031)
+INITS = 'parity/inits'
+INITS_SEEDS = range(1031, 1041)
+INITS_TUNE = 'parity/inits-tuning'
+TUNE = 'parity/screen-tuning'
+TUNE_SEEDS = range(101, 107)
+
+
+def parity_config():
+    """config/parity.py's settings, and beyond.parity's default probe split: (rows, length)."""
+    from beyond.parity import SPLITS
+    (rows, n), = [(rows, int(n)) for split, rows, n in SPLITS if split == 'probe']
+    return runpy.run_path(str(ROOT / 'config/parity.py')), (rows, n)
+
+
+def seed_evals(design, study='parity/seeds', seeds=range(1001, 1011)):
+    """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
+    return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
+            for s in seeds]
+
+
+def study_probe(study, seeds):
+    """(the probe's string length that the study's prepare.log wrote, the steps between the evaluations its norm-il
+    runs logged, the select that logged them: beyond.tasks.screened_probe logs a screen_error, probe does not)."""
+    n, = {int(m) for m in re.findall(r'probe: [\d,]+ strings of (\d+)-\1 bits', (ASSETS / f'{study}/logs/prepare.log').read_text())}
+    evals = seed_evals('norm-il', study, seeds)
+    steps = {b['iter'] - a['iter'] for e in evals for a, b in zip(e, e[1:])}
+    selects = {'beyond.tasks.' + ('screened_probe' if 'screen_error' in r['select'] else 'probe') for e in evals for r in e}
+    assert len(steps) == 1 and len(selects) == 1
+    return n, steps.pop(), selects.pop()
+
+
+def interval_select(pattern, script):
+    """(the evaluation interval, the select) a study script passes to train.py: pattern's two groups in its text."""
+    m = re.search(pattern, script)
+    return int(m.group(1)), m.group(2)
+
+
+def fresh_starts(study, design, seed):
+    """The iterations a stored run's output says its fresh starts came at (train.py's inits: one line each)."""
+    out = (ASSETS / f'{study}/logs/parity-{design}-s{seed}.log').read_text()
+    return [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
+
+
+def study_training(study, seeds, design='norm-il'):
+    """(the initializations, the learning rate schedule) a study's runs of design trained with: one more than the fresh
+    starts each run's output names, and a cosine where the learning rates its log lines report change."""
+    trainings = set()
     for s in seeds:
-        starts = fresh_starts(study, design, s)
-        counts = [0] * (len(starts) + 1)
-        for e in seed_evals(design, study, [s])[0]:
-            if e['iter'] % every == 0 and e['select']['probe_error'] == 0:
-                counts[sum(b < e['iter'] for b in starts)] += 1
-        runs.append(counts)
-    return runs
+        lrs = {e['lr'] for e in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if e['kind'] == 'train'}
+        trainings.add((1 + len(fresh_starts(study, design, s)), 'constant' if len(lrs) == 1 else 'cosine'))
+    assert len(trainings) == 1, trainings
+    return trainings.pop()
 
 
-PROSE[T, "'s ten runs none came past step #, in its six tuning runs none past step #."] = \
-    lambda: [max(e['iter'] for run in seed_evals('norm-il', study, seeds) for e in run if e['select']['probe_error'] == 0)
-             for study, seeds in ((SCREEN, SCREEN_SEEDS), (TUNE, TUNE_SEEDS))]
+def script_training(pattern, script):
+    """(the initializations, the learning rate schedule) a study script passes to train.py: pattern's groups."""
+    m = re.search(pattern, script)
+    return int(m.group(1)), m.group(2)
 
 
-@prose(T, 'five of those ten seeds never had one (two of them, # and #, never passed the screen).')
-def inits_never_screened():
-    runs = seed_evals('norm-il', SCREEN, SCREEN_SEEDS)
-    assert sum(kept(run)['select']['probe_error'] > 0 for run in runs) == 5  # (words, which the prose checks do not read)
-    return [s for s, run in zip(SCREEN_SEEDS, runs) if all(e['select']['screen_error'] > 0 for e in run)]
-
-
-@prose(T, 'config/parity.py trains two of # steps each at a constant learning rate after warm-up')
-def inits_recipe():
-    cfg, _ = parity_config()
-    assert (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
-    return [cfg['max_iters'] // cfg['inits']]
-
-
-@prose(T, 'That was chosen on the tuning seeds (#-#, data seed #)')
-def inits_tuned_on():
-    meta = re.search(r'PREP_ARGS:---seed=(\d+)\}', (ASSETS / f'{INITS_TUNE}/run.sh').read_text())
-    return [TUNE_SEEDS[0], TUNE_SEEDS[-1], int(meta.group(1))]
-
-
-@prose(T, 'one initialization at a constant rate has # to # such evaluations on five seeds, where the cosine has # to #; '
-          'but seed # has none.')
-
-
-def inits_constant():
-    const = [sum(c) for c in perfect_by_init(INITS_TUNE, 'const', TUNE_SEEDS)]
-    cosine = [sum(c) for c in perfect_by_init(TUNE, 'norm-il', TUNE_SEEDS, every=50)]
-    some = [n for n in const if n]
-    assert len(some) == 5 and all(cosine)
-    return [min(some), max(some), min(cosine), max(cosine), TUNE_SEEDS[const.index(0)]]
-
-
-@prose(T, 'three of # steps find them in # of # initializations. At a constant rate, # of #, and two of # steps, '
-          '# of #: each of the six seeds, # in its second initialization.')
-
-
-def inits_short():
-    def tried(name):
-        runs = perfect_by_init(INITS_TUNE, name, TUNE_SEEDS)
-        return [sum(x > 0 for c in runs for x in c), sum(map(len, runs))], runs
-    (cos, _), (con3, _), (con2, runs2) = tried('i3cos'), tried('i3con'), tried('i2con')
-    assert all(any(c) for c in runs2)
-    late, = [s for s, c in zip(TUNE_SEEDS, runs2) if c[0] == 0]
-    steps = parity_config()[0]['max_iters']
-    return [steps // 3, *cos, *con3, steps // 2, *con2, late]
-
-
-@prose(T, 'trains config/parity.py as it stands on ten more seeds (#-#), the data drawn at seed # and the test strings at '
-          'seed #')
-
-
-def inits_seeds():
-    sh = (ASSETS / f'{INITS}/run.sh').read_text()
-    data, test = (int(re.search(pattern, sh).group(1)) for pattern in (r'PREP_ARGS:---seed=(\d+)\}', r'TEST_SEED:-(\d+)\}'))
-    assert results(f'{INITS}/results.json')['seed'] == test
-    return [INITS_SEEDS[0], INITS_SEEDS[-1], data, test]
-
-
-@prose(T, 'Every run kept a checkpoint with every #-bit probe string right, and # of the # initializations had one '
-          '(seeds # and #: their first only).')
-
-
-def inits_perfect():
-    runs = perfect_by_init(INITS, 'norm-il', INITS_SEEDS)
-    assert all(kept(evals)['select']['probe_error'] == 0 for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
-    first_only = [s for s, c in zip(INITS_SEEDS, runs) if c[0] and not c[1]]
-    assert all(c[0] for c in runs)
-    return [study_probe(INITS, INITS_SEEDS)[0], sum(x > 0 for c in runs for x in c), sum(map(len, runs)), *first_only]
-
-
-def rules_rows(study, name='rules.md'):
-    """rules.py's run rows as the study stored them: [{rule: 'iteration: exact% pass|fail'}], the passing row left out."""
-    header, rows = rules_table(study, name)
-    return [dict(zip(header, r)) for r in rows if r[0].strip('*') != 'passing']
-
-
-@prose(T, 'on all ten seeds that came in the first # steps: no seed here needed the second. Each of the ten had such an '
-          'evaluation within # steps at a constant rate')
-
-
-def inits_first():
-    span = parity_config()[0]['max_iters'] // parity_config()[0]['inits']
-    assert all(kept(evals)['iter'] <= span for evals in seed_evals('norm-il', INITS, INITS_SEEDS))
-    assert [r['probe_error'].split(':')[0] for r in rules_rows(INITS)] == [
-        str(kept(evals)['iter']) for evals in seed_evals('norm-il', INITS, INITS_SEEDS)]  # the picks rules.py scored
-    assert all(c[0] for c in perfect_by_init(INITS, 'norm-il', INITS_SEEDS))
-    return [span, span]
-
-
-PROSE[T, '(other seeds and data, one cosine over # steps)'] = lambda: [
-    max(e['iter'] for run in seed_evals('norm-il', SCREEN, SCREEN_SEEDS) for e in run)]
-
-
-@prose(T, 'each of two trains # steps, not #. Against one constant initialization, the case for a second rests on one '
-          'seed: #, whose one such evaluation came in its second.')
-
-
-def inits_two():
-    steps = parity_config()[0]['max_iters']
-    const = [sum(c) for c in perfect_by_init(INITS_TUNE, 'const', TUNE_SEEDS)]
-    (seed, counts), = [(s, c) for s, c in zip(TUNE_SEEDS, perfect_by_init(INITS_TUNE, 'i2con', TUNE_SEEDS)) if not c[0]]
-    assert counts == [0, 1] and const[TUNE_SEEDS.index(seed)] == 0 and all(n for s, n in zip(TUNE_SEEDS, const) if s != seed)
-    return [steps // 2, steps // 3, seed]
-
-
-@prose(T, 'the best validation loss keeps a checkpoint that passes 32 bits on #/# seeds, the label-free scores on #/# '
-          'and #/#, the last checkpoint on #/#.')
-
-
-def inits_rules():
-    passing = rules_passing(INITS)
-    return [v for rule in ('val_loss', 'probe_disagreement', 'probe_turn', 'last') for v in passing[rule][:2]]
-
-
-PROSE[T, 'and evaluations; one run alone took # minutes on one core'] = lambda: [
-    float((ASSETS / f'{INITS}/logs/timed.seconds').read_text()) / 60]
-
-
-@prose(T, '**Each of the ten seeds passes both bars: #/# at # bits and #/# at #.**')
-def inits_every_seed():
-    a, b = (seed_share('norm-il', n, study=INITS) for n in (32, 64))
-    assert a['passed'] == a['runs'] and b['passed'] == b['runs']
-    return [a['passed'], a['runs'], BARS[0][0], b['passed'], b['runs'], BARS[1][0]]
-
-
-@prose(T, "**The time is the recipe's**: the same # steps and evaluations")
-def inits_same_steps():
-    cfg, _ = parity_config()
-    steps = {e['iter'] for e in jsonl(f'{INITS}/logs/parity-norm-il-s{INITS_SEEDS[0]}.jsonl') if e['kind'] == 'eval'}
-    assert max(steps) == cfg['max_iters'] and steps == set(range(0, cfg['max_iters'] + 1, cfg['eval_interval']))
-    return [cfg['max_iters']]
-
-
-@prose(T, 'the recipe passes both bars, 32-bit strings held to K=# and 64-bit strings, #x the longest trained, by K=#.')
-def inits_holds():
-    longest = int(re.search(r'train: [\d,]+ strings of 1-(\d+) bits', (ASSETS / f'{INITS}/logs/prepare.log').read_text()).group(1))
-    return [BARS[0][2], BARS[1][0] / longest, BARS[1][1]]
+def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_with():
+    # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
+    # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
+    # the screened-probe study (whose defaults are the recipe's)
+    seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity/seeds', NEW, SCREEN))
+    assert study_probe('parity/seeds', range(1001, 1011)) == (
+        int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
+        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ', seeds_sh))
+    cfg, (_, n) = parity_config()
+    for sh in (new_sh, screen_sh):
+        assert 'probe_lengths' not in re.search(r'PREP_ARGS:-([^}]*)\}', sh).group(1)  # beyond.parity's default probe
+    assert study_probe(NEW, NEW_SEEDS) == (n, 100, 'beyond.tasks.probe') == (
+        n, *interval_select(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh))
+    assert study_probe(SCREEN, SCREEN_SEEDS) == (n, cfg['eval_interval'], cfg['select']) == (
+        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+) ', screen_sh))
+    # and the training each ran: one initialization at a cosine learning rate, before the recipe's two (their own logs:
+    # the fresh starts their output names, the rates their log lines report), as each script pins it
+    pinned = {'parity/seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
+              NEW: (NEW_SEEDS, 'norm-il', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
+              SCREEN: (SCREEN_SEEDS, 'norm-il', r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"'),
+              'parity/screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
+              'parity/designs': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
+    for study, (seeds, design, pattern) in pinned.items():
+        sh = (ROOT / f'assets/{study}/run.sh').read_text()
+        assert study_training(study, seeds, design) == script_training(pattern, sh) == (1, 'cosine'), study
+    # (the late-state CE study reruns only at the commit it ran at: its logs alone say how it trained)
+    assert study_training('parity/late', range(1001, 1011), 'norm-il-late') == (1, 'cosine')
+    # the two-initialization study: the recipe as it stands, nothing pinned
+    inits_sh = (ROOT / f'assets/{INITS}/run.sh').read_text()
+    assert '--inits' not in inits_sh and '--lr_decay' not in inits_sh
+    assert study_training(INITS, INITS_SEEDS) == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
+    assert study_probe(INITS, INITS_SEEDS) == (n, cfg['eval_interval'], cfg['select'])
+    # the tuning: each variant's runs trained as run.sh names them
+    tuning_sh = (ROOT / f'assets/{INITS_TUNE}/run.sh').read_text()
+    variants = re.findall(r'"(\w+) (\d+) (\w+)"', re.search(r'VARIANTS=\(([^)]*)\)', tuning_sh).group(1))
+    assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']
+    for name, inits, decay in variants:
+        assert study_training(INITS_TUNE, TUNE_SEEDS, name) == (int(inits), decay), name

@@ -95,18 +95,18 @@ STUDIES = {
     'parity/seeds': (dict(CONDITIONS='norm-il raw', PREP_ARGS='--seed=2001 --train_rows=512 --val_rows=64 --test_rows=64 '
                                                              '--probe_rows=16 --probe_lengths=3',
                           TASK_ARGS='--rows=16', LOOPS='2,4'), False,
-                     ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
+                     ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'scores/norm-il-32/results.json',
                       'scores/raw-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-raw-s1.jsonl',
                       'logs/score-norm-il-32.log', 'logs/prepare.log', 'logs/timed.seconds']),
     'parity/late': (dict(), False, []),  # (it reruns only at the commit it ran at: its run.sh says how, and writes nothing)
     'parity/new-seeds': (dict(PREP_ARGS='--seed=2002 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                      '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
-                         ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'scores/norm-il-32/results.json',
+                         ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'scores/norm-il-32/results.json',
                           'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-norm-il-s1.jsonl',
                           'logs/timed.seconds', 'logs/timed.log']),
     'parity/screen': (dict(PREP_ARGS='--seed=2003 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                   '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4', RULES_ARGS='--every=2'), False,
-                      ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
+                      ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'rules-64.md',
                        'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                        'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log', 'logs/beside.seconds',
                        'logs/beside-screened.log', 'logs/beside-whole.log']),
@@ -116,7 +116,7 @@ STUDIES = {
                               'logs/prepare.log']),
     'parity/inits': (dict(PREP_ARGS='--seed=2004 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                  '--probe_lengths=3', TASK_ARGS='--rows=16', LOOPS='2,4'), False,
-                     ['accuracy.md', 'results.json', 'accuracy.png', 'rules.md', 'rules-64.md',
+                     ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'rules-64.md',
                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
@@ -405,6 +405,72 @@ def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth
         with pytest.raises(UserError, match=rf'^--every {steps}: .* evaluated every 25 steps, and {steps} is not a '
                                             r'multiple of that with an evaluation at it$'):
             rules['picks'](str(tmp_path), [steps])
+
+
+# -----------------------------------------------------------------------------
+# assets/parity/evals.py, what the probe saw in a parity study's runs, and the parity studies' stored tables: each is
+# what its printer prints on the stored results (accuracy.md: python -m beyond.tasks --merge of its results.json)
+
+PARITY = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, 'parity', '**',
+                                                                                             'accuracy.md'), recursive=True))
+EVALS = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, 'parity', '*', 'evals.md')))
+
+
+def evals(*args):
+    import runpy
+    return runpy.run_path(os.path.join(ASSETS, 'parity', 'evals.py'))[args[0]](*args[1:])
+
+
+@pytest.mark.parametrize('study', PARITY)
+def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch, capsys):
+    from beyond import tasks
+    monkeypatch.setattr(tasks, 'plot', lambda *args: None)
+    tasks.main([f'--merge={ASSETS}/{study}/results.json', f'--out={tmp_path}'])
+    with open(os.path.join(ASSETS, study, 'accuracy.md')) as f:
+        assert capsys.readouterr().out == f.read(), f'python -m beyond.tasks --merge=assets/{study}/results.json ' \
+                                                    f'--out=/tmp/x > assets/{study}/accuracy.md'
+
+
+@pytest.mark.parametrize('study', EVALS)
+def test_a_parity_evals_md_is_what_evals_py_prints_on_the_stored_logs(study):
+    assert len(EVALS) == 4 and len(PARITY) == 8  # (seeds, new-seeds, screen, inits; those and designs, its two, late)
+    logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', 'parity-norm-il-s*.jsonl')))
+    with open(os.path.join(ASSETS, study, 'evals.md')) as f:
+        assert evals('table', logs, os.path.join(ASSETS, study, 'results.json')) == f.read(), (
+            f'python assets/parity/evals.py --results=assets/{study}/results.json assets/{study}/logs/parity-norm-il-s*.jsonl '
+            f'> assets/{study}/evals.md')
+
+
+def test_evals_counts_each_runs_probe_evaluations_by_initialization_and_keeps_the_earliest_lowest(tmp_path):
+    # run a: two initializations (a fresh start at 100), screened; run b: one, its screen never passed
+    def run(name, records, fresh=()):
+        with open(tmp_path / f'{name}.jsonl', 'w') as f:
+            f.write(json.dumps(dict(kind='eval', iter=0, select=dict(probe_error=0.0, screen_error=0.0))) + '\n')  # (no checkpoint)
+            for it, probe, screen in records:
+                f.write(json.dumps(dict(kind='train', iter=it, loss=1.0)) + '\n')
+                f.write(json.dumps(dict(kind='eval', iter=it, select=dict(probe_error=probe, screen_error=screen))) + '\n')
+        (tmp_path / f'{name}.log').write_text(''.join(f'initialization 2 of 2: a fresh start at iteration {i}\n' for i in fresh))
+        return str(tmp_path / f'{name}.jsonl')
+    a = run('parity-x-s1', [(50, 0.0, 0.0), (100, 0.0, 0.0), (150, 0.5, 0.0), (200, 0.0, 0.0), (250, 1.25, 0.25)], fresh=[100])
+    b = run('parity-x-s2', [(50, 1.5, 0.5), (100, 1.25, 0.25), (150, 1.25, 0.25)])
+    with open(tmp_path / 'results.json', 'w') as f:
+        json.dump(dict(shares=[dict(design='out-parity-x', length=32, intervention='none', passed_runs=['/r/out-parity-x-s1']),
+                               dict(design='out-parity-x', length=32, intervention='cap', passed_runs=['/r/out-parity-x-s2']),
+                               dict(design='out-parity-x', length=64, intervention='none', passed_runs=[])]), f)
+    lines = evals('table', [a, b], str(tmp_path / 'results.json')).splitlines()
+    assert lines[2] == '| out-parity-x-s1 | 5 | 4 | 2+1 | 200 | 50: 0.0% (1st) | pass | fail |'  # (100: the first's, before the start)
+    assert lines[3] == '| out-parity-x-s2 | 3 | 0 | 0 | - | 100: screen 25.0% | fail | fail |'  # (the cap's pass: not a verdict)
+    assert lines[4] == '| **2 runs** | **8** | **4** | **1/2 runs, 2/3 initializations** | **200** | **1/2 at 0.0%** | **1/2** | **0/2** |'
+    assert lines[6] == ('Kept a checkpoint with every probe string right: 1 of 2 runs, 0 of them passing every bar; of the 1 '
+                        'that kept none, 0 pass every bar.')
+    assert evals('table', [b]).splitlines()[2].endswith('| - | - |')  # no results.json: no verdicts, and no line
+
+
+def test_evals_given_a_run_without_a_probe_is_one_error_line(tmp_path):
+    (tmp_path / 'x.jsonl').write_text(json.dumps(dict(kind='eval', iter=50, val_loss=[1.0], select={})) + '\n')
+    r = subprocess.run([sys.executable, 'assets/parity/evals.py', str(tmp_path / 'x.jsonl')], cwd=HERE, capture_output=True,
+                       text=True, timeout=60)
+    assert_one_line_error(r, 'evals.py', 'no evaluation logs a probe_error')
 
 
 # -----------------------------------------------------------------------------

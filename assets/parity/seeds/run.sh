@@ -14,7 +14,7 @@
 #   SEEDS        the training seeds (1001 .. 1010)
 #   TEST_SEED    the test strings' seed (3001)
 #   RUNS         where the run folders out-parity-<design>-s<seed> go (the repo root)
-#   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go
+#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go
 #                (a fresh out-study-parity/seeds in RUNS, refused if it holds anything)
 #   STORE        1: OUT is this folder, and the stored results the pages quote are written over
 #   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine: the
@@ -54,6 +54,10 @@ done; done
 wait_lanes
 merge=$(for c in $CONDITIONS; do printf '%s,' "$OUT/scores/$c-32/results.json" "$OUT/scores/$c-64/results.json"; done)
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+# what the probe saw in the first design's runs, run by run, against the bars (assets/parity/evals.py)
+logs=$(for s in $SEEDS; do printf '%s ' "$OUT/logs/parity-${CONDITIONS%% *}-s$s.jsonl"; done)
+# shellcheck disable=SC2086  # one log a run
+python assets/parity/evals.py --results="$OUT/results.json" $logs > "$OUT/evals.md"
 runs=$(for s in $SEEDS; do printf '%s,' "$RUNS/out-parity-${CONDITIONS%% *}-s$s"; done)  # the first design's runs
 # shellcheck disable=SC2086  # each word a bar
 parity_rules "${runs%,}" $RULES_BITS
