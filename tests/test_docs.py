@@ -13,23 +13,18 @@ and check it with the script's own command line: configurator's settings or the 
 --help reaches, run in this process (the scripts are imported, torch with them; nothing is trained, read or
 downloaded): its script or module exists, its config files exist and load, and each --flag is a setting of the
 script, with a value of its type. A study's `bash assets/<study>/run.sh` sets every variable that the script's own
-usage line sets. The README's quick-start output is its stored logs' lines.
-
-PENDING pages keep their prose under the older checks (below): PROSE holds each fragment of a sentence with a `#`
-where a stored number stands and the function that computes it; NOT_STORED says why a number is no stored result.
-docs/tasks.md is the one left. No network, no data, a few seconds.
+usage line sets. The README's quick-start output is its stored logs' lines, and the README stays a front page
+(under 15,000 characters). No network, no data, a few seconds.
 """
 import argparse
 import contextlib
 import importlib.util
 import io
 import itertools
-import json
 import os
 import re
 import runpy
 import shlex
-import statistics
 import subprocess
 import sys
 from functools import lru_cache
@@ -64,105 +59,6 @@ class Shown:
 
 def shown(cell):
     return [Shown(m) for m in NUM.finditer(cell)]
-
-
-def nums(cell):
-    """The stored numbers of a stored cell, as floats."""
-    return [s.value for s in shown(cell)]
-
-
-# ---------------------------------------------------------------------------------------------
-# markdown tables
-
-def clean(cell):
-    return cell.strip().replace('**', '').strip()
-
-
-def split_row(line):
-    return [clean(c) for c in line.strip().strip('|').split('|')]
-
-
-def md_tables(path):
-    """[(caption, header, rows, line number)] of every table in a markdown file; the caption is
-    the nearest line above the table that is not blank."""
-    lines = Path(path).read_text().splitlines()
-    out, i = [], 0
-    while i < len(lines):
-        if (lines[i].startswith('|') and i + 1 < len(lines)
-                and re.fullmatch(r'\|(\s*:?-{3,}:?\s*\|)+', lines[i + 1].strip())):
-            header, j, rows = tuple(split_row(lines[i])), i + 2, []
-            while j < len(lines) and lines[j].startswith('|'):
-                rows.append(split_row(lines[j]))
-                j += 1
-            k = i - 1
-            while k >= 0 and not lines[k].strip():
-                k -= 1
-            out.append((lines[k].strip() if k >= 0 else '', header, rows, i + 1))
-            i = j
-        else:
-            i += 1
-    return out
-
-
-@lru_cache(maxsize=None)
-def stored_tables(rel):
-    return md_tables(ASSETS / rel)
-
-
-@lru_cache(maxsize=None)
-def results(rel):
-    return json.loads((ASSETS / rel).read_text())
-
-
-def json_run(rel, name):
-    r = [r for r in results(rel)['runs'] if r['name'] == name]
-    assert len(r) == 1, f'{rel}: run {name}'
-    return r[0]
-
-
-def jsonl(rel):
-    return [json.loads(line) for line in (ASSETS / rel).read_text().splitlines() if line.strip()]
-
-
-# expected cells: a list of numbers (the cell shows exactly these, in order), Copied(text) (the
-# cell shows the numbers of a stored cell, or the first of them), Text(text) (the cell is this
-# text), or None (not a stored result: the paper's numbers)
-
-class Copied(str):
-    pass
-
-
-class Text(str):
-    pass
-
-
-def check_cell(cell, want, where):
-    if want is None:
-        return
-    if isinstance(want, Text):
-        assert cell == want, f'{where}: {cell!r}, the stored {want!r}'
-        return
-    got = shown(cell)
-    values = nums(want) if isinstance(want, Copied) else [float(v) for v in want]
-    if isinstance(want, Copied):
-        assert got or not values, f'{where}: {cell!r} shows none of the stored {want!r}'
-        values = values[:len(got)]
-    assert len(got) == len(values), f'{where}: {cell!r} shows {len(got)} numbers, the stored ones are {values}'
-    for s, v in zip(got, values):
-        assert s.matches(v), f'{where}: {s.text} in {cell!r}, stored {v!r}'
-
-
-# ---------------------------------------------------------------------------------------------
-# the stored results, as the older prose checks use them
-
-def mean(cell):
-    return nums(cell)[:1]
-
-
-def span(values):
-    return [min(values), max(values)]
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,10 +363,37 @@ def test_every_command_runs_as_written(page):
 # of its sources, as shown (the source's number rounded to the prose number's last shown digit), or a setting:
 # its sources are the files its printed blocks name, the assets/ text files it links, and the page's own commands.
 
+NUMBER = r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'   # what a `#` of a fragment stands for
+
+# the words that make a number a setting wherever it stands: `#` the number
+SETTINGS = {
+    r'\bK ?[=≤<>] ?#(?:(?:\.\.|–|-| to )\d+\b(?!\.\d))?': 'a depth K (where a K is a result, a fragment holds it)',
+    r'\bloops? #(?:(?:\.\.|–|-| to | and )#)?': 'a loop',
+    r'\b[Ss]eeds? #(?:, #)*(?:,? and #|[–-]#)?': 'a seed',
+    r'\b# seeds\b': 'how many seeds',
+    r'Lemma #': "the paper's lemma",
+    r'#-bit|\b# bits\b': 'a string length',
+    r'et al\.,? #|arXiv #': 'a citation',
+    r'\b# iterations\b|\biterations? #': 'a training length, or a point of it',
+    r'\b#-epoch\b|\b# epochs\b': 'a training length',
+    r'#-core\b|\b# cores\b': 'the machine',
+    r'WikiText-#|GPT-#': 'a dataset, a tokenizer',
+    r'\b(?:44|129)M\b': "the paper's model shapes, by name",
+    r'loop-#': 'a loop',
+    r'\b1 − cos': 'the measure 1 − cos',
+    r'k\+#': 'an index',
+    r'AVX-#': 'an instruction set',
+    r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
+    r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
+    r"[Tt]he paper(?:'s| has) ~?#(?:–#)?": "the paper's own number, cited (not a result of this repository)",
+    r'#(?: and #)? at init\b': "an initial value of the code (not a result)",
+    r'& \w+,? #|torch #(?: or #)?|CI: #': 'a citation, a version',
+    r'≥#% of #-bit strings by K=#': "a bar of the parity task (beyond.tasks.BARS)",
+}
+
 BLOCK = re.compile(r'<!-- printed by (.+): (assets/\S+) -->')
 END = '<!-- end -->'
 TEXT_FILES = ('.md', '.txt', '.log', '.jsonl', '.seconds')
-PENDING = set()   # checked as before (below): none left
 
 
 def page_lines(page, text=None):
@@ -607,7 +530,7 @@ def test_printed_blocks_are_what_the_studies_printed(page):
     assert not problems, '\n'.join(problems)
 
 
-@pytest.mark.parametrize('page', sorted(set(DOCS) - PENDING))
+@pytest.mark.parametrize('page', DOCS)
 def test_every_table_with_numbers_is_printed(page):
     """A converted page shows measured numbers in a table only inside a printed block."""
     loose = [line for line, kind in page_lines(page) if kind == 'table' and re.search(r'\d', line)
@@ -615,7 +538,7 @@ def test_every_table_with_numbers_is_printed(page):
     assert not loose, f'{page}: table rows with numbers outside a printed block:\n' + '\n'.join(loose)
 
 
-@pytest.mark.parametrize('page', sorted(set(DOCS) - PENDING))
+@pytest.mark.parametrize('page', DOCS)
 def test_every_prose_number_is_in_its_sources(page):
     missing = unsourced_numbers(page)
     assert not missing, ('numbers of the prose that no source of their section prints (embed or link the file that '
@@ -639,7 +562,7 @@ def changed_copies(page):
                 yield m.group(0), '\n'.join(lines[:i] + [changed] + lines[i + 1:])
 
 
-@pytest.mark.parametrize('page', sorted(set(DOCS) - PENDING))
+@pytest.mark.parametrize('page', DOCS)
 def test_a_changed_number_is_found(page):
     """A copy of the page with one digit changed fails: a printed block's, or (nearly always) a prose number's; a
     changed prose number passes only where the changed value is also a number of its section's sources."""
@@ -659,231 +582,5 @@ def test_every_study_a_page_names_exists():
     assert not missing, '\n'.join(missing)
 
 
-# ---------------------------------------------------------------------------------------------
-# numbers in the prose, as the older checks read them (no page is PENDING now). PROSE maps (page, fragment) to the
-# function that computes the numbers of its `#`s from the stored files; NOT_STORED names the fragments whose numbers
-# are no stored result; SETTINGS the words that make a number a setting wherever it stands (K=4, loop 4, seed 1),
-# read by the generic checks above too.
-
-PROSE = {}        # (page, fragment) -> a function: the stored numbers its `#`s show, in order
-NOT_STORED = {}   # (page, fragment) -> why its numbers are no stored result
-
-
-def prose(page, fragment):
-    """Registers the decorated function as the check of a fragment (for those longer than a lambda)."""
-    def register(fn):
-        PROSE[(page, fragment)] = fn
-        return fn
-    return register
-
-
-NUMBER = r'([+\-−]?[\d,]*\d(?:\.\d+)?(?:e[+\-−]?\d+)?)'   # what a `#` of a fragment stands for
-
-
-@lru_cache(maxsize=None)
-def prose_text(page):
-    """A page's prose (page_lines' 'prose' lines: outside code, tables, printed blocks, figures and comments), joined
-    with single spaces."""
-    return ' '.join(' '.join(line for line, kind in page_lines(page) if kind == 'prose').split())
-
-
-def fragment_match(page, fragment):
-    """The one place of the page's prose that the fragment is: `#` any number, all else as written."""
-    pattern = r'\s*'.join(NUMBER.join(re.escape(p) for p in word.split('#')) for word in fragment.split())
-    found = list(re.finditer(pattern, prose_text(page)))
-    assert len(found) == 1, f'{page}: {len(found)} places like {fragment!r}'
-    return found[0]
-
-
-def prose_numbers(page, fragment):
-    """The numbers the page shows where the fragment has `#`, joined as one cell."""
-    return ' | '.join(fragment_match(page, fragment).groups())
-
-
-# the words that make a number a setting wherever it stands: `#` the number
-SETTINGS = {
-    r'\bK ?[=≤<>] ?#(?:(?:\.\.|–|-| to )\d+\b(?!\.\d))?': 'a depth K (where a K is a result, a fragment holds it)',
-    r'\bloops? #(?:(?:\.\.|–|-| to | and )#)?': 'a loop',
-    r'\b[Ss]eeds? #(?:, #)*(?:,? and #|[–-]#)?': 'a seed',
-    r'\b# seeds\b': 'how many seeds',
-    r'Lemma #': "the paper's lemma",
-    r'#-bit|\b# bits\b': 'a string length',
-    r'et al\.,? #|arXiv #': 'a citation',
-    r'\b# iterations\b|\biterations? #': 'a training length, or a point of it',
-    r'\b#-epoch\b|\b# epochs\b': 'a training length',
-    r'#-core\b|\b# cores\b': 'the machine',
-    r'WikiText-#|GPT-#': 'a dataset, a tokenizer',
-    r'\b(?:44|129)M\b': "the paper's model shapes, by name",
-    r'loop-#': 'a loop',
-    r'\b1 − cos': 'the measure 1 − cos',
-    r'k\+#': 'an index',
-    r'AVX-#': 'an instruction set',
-    r'[\w/-]*-#\w*\.(?:log|md|json|png)\b': 'a file name',
-    r'[Ww]ithin \+#%(?:(?: or | / )\+#%)?': 'a calibration target (--calibrate)',
-    r"[Tt]he paper(?:'s| has) ~?#(?:–#)?": "the paper's own number, cited (not a result of this repository)",
-    r'#(?: and #)? at init\b': "an initial value of the code (not a result)",
-    r'& \w+,? #|torch #(?: or #)?|CI: #': 'a citation, a version',
-    r'≥#% of #-bit strings by K=#': "a bar of the parity task (beyond.tasks.BARS)",
-}
-
-
-def prose_number_spans(page):
-    """(start, end) of every number of the page's prose, but those in `code` and in links' targets."""
-    text = prose_text(page)
-    skip = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', text)]
-    return [m.span() for m in NUM.finditer(text) if not any(a <= m.start() < b for a, b in skip)]
-
-
-def unchecked_prose_numbers(page):
-    """The page's prose numbers that no fragment of PROSE or NOT_STORED and no setting covers, in context."""
-    text = prose_text(page)
-    covered = [fragment_match(p, f).span() for p, f in list(PROSE) + list(NOT_STORED) if p == page]
-    for pattern in SETTINGS:
-        covered += [m.span() for m in re.finditer(pattern.replace('#', NUMBER), text)]
-    return [f'{text[max(0, a - 50):a]}[{text[a:b]}]{text[b:b + 30]}' for a, b in prose_number_spans(page)
-            if not any(s <= a and b <= e for s, e in covered)]
-
-
-@pytest.mark.parametrize('key', sorted(PROSE), ids=lambda k: f'{k[0]}:{k[1][:40]}')
-def test_prose_number_is_the_stored_result(key):
-    check_cell(prose_numbers(*key), PROSE[key](), f'{key[0]}: {key[1]!r}')
-
-
-def test_prose_numbers_are_pinned():
-    """Changing the last digit of any number in a checked sentence fails its check."""
-    for key, fn in PROSE.items():
-        cell, want = prose_numbers(*key), fn()
-        for m in NUM.finditer(cell):
-            e = m.group(0).find('e')
-            i = m.start() + e - 1 if e > 0 else m.end() - 1
-            with pytest.raises(AssertionError):
-                check_cell(cell[:i] + str((int(cell[i]) + 5) % 10) + cell[i + 1:], want, 'changed')
-
-
-@pytest.mark.parametrize('page', sorted(PENDING))
-def test_every_prose_number_is_checked(page):
-    """Every number of the page's prose (but those in `code` and in links' targets) stands in a fragment of PROSE
-    or NOT_STORED, or in a setting's words (SETTINGS); every fragment is found once."""
-    missing = unchecked_prose_numbers(page)
-    assert not missing, (f'{page}: numbers in the prose that no fragment holds (add one to PROSE, or to NOT_STORED '
-                         'with the reason):\n' + '\n'.join(missing))
-
-
-def test_a_number_no_fragment_holds_is_found(monkeypatch):
-    """A number added to the prose without its fragment is found; one in a setting's words is not."""
-    T = 'docs/tasks.md'
-    text, before = prose_text(T), unchecked_prose_numbers(T)
-    monkeypatch.setitem(globals(), 'prose_text', lambda page: text + ' At K=8 it gains 12%.')
-    found = unchecked_prose_numbers(T)
-    assert len(found) == len(before) + 1 and found[-1].endswith('gains [12]%.')
-
-
 def test_readme_is_a_front_page():
     assert len((ROOT / 'README.md').read_text()) < 15_000
-
-
-# ---------------------------------------------------------------------------------------------
-# the parity studies' scripts against their stored logs
-
-NEW = 'parity/new-seeds'
-NEW_SEEDS = range(1011, 1021)
-SCREEN = 'parity/screen'
-SCREEN_SEEDS = range(1021, 1031)
-INITS = 'parity/inits'
-INITS_SEEDS = range(1031, 1041)
-INITS_TUNE = 'parity/inits-tuning'
-TUNE = 'parity/screen-tuning'
-TUNE_SEEDS = range(101, 107)
-
-
-def parity_config():
-    """config/parity.py's settings, and beyond.parity's default probe split: (rows, length)."""
-    from beyond.parity import SPLITS
-    (rows, n), = [(rows, int(n)) for split, rows, n in SPLITS if split == 'probe']
-    return runpy.run_path(str(ROOT / 'config/parity.py')), (rows, n)
-
-
-def seed_evals(design, study='parity/seeds', seeds=range(1001, 1011)):
-    """Each of a design's ten runs' evaluations with a checkpoint (iteration > 0), from its stored log.jsonl."""
-    return [[r for r in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if r['kind'] == 'eval' and r['iter'] > 0]
-            for s in seeds]
-
-
-def study_probe(study, seeds):
-    """(the probe's string length that the study's prepare.log wrote, the steps between the evaluations its norm-il
-    runs logged, the select that logged them: beyond.tasks.screened_probe logs a screen_error, probe does not)."""
-    n, = {int(m) for m in re.findall(r'probe: [\d,]+ strings of (\d+)-\1 bits', (ASSETS / f'{study}/logs/prepare.log').read_text())}
-    evals = seed_evals('norm-il', study, seeds)
-    steps = {b['iter'] - a['iter'] for e in evals for a, b in zip(e, e[1:])}
-    selects = {'beyond.tasks.' + ('screened_probe' if 'screen_error' in r['select'] else 'probe') for e in evals for r in e}
-    assert len(steps) == 1 and len(selects) == 1
-    return n, steps.pop(), selects.pop()
-
-
-def interval_select(pattern, script):
-    """(the evaluation interval, the select) a study script passes to train.py: pattern's two groups in its text."""
-    m = re.search(pattern, script)
-    return int(m.group(1)), m.group(2)
-
-
-def fresh_starts(study, design, seed):
-    """The iterations a stored run's output says its fresh starts came at (train.py's inits: one line each)."""
-    out = (ASSETS / f'{study}/logs/parity-{design}-s{seed}.log').read_text()
-    return [int(i) for i in re.findall(r'^initialization \d+ of \d+: a fresh start at iteration (\d+)$', out, re.M)]
-
-
-def study_training(study, seeds, design='norm-il'):
-    """(the initializations, the learning rate schedule) a study's runs of design trained with: one more than the fresh
-    starts each run's output names, and a cosine where the learning rates its log lines report change."""
-    trainings = set()
-    for s in seeds:
-        lrs = {e['lr'] for e in jsonl(f'{study}/logs/parity-{design}-s{s}.jsonl') if e['kind'] == 'train'}
-        trainings.add((1 + len(fresh_starts(study, design, s)), 'constant' if len(lrs) == 1 else 'cosine'))
-    assert len(trainings) == 1, trainings
-    return trainings.pop()
-
-
-def script_training(pattern, script):
-    """(the initializations, the learning rate schedule) a study script passes to train.py: pattern's groups."""
-    m = re.search(pattern, script)
-    return int(m.group(1)), m.group(2)
-
-
-def test_each_parity_study_script_makes_the_probe_and_evaluations_it_was_run_with():
-    # a study's run.sh with its defaults reproduces its stored runs: the probe split its data had (prepare.log), the
-    # steps between evaluations and the select that logged them (its logs), for the seed study, the new-seed study and
-    # the screened-probe study (whose defaults are the recipe's)
-    seeds_sh, new_sh, screen_sh = ((ROOT / f'assets/{s}/run.sh').read_text() for s in ('parity/seeds', NEW, SCREEN))
-    assert study_probe('parity/seeds', range(1001, 1011)) == (
-        int(re.search(r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}', seeds_sh).group(1)),
-        *interval_select(r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ', seeds_sh))
-    cfg, (_, n) = parity_config()
-    for sh in (new_sh, screen_sh):
-        assert 'probe_lengths' not in re.search(r'PREP_ARGS:-([^}]*)\}', sh).group(1)  # beyond.parity's default probe
-    assert study_probe(NEW, NEW_SEEDS) == (n, 100, 'beyond.tasks.probe') == (
-        n, *interval_select(r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) ', new_sh))
-    assert study_probe(SCREEN, SCREEN_SEEDS) == (n, cfg['eval_interval'], cfg['select']) == (
-        n, *interval_select(r'RECIPE="--eval_interval=(\d+) --select=(\S+) ', screen_sh))
-    # and the training each ran: one initialization at a cosine learning rate, before the recipe's two (their own logs:
-    # the fresh starts their output names, the rates their log lines report), as each script pins it
-    pinned = {'parity/seeds': (range(1001, 1011), 'norm-il', r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}'),
-              NEW: (NEW_SEEDS, 'norm-il', r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) '),
-              SCREEN: (SCREEN_SEEDS, 'norm-il', r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"'),
-              'parity/screen-tuning': (range(101, 107), 'norm-il', r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)'),
-              'parity/designs': ((1, 2, 3), 'norm-il', r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}')}
-    for study, (seeds, design, pattern) in pinned.items():
-        sh = (ROOT / f'assets/{study}/run.sh').read_text()
-        assert study_training(study, seeds, design) == script_training(pattern, sh) == (1, 'cosine'), study
-    # (the late-state CE study reruns only at the commit it ran at: its logs alone say how it trained)
-    assert study_training('parity/late', range(1001, 1011), 'norm-il-late') == (1, 'cosine')
-    # the two-initialization study: the recipe as it stands, nothing pinned
-    inits_sh = (ROOT / f'assets/{INITS}/run.sh').read_text()
-    assert '--inits' not in inits_sh and '--lr_decay' not in inits_sh
-    assert study_training(INITS, INITS_SEEDS) == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
-    assert study_probe(INITS, INITS_SEEDS) == (n, cfg['eval_interval'], cfg['select'])
-    # the tuning: each variant's runs trained as run.sh names them
-    tuning_sh = (ROOT / f'assets/{INITS_TUNE}/run.sh').read_text()
-    variants = re.findall(r'"(\w+) (\d+) (\w+)"', re.search(r'VARIANTS=\(([^)]*)\)', tuning_sh).group(1))
-    assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']
-    for name, inits, decay in variants:
-        assert study_training(INITS_TUNE, TUNE_SEEDS, name) == (int(inits), decay), name

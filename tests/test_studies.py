@@ -14,6 +14,7 @@ real interpreter instead (minutes).
 """
 
 import collections
+import functools
 import glob
 import json
 import math
@@ -416,9 +417,15 @@ PARITY = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(o
 EVALS = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, 'parity', '*', 'evals.md')))
 
 
-def evals(*args):
+@functools.lru_cache(maxsize=None)
+def evals_py():
     import runpy
-    return runpy.run_path(os.path.join(ASSETS, 'parity', 'evals.py'))[args[0]](*args[1:])
+    return runpy.run_path(os.path.join(ASSETS, 'parity', 'evals.py'))
+
+
+def evals(name, *args):
+    """assets/parity/evals.py's function name, called with args."""
+    return evals_py()[name](*args)
 
 
 @pytest.mark.parametrize('study', PARITY)
@@ -471,6 +478,75 @@ def test_evals_given_a_run_without_a_probe_is_one_error_line(tmp_path):
     r = subprocess.run([sys.executable, 'assets/parity/evals.py', str(tmp_path / 'x.jsonl')], cwd=HERE, capture_output=True,
                        text=True, timeout=60)
     assert_one_line_error(r, 'evals.py', 'no evaluation logs a probe_error')
+
+
+# -----------------------------------------------------------------------------
+# each parity study's run.sh, with its defaults, makes the runs it stored: the probe its data had, the steps between
+# evaluations and the select its runs logged, and the training (initializations, learning rate schedule) they ran
+
+def logged_training(study, design='norm-il'):
+    """(the initializations, the learning rate schedule) a study's stored runs of design trained with, one for all:
+    one more than the fresh starts each run's output names, and a constant rate where the rate its train records
+    report never changes."""
+    found = set()
+    for log in glob.glob(os.path.join(ASSETS, study, 'logs', f'parity-{design}-s*.jsonl')):
+        with open(log) as f:
+            rates = {r['lr'] for r in map(json.loads, f) if r['kind'] == 'train'}
+        found.add((1 + len(evals('fresh_starts', log)), 'constant' if len(rates) == 1 else 'cosine'))
+    assert len(found) == 1, (study, design, found)
+    return found.pop()
+
+
+def logged_probe(study):
+    """(the probe's string length its prepare.log wrote, the steps between the evaluations of its norm-il runs, the
+    select that logged them: beyond.tasks.screened_probe logs a screen_error, probe does not), one for all."""
+    with open(os.path.join(ASSETS, study, 'logs', 'prepare.log')) as f:
+        n, = {int(m) for m in re.findall(r'probe: [\d,]+ strings of (\d+)-\1 bits', f.read())}
+    found = set()
+    for log in glob.glob(os.path.join(ASSETS, study, 'logs', 'parity-norm-il-s*.jsonl')):
+        e = evals('evaluations', log)
+        found |= {(n, b[0] - a[0], 'beyond.tasks.' + ('probe' if a[2] is None else 'screened_probe')) for a, b in zip(e, e[1:])}
+    assert len(found) == 1, (study, found)
+    return found.pop()
+
+
+def run_sh(study, pattern):
+    """pattern's groups in assets/<study>/run.sh: what it passes to train.py (numbers as ints)."""
+    with open(os.path.join(ASSETS, study, 'run.sh')) as f:
+        return tuple(int(g) if g.isdigit() else g for g in re.search(pattern, f.read(), re.S).groups())
+
+
+def test_each_parity_study_script_makes_the_probe_evaluations_and_training_its_runs_logged():
+    import runpy
+    from beyond.parity import SPLITS
+    cfg = runpy.run_path(os.path.join(HERE, 'config', 'parity.py'))
+    n, = [int(length) for split, _, length in SPLITS if split == 'probe']  # beyond.parity's default probe
+    # the probe and evaluations: the seed study's 24-bit probe every 50 steps, the new seeds' whole 48-bit probe every
+    # 100, the screen's and the recipe's (config/parity.py's) screened probe every 50
+    assert logged_probe('parity/seeds') == run_sh('parity/seeds', r'PREP_ARGS:---seed=2001 --probe_lengths=(\d+)\}.*'
+                                                   r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ') == (24, 50, 'beyond.tasks.probe')
+    assert logged_probe('parity/new-seeds') == (n, *run_sh('parity/new-seeds', r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) '))
+    assert logged_probe('parity/screen') == (n, *run_sh('parity/screen', r'RECIPE="--eval_interval=(\d+) --select=(\S+) '))
+    assert logged_probe('parity/inits') == (n, cfg['eval_interval'], cfg['select']) == (48, 50, 'beyond.tasks.screened_probe')
+    for study in ('parity/new-seeds', 'parity/screen', 'parity/inits'):
+        assert 'probe_lengths' not in run_sh(study, r'PREP_ARGS:-([^}]*)\}')[0], study
+    # the training: one initialization at a cosine rate before the recipe's two, as each script pins it
+    pinned = {'parity/seeds': r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}',
+              'parity/new-seeds': r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) ',
+              'parity/screen': r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"',
+              'parity/screen-tuning': r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)',
+              'parity/designs': r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}'}
+    for study, pattern in pinned.items():
+        assert logged_training(study) == run_sh(study, pattern) == (1, 'cosine'), study
+    assert logged_training('parity/late', 'norm-il-late') == (1, 'cosine')  # (it reruns only at its commit: its logs)
+    with open(os.path.join(ASSETS, 'parity', 'inits', 'run.sh')) as f:  # the recipe as it stands: nothing pinned
+        assert not re.search(r'--inits|--lr_decay', f.read())
+    assert logged_training('parity/inits') == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
+    # the tuning: each variant's runs trained as run.sh names them
+    variants = re.findall(r'"(\w+) (\d+) (\w+)"', run_sh('parity/inits-tuning', r'VARIANTS=\(([^)]*)\)')[0])
+    assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']
+    for name, inits, decay in variants:
+        assert logged_training('parity/inits-tuning', name) == (int(inits), decay), name
 
 
 # -----------------------------------------------------------------------------
