@@ -61,7 +61,7 @@ train_grid() {  # train_grid NAME CONFIG SETTINGS...: train NAME from CONFIG, SE
 }
 
 parity_design() {  # parity_design NAME: the settings of READOUT[-il][-pen][-damp][-noinj][-fixed] (the inter-loop
-  local parts part il=False  # norm off unless -il), on top of config/parity.py (assets/tasks, assets/parity-seeds)
+  local parts part il=False  # norm off unless -il), on top of config/parity.py (assets/parity/designs, assets/parity/seeds)
   IFS=- read -ra parts <<< "$1"
   printf -- '--readout=%s' "${parts[0]}"
   for part in "${parts[@]:1}"; do
@@ -82,7 +82,7 @@ parity_rules() {  # parity_rules RUNS BITS...: rules.py's checkpoint rules on RU
   for bits in "$@"; do                  # K=256, the bar's deepest); with $TEST_SEED, $LOOPS, $RULES_ARGS, $TASK_ARGS
     if [ "$bits" = 32 ]; then loops=$LOOPS name=rules.md; else loops=${LOOPS%,384} name=rules-$bits.md; fi
     # shellcheck disable=SC2086  # each word a setting
-    python assets/parity-seeds/rules.py --runs="$runs" --seed="$TEST_SEED" --loops="$loops" --bits="$bits" \
+    python assets/parity/rules.py --runs="$runs" --seed="$TEST_SEED" --loops="$loops" --bits="$bits" \
         ${RULES_ARGS:-} $TASK_ARGS > "$OUT/$name"
   done
 }
