@@ -566,3 +566,21 @@ def test_the_pages_tables_a_design_a_row_the_rescues_and_exact_match_by_k():
     assert norms[4:7] == [''] + head
     assert norms[7] == f"| p, 32 | {np.mean([10, 2000, 20]):,.0f} | - | {np.mean([10, 2000, 20]):,.0f} |"
     assert tasks.render_rescues([r for r in passing if r['intervention'] == 'none']) == ''
+
+
+def test_the_design_shares_name_the_first_bars_bits_and_a_bar_not_scored_is_a_dash():
+    # a design scored only at the first bar's length: its other bar's cells are dashes, and the norm column's head
+    # names the first bar's bits (32), not its K
+    rows = [dict(intervention='none', design='a', length=32, passed=3, runs=4, low=0.3, high=0.95, h_norm_pass=2.0,
+                 h_norm_fail=40.0)]
+    head, _, row = tasks.render_design_shares(rows).splitlines()
+    assert head.endswith(f'mean ‖H_K‖ at the deepest K, {tasks.BARS[0][0]} bits: pass, fail |') and ' 32 bits: pass' in head
+    assert row.split(' | ')[1:5] == ['3/4', '30–95%', '-', '-']
+
+
+def test_a_design_with_no_row_at_a_length_gets_no_row_there():
+    # design b scored at 64 bits only: no 'b, 32' row of dashes in the 32-bit rows
+    groups = [dict(design=d, length=n, K=k, intervention='none', exact=1.0, exact_std=0.0, h_norm=5.0)
+              for d, n in (('a', 32), ('a', 64), ('b', 64)) for k in (32, 64)]
+    exact = re.split(r'\n\n(?=exact match|mean)', tasks.render_pivots(groups))[0]
+    assert '| a, 32 |' in exact and '| b, 64 |' in exact and '| b, 32 |' not in exact
