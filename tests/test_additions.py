@@ -76,6 +76,11 @@ def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
     assert torch.allclose(damped.loop_input(h, 1, e), h / (1 + math.exp(-2.0)))  # sigmoid(2) at init, the released value
     injected = tiny(FieldGPT, inject=True)
     assert torch.equal(injected.loop_input(h, 0, e), h) and torch.equal(injected.loop_input(h, 2, e), h + e)
+    # what the run records of its depth controls (eval_depth's learned_depth_settings): the damping factor it learned
+    with torch.no_grad():
+        damped.damping_logit.fill_(0.5)
+    assert damped.learned_scalars() == {'damping': pytest.approx(1 / (1 + math.exp(-0.5)))}
+    assert injected.learned_scalars() == {}  # (nothing learned to report)
 
 
 CONTROLS = [dict(readout='norm'), dict(readout='raw'), dict(readout='final_norm'), dict(readout='alpha'),
