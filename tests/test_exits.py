@@ -61,6 +61,15 @@ def test_a_registered_criterion_is_taken_by_name_everywhere(margin):
     sample_py.check_settings(dict(sample_py.SETTINGS, exit_criterion='margin'))
 
 
+def test_an_unknown_name_is_one_line_naming_the_setting_and_the_names_there_are():
+    # resolve checks the name before it looks for a gate file: a typo is named as a criterion, not as a missing gate
+    for call in (lambda: exits.resolve('maxprob'), lambda: exits.check_name('maxprob')):
+        with pytest.raises(UserError, match=r"^exit criterion: unknown exit criterion 'maxprob'; use .*max_prob"):
+            call()
+    with pytest.raises(UserError, match=r"^--criteria: unknown exit criterion"):
+        exits.check_name('maxprob', '--criteria')
+
+
 def test_names_resolve_in_one_place():
     assert exits.get('angular') is exits.CRITERIA['angular'] and not exits.get('angular').readout
     assert exits.get('converge').previous and not exits.get('max_prob').previous
