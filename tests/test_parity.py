@@ -108,7 +108,10 @@ def test_meta_json_describes_the_rows_it_holds(parity_data):
                             '-1 at bos and pads')
 
 
-def test_parity_rewrites_its_folder_whole(tmp_path):
+def test_parity_rewrites_its_folder_whole(tmp_path, capsys):
+    parity.write(str(tmp_path / 'one'), 1, dict(PARITY_SPLITS, train=(1, [3])))  # one string is a split (>= 1)
+    assert load_rows(str(tmp_path / 'one'), 'train').x.shape == (1, 4)
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'one'}"  # its last line names the folder
     parity.write(str(tmp_path), 1, PARITY_SPLITS)
     parity.write(str(tmp_path), 2, dict(PARITY_SPLITS, train=(12, [3])))
     meta = json.loads((tmp_path / 'meta.json').read_text())
