@@ -254,7 +254,7 @@ def test_the_scoring_progress_bar_counts_batches_and_shows_only_on_a_terminal(st
         bar.update(1)
     shown = sys.stderr.getvalue()
     if stream is Terminal:
-        assert 'scoring' in shown and '0/3 ' in shown, shown  # (3 batches: the tail is one of its own)
+        assert 'scoring' in shown and '0/3 ' in shown and 'batch/s' in shown, shown  # (3 batches: the tail is one of its own)
     else:
         assert shown == ''  # a log file or a pipe gets no bar
 
