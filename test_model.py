@@ -417,6 +417,23 @@ def test_the_models_eval_ce_under_cpu_bf16_autocast_is_float32_softmax_of_bf16_l
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_under_cpu_autocast_the_attention_runs_in_float32(monkeypatch):
+    # PyTorch's bf16 attention was the slower one on a CPU (assets/speed/attention.md): under CPU autocast the
+    # block's q, k, v go to the attention in float32, its matmuls (c_attn, c_proj) in bf16; without autocast, as they are
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', lambda q, k, v, **kw: seen.append(q.dtype) or sdpa(q, k, v, **kw))
+    model = tiny(n_layer=1, n_loops=1).eval()
+    x, _ = batch(B=2)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        model(x)
+    with torch.no_grad():
+        model(x)
+    assert seen == [torch.float32, torch.float32]
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):  # (the projections are autocast's: bf16)
+        assert model.transformer.h[0].attn.c_attn(torch.randn(2, D)).dtype == torch.bfloat16
+
+
 # ---------------------------------------------------------------------------------------
 # scale control: inter-loop norm and the clamp
 
