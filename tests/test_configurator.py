@@ -220,3 +220,6 @@ def test_a_script_is_named_by_its_place_in_the_repository_whatever_the_working_d
     assert configurator.command(os.path.join(HERE, 'train.py')) == 'python train.py'
     assert configurator.command(os.path.join(HERE, 'beyond', 'tasks.py')) == 'python -m beyond.tasks'
     assert configurator.command(str(tmp_path / 'mine.py')) == 'python mine.py'
+    # --help heads a script's settings by its path from the root, also from another folder (and a class by its file)
+    assert configurator.source_name(os.path.join(HERE, 'beyond', 'tasks.py')) == os.path.join('beyond', 'tasks.py')
+    assert configurator.source_name(configurator.UserError) == 'configurator.py: UserError'
