@@ -312,3 +312,13 @@ def test_a_gate_may_be_named_gate_or_gate_dash_anything_the_criteria_take():
     for name in ('gates', 'gate-', 'gate-a b'):
         with pytest.raises(UserError, match='name'):
             exit_gate.check_settings(dict(exit_gate.SETTINGS, name=name))
+
+
+def test_each_count_setting_takes_its_edge_and_refuses_one_past_it_alone():
+    # tokens, iters and batch_size >= 1, eps >= 0, lr > 0: the edge itself runs, one step past it is refused, each
+    # setting alone (the others at their defaults)
+    edge = dict(tokens=1, iters=1, batch_size=1, eps=0.0, lr=1e-9)
+    exit_gate.check_settings(dict(exit_gate.SETTINGS, **edge))
+    for key, past in dict(tokens=0, iters=0, batch_size=0, eps=-1e-9, lr=0.0).items():
+        with pytest.raises(UserError):
+            exit_gate.check_settings(dict(exit_gate.SETTINGS, **{key: past}))
