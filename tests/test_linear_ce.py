@@ -521,3 +521,15 @@ def test_the_weight_gradient_of_bf16_weights_is_summed_over_chunks_in_float32():
     error = (w.grad.double() - w64.grad).norm() / w64.grad.norm()
     one_rounding = (w64.grad.bfloat16().double() - w64.grad).norm() / w64.grad.norm()
     assert w.grad.dtype == torch.bfloat16 and error < 1.5 * one_rounding, (error, one_rounding)
+
+
+def test_the_gradients_matmuls_run_in_autocasts_dtype_except_float32_under_float16():
+    # dCE/dlogits is made before any loss scale multiplies it: under float16 its small probabilities would flush to
+    # zero, so its matmuls run in float32 there; under bf16 autocast, and without autocast, in the matmul's own dtype
+    from linear_ce import _dtypes
+    x, w = torch.randn(2, 4), torch.randn(3, 4)
+    for dtype, want in ((torch.float16, (torch.float16, torch.float32)), (torch.bfloat16, (torch.bfloat16, torch.bfloat16))):
+        with torch.autocast('cpu', dtype=dtype):
+            assert _dtypes(x, w) == want, dtype
+    assert _dtypes(x, w) == (torch.float32, torch.float32)
+    assert _dtypes(x.double(), w) == (torch.float64, torch.float64)
