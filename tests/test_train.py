@@ -450,6 +450,33 @@ def test_under_torchrun_a_non_finite_evaluation_stops_the_run(tiny_data, tmp_pat
     assert not (tmp_path / 'run' / 'ckpt.pt').exists()  # nothing non-finite saved
 
 
+
+def test_under_torchrun_a_non_finite_loss_on_another_rank_stops_this_one_at_the_log_line(tiny_data, tmp_path, monkeypatch):
+    # "a NaN on any rank stops every rank at the same line": this rank's losses are finite, another's
+    # were not. One gloo rank in this process, its all-reduce joined by a second rank's flag (0: its loss
+    # was NaN) under the op asked for, as a group of two combines them; the run must stop at iteration 1's
+    # log line, not train on (and no checkpoint is written)
+    torchrun_environment(monkeypatch, 0, 1)
+    monkeypatch.setattr(train_module, 'exit_process', lambda status: None)
+    real = train_module.all_reduce
+    combine = {torch.distributed.ReduceOp.SUM: torch.add, torch.distributed.ReduceOp.MIN: torch.minimum,
+               torch.distributed.ReduceOp.MAX: torch.maximum, torch.distributed.ReduceOp.PRODUCT: torch.mul}
+    seen = []
+
+    def two_ranks(tensor, op=torch.distributed.ReduceOp.SUM, **kw):
+        real(tensor, op=op, **kw)  # this rank's own (a group of one)
+        seen.append(tensor.item())
+        tensor.copy_(combine[op](tensor, torch.zeros_like(tensor)))  # and rank 1's flag
+    monkeypatch.setattr(train_module, 'all_reduce', two_ranks)
+    try:
+        with pytest.raises(UserError, match='non-finite by iteration 1: stopping'):
+            train_in_process(tiny_data, tmp_path / 'run', '--max_iters=3', '--eval_interval=100', '--log_interval=1')
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert seen == [1.0]  # this rank was finite, and it stopped at the first log line
+    assert not (tmp_path / 'run' / 'ckpt.pt').exists()
+
 # -----------------------------------------------------------------------------
 # resume and initializations: bit for bit as the uninterrupted run (one rank and two), onto the run's device, refused
 # where the checkpoint does not match; inits one after another, each from a fresh start
@@ -995,6 +1022,21 @@ def test_the_folded_clip_serves_its_own_step_only():
         train_module.clip = real
     assert seen and seen[0] > 1  # the step was clipped through the optimizer
     assert not hasattr(optimizer, 'grad_scale')
+
+
+def test_adamw_decays_every_parameter_by_the_weight_decay_asked_for():
+    # "weight decay on every parameter": with every gradient zero, AdamW's step is the decay alone,
+    # p <- p (1 - lr wd), on the norms' gains and the biases as on the matrices
+    model = tiny_model()
+    lr, wd = 0.5, 0.3
+    optimizer = train_module.make_optimizer(model, learning_rate=lr, betas=(0.9, 0.99), weight_decay=wd)
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    assert len(before) > 2
+    for b, p in zip(before, model.parameters()):
+        assert torch.allclose(p.detach(), b * 0.85, rtol=1e-6, atol=0)
 
 
 def test_float16_steps_through_the_grad_scaler():
