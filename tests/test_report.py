@@ -73,6 +73,19 @@ def test_the_log_refuses_a_non_finite_number_it_cannot_null_as_a_results_file_do
     assert (tmp_path / 'log.jsonl').read_text() == '{"iter": 4, "loss": null}\n'
 
 
+
+def test_each_log_line_is_printed_as_it_is_logged_not_held_in_a_buffer(tmp_path, monkeypatch):
+    # a run's output sent to a file (nohup, a job's log) is block-buffered: each logged line must reach the
+    # file when it is logged, not when a buffer of 8 KiB fills or the run ends
+    import io
+    raw = io.BytesIO()
+    monkeypatch.setattr('sys.stdout', io.TextIOWrapper(raw, encoding='utf-8'))  # (not a terminal: no line buffering)
+    report.log(str(tmp_path), {'iter': 1}, 'iter 1: a line')
+    assert raw.getvalue() == b'iter 1: a line\n'
+    report.log(str(tmp_path), {'iter': 2}, 'iter 2: another')
+    assert raw.getvalue() == b'iter 1: a line\niter 2: another\n'
+    assert (tmp_path / 'log.jsonl').read_text() == '{"iter": 1}\n{"iter": 2}\n'
+
 # -----------------------------------------------------------------------------
 # train.py's lines: each printed line shows its record's numbers in their places (the still run's, conftest's); the
 # train line's MFU against the peak (log_train called by the test that checks it, with a peak given: the still
@@ -306,6 +319,26 @@ def test_each_lemma_groups_dotted_fit_is_in_its_groups_colour_in_a_style_of_more
         assert hexes([l.get_color() for l in dotted]) == hexes([l.get_color() for l in solid])
         assert hexes([solid[10].get_color()]) == hexes(['C0'])  # (the 11th group: C0 again)
 
+
+
+def test_a_legend_below_its_axes_is_in_the_written_png(plt, tmp_path):
+    # report.legend puts a figure's legend below its axes, past the bottom of an 8x6 figure's default margins:
+    # all_plots must write the PNG with it in. Its entry's line here is drawn nowhere else (green), so green
+    # pixels in the file are the legend's; and a margin of background all round: nothing cut at an edge
+    def figure(plt, groups, runs):
+        fig, ax = plt.subplots(figsize=(8, 6))
+        ax.plot([1, 2, 3], [3.0, 4.0, 5.0], color='k', label='a line')
+        ax.plot([], [], color='#00ff00', lw=3, label='only in the legend')
+        report.legend(ax)
+        return fig, 'legend.png'
+    paths = report.all_plots([], [], str(tmp_path), figures=(figure,))
+    assert paths == [str(tmp_path / 'legend.png')]
+    img = plt.imread(paths[0])[..., :3]
+    green = (img[..., 1] > 0.9) & (img[..., 0] < 0.2) & (img[..., 2] < 0.2)
+    rows = np.flatnonzero(green.any(1))
+    assert green.sum() > 20 and rows.min() > img.shape[0] / 2  # the legend's line, in the lower half
+    for edge in (img[:3], img[-3:], img[:, :3], img[:, -3:]):
+        assert (edge == 1).all()  # (white)
 
 @pytest.mark.parametrize('figure', report.FIGURES, ids=lambda f: f.__name__)
 def test_every_figure_is_drawn_as_its_description_says(plt, figure):
