@@ -90,6 +90,20 @@ def test_from_results_redraws_without_evaluating(evaluated, tmp_path, capsys):
     assert 'no runs given' in fails()
 
 
+def test_a_study_that_overrides_no_hook_leaves_a_redraw_as_it_was(still_evaluated, tmp_path, monkeypatch, capsys):
+    # Study's hooks are each a no-op: a study that overrides none, given to --from_results of one results.json,
+    # prints the tables the paper's redraw prints and, its runs unchanged, writes no results.json
+    *_, results = still_evaluated
+    (tmp_path / 'results.json').write_text(json.dumps(results))
+    monkeypatch.setattr(eval_depth, 'all_plots', lambda *args: [])  # (the figures: the tests above)
+    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'alone')])
+    alone = capsys.readouterr().out
+    eval_depth.main(['--from_results', str(tmp_path / 'results.json'), '--out', str(tmp_path / 'study')],
+                    studies=[eval_depth.Study()])
+    assert capsys.readouterr().out == alone and '| run | K |' in alone
+    assert os.listdir(tmp_path / 'alone') == os.listdir(tmp_path / 'study') == []
+
+
 def test_each_run_says_how_it_was_trained(evaluated):
     r, _, results = evaluated
     # readout, loss and K, then every model field off its default by its name (the tiny runs' init_std)
@@ -274,6 +288,30 @@ def test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states(s
     assert abs(result['per_K'][3]['clamp']['loss'] - result['per_K'][3]['loss']) > 1e-4  # (the clamp matters here)
 
 
+def test_the_mfu_counts_attention_over_the_timed_windows_length_not_the_block(still_run, tmp_path):
+    # a split (or --max_tokens) shorter than the block: the timed windows are that long, and the FLOPs of a forward
+    # attend over their T positions. The estimate's attention term by hand: q@k and att@v, a multiply-add (2 FLOPs)
+    # each per position and channel, 4 T n_embd FLOPs a layer per loop; the rest of a forward at K the same at any T
+    n = T // 4
+    clock = itertools.count(0.0, 0.5)
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        mp.setattr(eval_depth, 'peak_flops', lambda device, dtype: PEAK)
+        mp.setattr(eval_depth, 'time', Namespace(perf_counter=lambda: next(clock)))
+        mp.setattr(eval_depth, 'all_plots', lambda *args: [])
+        eval_depth.main([str(still_run[0]), '--device=cpu', '--dtype=float32', f'--max_tokens={n}', '--max_loops=2',
+                         '--bench_iters=1', '--compile=off', '--out', str(tmp_path / 'eval')])
+    with open(tmp_path / 'eval' / 'results.json') as f:
+        (run,) = json.load(f)['runs']
+    cfg = load(still_run[0]).config
+    assert run['tokens_scored'] == n and cfg.block_size == T
+    for row in run['per_K']:
+        assert row['tok_per_s'] == pytest.approx(n / 0.5)  # one window of n tokens in 0.5 s of the fake clock
+        at_block = load(still_run[0]).flops_per_token(row['K'], training=False)
+        want = at_block - row['K'] * cfg.n_layer * 4 * (T - n) * cfg.n_embd
+        assert row['mfu'] == pytest.approx(want * row['tok_per_s'] / PEAK, rel=1e-12)
+
+
 def test_the_norm_histogram_counts_each_tokens_norm_at_the_trained_k(still_evaluated, tiny_data):
     run, result, *_ = still_evaluated
     model = load(run)
@@ -407,6 +445,20 @@ def test_the_summary_is_each_runs_depth_table_row_read_again(evaluated):
     # sig: three significant digits, thousands split from 1,000, e-notation below 1e-3, each at its edge
     assert [eval_depth.sig(x) for x in (1000.0, 999.4, 1e-3, 0.000999, 0.0, -2.5e-5, float('inf'))] == [
         '1,000', '999', '0.001', '1.0e-03', '0', '-2.5e-05', 'inf']
+
+
+def test_the_summarys_lemma_cells_are_written_as_the_pages_write_small_numbers():
+    # a state that barely turns: the angular step at the trained K is 8.46e-5, s_K 1234.5678. The pages write
+    # e-notation as python's lower-case 'e' (the radial fraction's 1.3e-17 in docs/four-epochs.md); the step is
+    # two significant digits, s_K three: by hand, 8.5e-05 and 1.23e+03
+    nan = float('nan')
+    rows = [dict(K=k, ppl=p, norm_mean=10.0, radial=1.25e-17, angular=3.5e-5) for k, p in ((1, 9.0), (2, 8.0))]
+    lemma = dict(loops=4, s=[1.0, 1234.5678, 2000.0, 3000.0], angular_step=[1e-3, 8.46e-5, 1e-5])
+    group = dict(name='g', n=1, mean=dict(per_K=rows, trained_K=2, lemma=lemma),
+                 std=dict(per_K=[dict(ppl=nan) for _ in rows]))
+    (cells,) = table_rows(eval_depth.summary_table([group]), '| run | K=1 |')
+    assert (cells['s_2'], cells['step, loop 2']) == ('1.23e+03', '8.5e-05')
+    assert (cells['radial frac'], cells['1 − cos, loop 2']) == ('1.2e-17', '3.5e-05')  # (the same notation)
 
 
 
