@@ -45,6 +45,20 @@ def test_autocast_runs_the_forward_in_its_dtype_on_the_device_named_and_float32_
     assert not torch.is_autocast_enabled('cpu')  # and it ends with the block
 
 
+def test_float32s_context_is_nothing_at_all_no_autocast_turned_off_and_no_warning():
+    # "nothing for float32": not an autocast to float32 (which torch refuses with a warning, then turns autocast
+    # off), but no context: no warning on entering it, and an autocast around it stays on inside it
+    import warnings
+    a = torch.ones(4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for device in ('cpu', 'cpu:0'):
+            with torch.autocast('cpu', dtype=torch.bfloat16), runtime.autocast(device, 'float32'):
+                assert torch.is_autocast_enabled('cpu') and (a @ a).dtype == torch.bfloat16
+            with runtime.autocast(device, 'float32'):
+                assert not torch.is_autocast_enabled('cpu') and (a @ a).dtype == torch.float32
+
+
 @pytest.mark.parametrize('flags, native', [('fpu avx512f avx512_bf16', True), ('fpu amx_bf16 amx_tile', True),
                                            ('fpu avx512f avx2', False), (None, False)])
 def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, flags, native):
