@@ -197,6 +197,29 @@ def test_the_fit_draws_its_minibatches_from_its_seed_alone():
     assert not torch.equal(fitted[0], other.detach())
 
 
+def test_train_gate_fits_with_the_batch_size_and_the_seed_it_is_given():
+    # the batch_size and seed settings are the fit's, each its own: train_gate's gate is the one fitted by hand on
+    # its training pairs (the first half's windows, holdout 0.5) with that batch size and that seed, and another
+    # batch size under the same seed gives another gate. 2 loops, 40 tokens in windows of 4, 'agree' labels
+    N = 40
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(1, N, 8, generator=g)
+    agree = torch.rand(N, generator=g) < 0.5
+    argmax = torch.stack([torch.where(agree, 0, 1), torch.zeros(N, dtype=torch.long)])
+    model = SimpleNamespace(config=SimpleNamespace(block_size=4))
+    gates = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(exit_gate, 'collect', lambda *a, **k: (states, torch.zeros(2, N), argmax))
+        for batch_size in (3, 5):
+            gate, info = exit_gate.train_gate(model, None, N, 'norm', 'agree', 0.0, iters=10, lr=0.1,
+                                              batch_size=batch_size, holdout=0.5, ctx=None, device='cpu', seed=4)
+            gates[batch_size] = torch.cat([gate.linear.weight.flatten(), gate.linear.bias]).detach()
+    assert info['pairs'] == 20
+    by_hand = fit(exits.ExitGate(8, 'norm'), states[0, :20], agree[:20].float(), 10, 0.1, 5, seed=4)
+    assert torch.equal(gates[5], torch.cat([by_hand.linear.weight.flatten(), by_hand.linear.bias]).detach())
+    assert not torch.allclose(gates[3], gates[5])
+
+
 # -----------------------------------------------------------------------------
 # a checkpoint file where a run folder goes: the gate is written beside it
 
