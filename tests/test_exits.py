@@ -130,6 +130,19 @@ def test_the_gates_exit_probability_by_hand():
         assert exits.gate_criterion('gate', gate)(h, None).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6)
 
 
+def test_a_gate_made_without_reads_reads_the_normalized_state():
+    # reads' default is 'norm' (Ouro's gate): the direction only, so a state and ten times it exit alike, and the
+    # probability is the one by hand of (3, 4) over its RMS sqrt(12.5)
+    gate = exits.ExitGate(2)
+    with torch.no_grad():
+        gate.linear.weight.copy_(torch.tensor([[1.0, -2.0]]))
+        gate.linear.bias.fill_(0.5)
+    logit = (3.0 - 2.0 * 4.0) / math.sqrt(12.5) + 0.5
+    h = torch.tensor([3.0, 4.0])
+    assert gate(h).item() == pytest.approx(1 / (1 + math.exp(-logit)), rel=1e-6)
+    assert gate(10 * h).item() == pytest.approx(gate(h).item(), rel=1e-6)
+
+
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_the_gate_is_float32_whatever_autocast_is_on(dtype):
     # its threshold must not move with the precision the loops run in: the same probability, bit for bit, in float32,
