@@ -434,6 +434,25 @@ def test_under_cpu_autocast_the_attention_runs_in_float32(monkeypatch):
         assert model.transformer.h[0].attn.c_attn(torch.randn(2, D)).dtype == torch.bfloat16
 
 
+def test_without_autocast_the_attention_runs_in_the_states_own_dtype():
+    # float32 is autocast's alone: a float64 model's attention, no autocast on, is float64 causal attention,
+    # softmax(q k^T / sqrt(hs)) v over the positions up to each token's, by hand to float64's rounding
+    torch.manual_seed(0)
+    attn = tiny(n_layer=1, n_loops=1).double().eval().transformer.h[0].attn
+    B, T, nh = 2, 5, attn.n_head
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    with torch.no_grad():
+        y = attn(x)
+        q, k, v = (x @ attn.c_attn.weight.T).split(D, -1)
+        heads = lambda t: t.view(B, T, nh, D // nh).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D // nh)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))
+        want = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D) @ attn.c_proj.weight.T
+    assert y.dtype == torch.float64
+    assert torch.allclose(y, want, rtol=1e-12, atol=1e-14)
+
+
 # ---------------------------------------------------------------------------------------
 # scale control: inter-loop norm and the clamp
 
