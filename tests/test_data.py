@@ -157,7 +157,8 @@ def test_validation_windows_are_spread_evenly_over_the_whole_split():
 
 
 @pytest.mark.parametrize('n,block,max_tokens', [(1000, 32, 0), (1001, 32, 0), (33, 32, 0), (34, 32, 0),
-                                                (1000, 32, 100), (50, 64, 0)])
+                                                (1000, 32, 100), (50, 64, 0),
+                                                (50, 16, 49), (40, 16, 10 ** 6)])  # max_tokens: all of them, and more
 def test_every_token_is_scored_exactly_once(n, block, max_tokens):
     data = np.arange(n)  # token value = its position, so the targets name themselves
     windows = score_windows(n, block, max_tokens)
