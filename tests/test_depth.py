@@ -36,6 +36,9 @@ def test_the_depth_draw_has_mean_n_loops_a_cap_a_tail_and_no_rank():
     assert draws(draw_depth, mean=4, cap=6, sigma=0.5).max() == 6  # the cap is reached and never passed
     heavy = draws(draw_depth, mean=4, cap=64, sigma=1.0)
     assert (heavy >= 12).mean() > 2 * (k >= 12).mean() > 0  # a larger sigma: more deep draws
+    # and the same mean (E[lambda] = mean - 1 at any sigma: config/random_depth.py's 1.0 here; the std of
+    # 4000 draws' mean ~0.07, so a lambda 15% off its mean of 3 is seen)
+    assert abs(heavy.mean() - 4) < 0.25
     assert draw_depth(7, 123, mean=4, cap=16, sigma=0.5) == draw_depth(7, 123, mean=4, cap=16, sigma=0.5)
     assert all(draws(draw_depth, n=50, mean=1, cap=16, sigma=0.5) == 1)  # mean 1: always one loop
 
