@@ -163,6 +163,19 @@ def test_the_model_is_loaded_onto_the_device_it_samples_on(run, monkeypatch):
     assert asked == [(('cpu',), {})] or asked == [((), {'device': 'cpu'})]
 
 
+def test_a_checkpoint_that_names_its_dataset_but_no_data_dir_finds_it_under_trains_default(bare_checkpoint, tiny_data,
+                                                                                          tmp_path, monkeypatch):
+    # a run's config that names its dataset but no data_dir: its data is under data_dir's default, train.py's
+    # 'data', so the tokenizer is read from ./data/<dataset>/meta.json, where prepare.py writes it
+    ckpt = torch.load(bare_checkpoint, weights_only=True)
+    torch.save(dict(ckpt, config=dict(dataset='tiny-bytes')), bare_checkpoint)
+    (tmp_path / 'data' / 'tiny-bytes').mkdir(parents=True)
+    (tmp_path / 'data' / 'tiny-bytes' / 'meta.json').write_bytes((tiny_data / 'tiny-bytes' / 'meta.json').read_bytes())
+    monkeypatch.chdir(tmp_path)
+    model, tokenizer = sample.load(dict(sample.SETTINGS, out_dir=str(bare_checkpoint.parent), data_dir=''), 'cpu')
+    assert isinstance(tokenizer, ByteTokenizer) and tokenizer.n_vocab == model.config.vocab_size == 256
+
+
 def test_the_distribution_is_over_the_vocabulary_whatever_the_leading_dimensions():
     """next_token_probs: (..., vocab) logits -> a distribution over the last dimension, for any leading shape."""
     logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(0))
