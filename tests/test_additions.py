@@ -69,6 +69,27 @@ def test_the_sandwich_norms_gain_by_hand():
     assert torch.allclose(update.pow(2).mean(-1).sqrt(), torch.full((1, 8), 3.0), rtol=1e-4)
 
 
+def test_the_sandwich_norms_dropout_drops_in_training_alone():
+    # the MLP's dropout, moved after the norm, is training's: there about half of the MLP's normalized update
+    # (dropout 0.5) is zeroed; in eval the block is the one without dropout, call after call
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.5,
+                                    sandwich_norm=True))
+    block, h = model.transformer.h[0], torch.randn(4, 8, 8)
+    seen = []
+    block.mlp.register_forward_hook(lambda module, args, y: seen.append(y))  # (after the sandwich's own hook)
+    with torch.no_grad():
+        model.train()
+        block(h)
+        dropped = (seen[-1] == 0).float().mean().item()
+        model.eval()
+        first, second = block(h), block(h)
+        block.mlp.out_dropout = 0.0
+        without = block(h)
+    assert 0.35 < dropped < 0.65
+    assert torch.equal(first, second) and torch.equal(first, without)
+
+
 def test_damping_contracts_the_carried_state_and_injection_adds_the_embedding():
     h, e = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
     damped = tiny(FieldGPT, damping=True)
