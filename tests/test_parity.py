@@ -108,6 +108,17 @@ def test_meta_json_describes_the_rows_it_holds(parity_data):
                             '-1 at bos and pads')
 
 
+def test_meta_json_is_laid_out_for_a_person_one_entry_a_line(parity_data):
+    # whoever reads the data folder reads meta.json as prepare.py's is laid out: each top-level entry on a line of
+    # its own, indented under the brace, not the whole record on one line
+    text = (parity_data / 'parity' / 'meta.json').read_text()
+    meta = json.loads(text)
+    lines = text.splitlines()
+    assert lines[0] == '{' and lines[-1] == '}'
+    keys = [line[3:line.index('":')] for line in lines[1:-1] if line.startswith('  "')]  # (indent 2: the top level)
+    assert keys == list(meta)
+
+
 def test_parity_rewrites_its_folder_whole(tmp_path, capsys):
     parity.write(str(tmp_path / 'one'), 1, dict(PARITY_SPLITS, train=(1, [3])))  # one string is a split (>= 1)
     assert load_rows(str(tmp_path / 'one'), 'train').x.shape == (1, 4)
