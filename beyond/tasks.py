@@ -14,6 +14,12 @@ right), the whole-string exact match (every bit right), the mean ||H_K|| over th
              changes the probabilities, never the argmax a bit is scored by: a check that the two agree
   cap        a per-token RMS cap at that same RMS on the carried state, every loop (sotaku's second)
   relax      under-relaxation past the trained K: H_k = 0.75 H_k-1 + 0.25 F(H_k-1) (sotaku's third)
+Thousands of loops on thousands of bits: strings are scored a chunk at a time (about 4,096 tokens: a loop's
+activations stay in cache), --dtype runs the loops under autocast (the residual stream float32, as in training),
+--compile compiles one loop, and --halt holds each string's settled prefix (a state criterion of beyond.exits,
+'latent': the state's relative change under 1 - --halt_threshold, at a position and every one before it) and
+stops computing it: a window model runs each loop on the positions past it alone, and a string all of whose
+positions have settled has halted (the halting rule, tabled beside the fixed K).
 Runs whose folder names differ only in a trailing -s<seed> are one design: its mean and std over those seeds
 at each length, K and intervention, and where the runs were scored deep enough, its share of seeds passing each
 bar of BARS (k/n, a 95% interval; assets/parity/seeds). --merge tables the results.json of several scorings
@@ -37,6 +43,8 @@ from configurator import UserError, error_line
 from data import data_folder, load_meta, load_rows
 from model import LoopedGPT
 from report import write_json
+from runtime import autocast, compile_errors, compile_failed
+from beyond import exits
 from beyond.parity import VOCAB, parity_rows
 
 INTERVENTIONS = ('clamp', 'direction', 'cap', 'relax')
@@ -97,21 +105,99 @@ def bits(model, h):
     return model.lm_head(model.readout(h, last=True)).argmax(-1)
 
 
+def settling(model, x, K, halt, step):
+    """H_0 .. H_K of the model on x with each string's settled prefix held (halt: a state criterion of beyond.exits
+    and its threshold, or None: every position every loop). A position has settled when halt's confidence in its last
+    loop's change passes the threshold at it and at every position before it; settled positions are held from then
+    on, and a window model does not compute them again (the loop runs on the positions past the shortest settled
+    prefix and the w - 1 before them, its keys; with full attention, on all of them). A state after loop k does not
+    depend on how many loops follow, so one pass serves every K. Yields (H_k, each string's settled prefix length
+    after loop k, (B,)); step(h, e, k) is one loop (model.loop(model.loop_input(h, k, e)), compiled or not)."""
+    h = e = model.embed(x)
+    B, T = x.shape
+    lo = torch.zeros(B, dtype=torch.long, device=x.device)
+    yield h, lo
+    w = getattr(model.config, 'window', 0)
+    for k in range(K):
+        first = int(lo.min())
+        if first < T:
+            start = max(0, min(first - (w - 1), T - w - 1)) if w else 0  # (wider than the window: its band, one graph)
+            new = step(h[:, start:].contiguous(), e[:, start:].contiguous(), k)[:, first - start:]  # first .. T-1
+            # (contiguous: a compiled step's one graph serves every width, where a view's strides would each need one)
+            old = h[:, first:]
+            if int(lo.max()) > first:  # a string whose prefix settled further than another's: its own held
+                held = torch.arange(first, T, device=x.device) < lo[:, None]  # (B, T - first)
+                new = torch.where(held[..., None], old, new)
+            if halt is not None:  # (at loop 1 the change from H_0, the embedding, as beyond.exits reads it)
+                criterion, threshold = halt
+                moving = criterion(new, old) < threshold  # (B, T - first); False where held
+                lo = torch.where(moving.any(1), first + moving.float().argmax(1), T)
+            h = torch.cat([h[:, :first], new], 1) if first else new
+        yield h, lo
+
+
+HALT_THRESHOLD = 0.999999  # 'latent': a relative change of the state below 1e-6
+
+
+def halt_arg(name, threshold):
+    """--halt and --halt_threshold: settling's (criterion, threshold), or None for ''."""
+    if not name:
+        return None
+    criterion = exits.get(name)
+    if criterion.readout:
+        raise UserError(f"--halt {name!r} reads the readout; a state criterion settles positions: "
+                        f"{', '.join(n for n, c in exits.CRITERIA.items() if not c.readout)}")
+    if not 0 < threshold < 1:
+        raise UserError(f"--halt_threshold must be in (0, 1); got {threshold}")
+    return criterion, threshold
+
+
+def loop_step(model, compile=False):
+    """One loop as settling runs it, step(h, e, k); compiled (torch.compile, dynamic shapes: the unsettled positions
+    shrink loop by loop) where compile is on."""
+    def step(h, e, k):
+        return model.loop(model.loop_input(h, k, e))
+    return torch.compile(step, dynamic=True) if compile else step
+
+
 @torch.no_grad()
-def score(model, x, y, loops, intervention=None, rms=None, trained_k=None):
-    """{K: row of measurements} at each K in loops, from one pass of max(loops) loops."""
-    scored = y >= 0  # (B, T): the bits, not the start token
-    out, prev = {}, None
-    for k, h in enumerate(trajectory(model, x, max(loops), intervention, rms, trained_k)):
-        if k in loops:
-            read = h if intervention != 'direction' else h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt())
-            right = (bits(model, read) == y) | ~scored  # (B, T)
-            out[k] = dict(accuracy=right[scored].float().mean().item(),
-                          exact=right.all(-1).float().mean().item(),
-                          h_norm=h.norm(dim=-1)[scored].mean().item(),
-                          rms=h.pow(2).mean(-1).sqrt()[scored].mean().item(),
-                          one_minus_cos=(1 - F.cosine_similarity(h, prev, dim=-1))[scored].mean().item())
-        prev = h
+def score(model, x, y, loops, intervention=None, rms=None, trained_k=None, halt=None, step=None, chunk=4096):
+    """{K: row of measurements} at each K in loops, from one pass of max(loops) loops, the strings scored about chunk
+    tokens at a time (a loop's activations stay in cache: a row of 2,048 bits runs faster on its own than 64 at once).
+    With halt (settling's: no intervention or 'direction' only), each row also has `halted`, the share of strings every
+    position of which had settled by K (the halting rule: a string stops there, its state held), and `halt_k` the
+    mean loop at which the halted ones stopped (None: none had)."""
+    if halt is not None and intervention not in (None, 'direction'):
+        raise UserError(f"halting holds settled states: it scores without an intervention or with 'direction', not {intervention!r}")
+    step = step or loop_step(model)
+    sums = {k: dict.fromkeys(('exact', 'right', 'scored', 'h_norm', 'rms', 'one_minus_cos', 'halted', 'halt_k'), 0.0)
+            for k in loops}
+    rows_per_chunk = max(1, chunk // x.size(1))
+    for xc, yc in zip(x.split(rows_per_chunk), y.split(rows_per_chunk)):
+        scored = yc >= 0  # (B, T): the bits, not the start token
+        halt_k = torch.full((xc.size(0),), -1, device=xc.device)
+        unsettled = torch.zeros_like(halt_k)
+        states = (settling(model, xc, max(loops), halt, step) if intervention in (None, 'direction') else
+                  ((h, unsettled) for h in trajectory(model, xc, max(loops), intervention, rms, trained_k)))
+        prev = None
+        for k, (h, lo) in enumerate(states):
+            halt_k = torch.where((halt_k < 0) & (lo == xc.size(1)), k, halt_k)  # the loop a string's last position settled
+            if k in sums:
+                read = h if intervention != 'direction' else h * (rms / h.pow(2).mean(-1, keepdim=True).sqrt())
+                right = (bits(model, read) == yc) | ~scored  # (B, T)
+                add = dict(exact=right.all(-1).sum(), right=right[scored].sum(), scored=scored.sum(),
+                           h_norm=h.float().norm(dim=-1)[scored].sum(), rms=h.float().pow(2).mean(-1).sqrt()[scored].sum(),
+                           one_minus_cos=(1 - F.cosine_similarity(h.float(), prev.float(), dim=-1))[scored].sum(),
+                           halted=(halt_k >= 0).sum(), halt_k=halt_k[halt_k >= 0].sum())
+                for name, v in add.items():
+                    sums[k][name] += v.item()
+            prev = h
+    out = {}
+    for k, s in sums.items():
+        out[k] = dict(accuracy=s['right'] / s['scored'], exact=s['exact'] / x.size(0), h_norm=s['h_norm'] / s['scored'],
+                      rms=s['rms'] / s['scored'], one_minus_cos=s['one_minus_cos'] / s['scored'])
+        if halt is not None:
+            out[k].update(halted=s['halted'] / x.size(0), halt_k=s['halt_k'] / s['halted'] if s['halted'] else None)
     return out
 
 
@@ -174,8 +260,11 @@ def screened_read(model, x, y):
                 probe_disagreement=screen['probe_disagreement'], probe_turn=screen['probe_turn'])
 
 
-def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
-    """Every run x length x K (x intervention): a list of result rows."""
+def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', dtype='float32', compile=False,
+             halt=None):
+    """Every run x length x K (x intervention): a list of result rows. dtype: the loops under autocast to it
+    (runtime.autocast: the residual stream stays float32, as in training); compile: each loop compiled (loop_step);
+    halt (settling's (criterion, threshold)): settled positions held, and each row's halting columns."""
     results = []
     for run in runs:
         try:
@@ -184,6 +273,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
             raise UserError(str(e))
         check_parity_run(run, model, ckpt)
         model.eval()
+        step = loop_step(model, compile)
         cfg = model.config
         if getattr(cfg, 'positions', 'learned') == 'learned' and max(lengths) + 1 > cfg.block_size:
             raise UserError(f"{run} learned positions up to {cfg.block_size} tokens: it cannot read a string of "
@@ -191,9 +281,16 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu'):
         trained_k = ckpt.get('config', {}).get('max_loops') if ckpt.get('config', {}).get('random_depth') else cfg.n_loops
         for length in lengths:
             x, y = (t.to(device) for t in test_strings(seed, length, rows))
-            base = score(model, x, y, sorted(set(loops) | {trained_k}))
-            rms = base[trained_k]['rms']  # the fixed RMS of the direction-only readout and the cap
-            for name, measured in [(None, base)] + [(i, score(model, x, y, loops, i, rms, trained_k)) for i in interventions]:
+            try:
+                with autocast(device, dtype):
+                    base = score(model, x, y, sorted(set(loops) | {trained_k}), halt=halt, step=step)
+                    rms = base[trained_k]['rms']  # the fixed RMS of the direction-only readout and the cap
+                    measured = [(None, base)] + [(i, score(model, x, y, loops, i, rms, trained_k, step=step,
+                                                           halt=halt if i == 'direction' else None))
+                                                 for i in interventions]
+            except compile_errors() as e:
+                raise compile_failed(e, 'the loop')
+            for name, measured in measured:
                 for k in loops:
                     results.append(dict(run=run, length=length, K=k, trained_K=trained_k,
                                         intervention=name or 'none', **measured[k]))
@@ -357,6 +454,27 @@ def render_pivots(groups):
     return '\n\n'.join(tables)
 
 
+def render_halting(results):
+    """Each run and length scored with a halting rule, the rule beside a fixed K: every string read where it halted
+    (its state held from there on) or, if it never did, at the deepest K scored; the strings halted, the loops a string
+    ran (mean) and the exact match; then the smallest K of the list at which a fixed depth reads as many right."""
+    rows = {}
+    for r in results:
+        if r['intervention'] == 'none' and 'halted' in r:
+            rows.setdefault((r['run'], r['length']), []).append(r)
+    if not rows:
+        return ''
+    lines = ['| run | bits | strings halted by the deepest K | loops a string ran, mean | exact match, halting | '
+             'fixed K reading as many right |', '|---|---|---|---|---|---|']
+    for (run, length), rs in rows.items():
+        last = max(rs, key=lambda r: r['K'])
+        ran = last['halted'] * (last['halt_k'] or 0) + (1 - last['halted']) * last['K']
+        fixed = min((r['K'] for r in rs if r['exact'] >= last['exact']), default=None)
+        lines.append(f"| {os.path.basename(os.path.normpath(run))} | {length} | {100 * last['halted']:.1f}% of "
+                     f"{last['K']} loops | {ran:.0f} | {100 * last['exact']:.1f}% | K={fixed} |")
+    return '\n'.join(lines)
+
+
 def render(results):
     lines = ['| run | length | K | intervention | accuracy | exact match | mean ‖H_K‖ | 1 - cos |',
              '|---|---|---|---|---|---|---|---|']
@@ -427,6 +545,14 @@ def main(argv=None):
     p.add_argument('--rows', type=int, default=256, help='test strings per length')
     p.add_argument('--interventions', default='', help=f"comma-separated, of {', '.join(INTERVENTIONS)} (none: '')")
     p.add_argument('--device', default='cpu', help="'cpu' | 'cuda' | 'mps'")
+    p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16', 'float16'),
+                   help='the loops under autocast to it (the residual stream stays float32)')
+    p.add_argument('--compile', default='off', choices=('on', 'off'), help='each loop compiled (torch.compile)')
+    p.add_argument('--halt', default='', help="a state criterion of beyond.exits ('latent', 'angular'): each string's "
+                                              "settled positions held, not computed again, and the halting columns "
+                                              "(none: '', every position every loop)")
+    p.add_argument('--halt_threshold', type=float, default=HALT_THRESHOLD,
+                   help="the criterion's confidence a position's last loop must reach to settle")
     p.add_argument('--out', required=True, help='folder for results.json and accuracy.png')
     args = p.parse_args(argv)
     try:
@@ -442,12 +568,14 @@ def main(argv=None):
             results, seeds, rows = merged([f for f in args.merge.split(',') if f])
         else:
             results = evaluate([r for r in args.runs.split(',') if r], int_list(args.lengths, 'lengths'),
-                               int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device)
+                               int_list(args.loops, 'loops'), args.seed, args.rows, interventions, args.device,
+                               args.dtype, args.compile == 'on', halt_arg(args.halt, args.halt_threshold))
             seeds, rows = args.seed, args.rows
     except UserError as e:
         sys.exit(error_line('beyond.tasks', e))
     groups, passing = designs(results), shares(results)
     extra = [t for t in (render_design_shares(passing), render_rescues(passing), render_pivots(groups)) if t]
+    extra += [t for t in (render_halting(results),) if t]
     print((render_shares(passing) + '\n\n' if passing else '') + ''.join(t + '\n\n' for t in extra)
           + render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)

@@ -18,7 +18,7 @@ import torch
 
 import beyond.tasks as tasks
 import train
-from beyond import parity
+from beyond import exits, parity
 from configurator import UserError
 from conftest import (FIELDS, assert_one_line_error, assert_options_documented, between, describe, describe_legend, hexes,
                       load, matches_snapshot, one_minus_cos, parity_args, run_script, sig, strict, train_in_process)
@@ -96,15 +96,18 @@ def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
 def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
     asked = []
 
-    def evaluate(runs, lengths, loops, seed, rows, interventions, device):  # (no model: rows of 50 %)
-        asked.append(device)
+    def evaluate(runs, lengths, loops, seed, rows, interventions, device, dtype, compile, halt):  # (no model: rows of 50 %)
+        asked.append((device, dtype, compile, halt))
         return [dict(run=run, length=n, K=k, trained_K=2, intervention='none', accuracy=0.5, exact=0.5, h_norm=1.0,
                      rms=1.0, one_minus_cos=0.0) for run in runs for n in lengths for k in loops]
     monkeypatch.setattr(tasks, 'evaluate', evaluate)
     monkeypatch.setattr(tasks, 'plot', lambda groups, path: None)
     tasks.main(['--runs=out/b-s2,out/a,out/b-s1', '--lengths=4,8', '--loops=1,2', '--device=cuda:1',
                 f'--out={tmp_path}'])
-    assert asked == ['cuda:1']
+    assert asked == [('cuda:1', 'float32', False, None)]  # by default: float32, eager, every position every loop
+    tasks.main(['--runs=out/a', '--lengths=4', '--loops=1', '--dtype=bfloat16', '--compile=on', '--halt=angular',
+                '--halt_threshold=0.9', f'--out={tmp_path / "fast"}'])
+    assert asked[1] == ('cpu', 'bfloat16', True, (exits.CRITERIA['angular'], 0.9))
     results = json.loads((tmp_path / 'results.json').read_text())
     assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
     assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
@@ -185,6 +188,158 @@ def test_under_relaxation_blends_each_loop_past_the_trained_k():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert all(torch.equal(g, p) for g, p in zip(got[:3], plain[:3])) and not torch.allclose(got[5], plain[5])
+
+
+# -----------------------------------------------------------------------------
+# settling: each string's settled prefix held and not computed again, the halting rule, chunks, autocast, compile
+
+def settling_model(window=2):
+    """A parity-shaped FieldGPT (the recipe's additions, random weights) whose positions settle at different loops in
+    different strings, and three strings of 24 tokens."""
+    torch.manual_seed(0)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=4, dropout=0.0,
+                                    window=window, positions='none', inject=True, interloop_norm=True, init_std=0.1))
+    return model.eval(), torch.randint(0, 4, (3, 24), generator=torch.Generator().manual_seed(1))
+
+
+SETTLE = (exits.get('latent'), 0.85)  # (the random model's relative changes fall under 0.16 from about loop 5 on)
+
+
+def test_settling_without_a_halt_is_the_models_own_loop_at_every_position():
+    model, x = settling_model()
+    with torch.no_grad():
+        got = list(tasks.settling(model, x, 6, None, tasks.loop_step(model)))
+        want = list(model.loop_states(x, 6))
+    assert len(got) == 7 and all(torch.equal(h, w) and not lo.any() for (h, lo), w in zip(got, want))
+
+
+def test_a_settled_position_passed_the_criterion_with_every_one_before_it_and_is_held_from_then_on():
+    model, x = settling_model()
+    criterion, threshold = SETTLE
+    with torch.no_grad():
+        states = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model)))
+    T = x.size(1)
+    for k in range(1, 31):
+        (h, lo), (before, lo_before) = states[k], states[k - 1]
+        confidence = criterion(h, before)  # (B, T): recomputed from the states yielded
+        for b in range(x.size(0)):
+            n = int(lo[b])
+            assert n >= int(lo_before[b])  # a prefix only grows
+            assert (confidence[b, :n] >= threshold).all()  # it and every position before it passed
+            assert n == T or confidence[b, n] < threshold  # the first that did not ends it
+        for later, _ in states[k + 1:]:  # held bitwise from then on
+            for b in range(x.size(0)):
+                assert torch.equal(later[b, :int(lo[b])], h[b, :int(lo[b])])
+    # the inputs exercise what they test: prefixes that differ between strings, a string that halts before another
+    assert any(len(set(lo.tolist())) > 1 for _, lo in states)
+    halted = [next(k for k, (_, lo) in enumerate(states) if lo[b] == T) for b in range(x.size(0))]
+    assert len(set(halted)) > 1
+
+
+@pytest.mark.parametrize('window', [2, 3, 0])
+def test_settling_computes_the_unsettled_positions_as_the_whole_loop_does(window):
+    # by hand: the loop run on every position, the settled ones then put back; settling runs it on the unsettled ones
+    # and the w - 1 before them (a window's keys), or on all of them with full attention (window 0)
+    model, x = settling_model(window)
+    criterion, threshold = SETTLE
+    with torch.no_grad():
+        got = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model)))
+        h = e = model.embed(x)
+        lo, sliced = torch.zeros(x.size(0), dtype=torch.long), 0
+        for k in range(30):
+            sliced += 0 < int(lo.min()) < x.size(1)
+            new = model.loop(model.loop_input(h, k, e))
+            held = torch.arange(x.size(1)) < lo[:, None]
+            new[held] = h[held]
+            lo = torch.tensor([next((t for t in range(x.size(1)) if criterion(new[b, t], h[b, t]) < threshold), x.size(1))
+                               for b in range(x.size(0))])
+            h = new
+            torch.testing.assert_close(got[k + 1][0], h, rtol=1e-5, atol=1e-5)
+            assert torch.equal(got[k + 1][1], lo), k
+    assert sliced > 0  # (loops with some positions settled, not all: a slice taken and still computed)
+
+
+def test_score_halts_each_string_at_the_loop_its_last_position_settles_whatever_the_chunk():
+    model, x = settling_model()
+    y = torch.randint(0, 2, x.shape, generator=torch.Generator().manual_seed(2))
+    y[:, 0] = -1
+    with torch.no_grad():
+        states = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model)))
+        loops = [5, 12, 20, 30]
+        batches = {}
+
+        def counted(chunk):  # the loop, recording how many strings each call runs
+            def step(h, e, k):
+                batches.setdefault(chunk, set()).add(h.size(0))
+                return model.loop(model.loop_input(h, k, e))
+            return step
+        whole = tasks.score(model, x, y, loops, halt=SETTLE, step=counted(4096))
+        one_a_chunk = tasks.score(model, x, y, loops, halt=SETTLE, step=counted(1), chunk=1)  # (under a row: one row)
+        two_rows = tasks.score(model, x, y, loops, halt=SETTLE, step=counted(50), chunk=50)  # 50 tokens: two rows of 24
+    assert batches == {4096: {3}, 1: {1}, 50: {2, 1}}
+    halted = [next((k for k, (_, lo) in enumerate(states) if lo[b] == x.size(1)), None) for b in range(x.size(0))]
+    assert len({k for k in halted if k is not None}) > 1
+    for K in loops:
+        stopped = [k for k in halted if k is not None and k <= K]
+        for r in (whole, one_a_chunk, two_rows):
+            assert r[K]['halted'] == pytest.approx(len(stopped) / x.size(0))
+            assert r[K]['halt_k'] == (pytest.approx(sum(stopped) / len(stopped)) if stopped else None)
+        right = (tasks.bits(model, states[K][0]) == y) | (y < 0)
+        assert whole[K]['exact'] == one_a_chunk[K]['exact'] == two_rows[K]['exact'] == right.all(-1).float().mean().item()
+        assert whole[K]['accuracy'] == one_a_chunk[K]['accuracy'] == pytest.approx(right[y >= 0].float().mean().item())
+        assert whole[K]['h_norm'] == pytest.approx(states[K][0].norm(dim=-1)[y >= 0].mean().item(), rel=1e-5)
+    assert 'halted' not in tasks.score(model, x, y, loops)[30]
+    with pytest.raises(UserError, match='halting holds settled states'):
+        tasks.score(model, x, y, loops, 'cap', rms=1.0, halt=SETTLE)
+
+
+def test_the_halt_settings_are_a_state_criterion_and_a_threshold_inside_zero_and_one():
+    assert tasks.halt_arg('', 0.5) is None
+    assert tasks.halt_arg('angular', 0.99) == (exits.CRITERIA['angular'], 0.99)
+    assert tasks.HALT_THRESHOLD == 0.999999 and tasks.halt_arg('latent', tasks.HALT_THRESHOLD)[1] == 0.999999
+    with pytest.raises(UserError, match="reads the readout; a state criterion settles positions: angular, latent"):
+        tasks.halt_arg('max_prob', 0.9)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(UserError, match='--halt_threshold must be in'):
+            tasks.halt_arg('latent', bad)
+    with pytest.raises(UserError, match='unknown exit criterion'):
+        tasks.halt_arg('settled', 0.9)
+
+
+def test_evaluate_runs_the_loops_under_the_autocast_asked_with_the_residual_in_float32(tmp_path):
+    model, _ = settling_model()
+    config = dict(data_dir=str(tmp_path), dataset='parity')
+    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=config,
+                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+    fp32, bf16 = (tasks.evaluate([str(tmp_path)], [20], [2, 6], seed=3, rows=4, dtype=d) for d in ('float32', 'bfloat16'))
+    x, y = tasks.test_strings(3, 20, 4)
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        states = list(model.loop_states(x, 6))
+        want = tasks.score(model, x, y, [2, 4, 6])  # (4: the trained K, read for the direction readout's RMS)
+    assert all(h.dtype == torch.float32 for h in states)
+    for r in bf16:
+        assert r['h_norm'] == want[r['K']]['h_norm'] and r['accuracy'] == want[r['K']]['accuracy']
+    assert [r['h_norm'] for r in fp32] != [r['h_norm'] for r in bf16]
+
+
+def test_a_compiled_loop_is_one_graph_for_every_width_the_settled_prefix_leaves(monkeypatch):
+    from torch._dynamo.utils import counters
+    real = torch.compile
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, backend='eager', **kw))  # (dynamo's graphs, no codegen)
+    model, x = settling_model()
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        with torch.no_grad():
+            got = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model, compile=True)))
+            graphs = counters['stats']['unique_graphs']
+    finally:
+        torch._dynamo.reset()
+    want = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model)))
+    widths = {int(lo.min()) for _, lo in got}  # the widths change loop by loop
+    assert graphs <= 3 < len(widths)  # loop 1 and the loops after it (the inter-loop norm and injection from loop 2; a
+                                      # guard dynamo re-checks once): no width its own
+    assert all(torch.equal(a[1], b[1]) and torch.allclose(a[0], b[0], atol=1e-5) for a, b in zip(got, want))
 
 
 # -----------------------------------------------------------------------------
