@@ -34,6 +34,7 @@ import math
 import os
 import re
 import sys
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -317,17 +318,37 @@ def designs(results):
             for (d, n, k, i), rs in groups.items()]
 
 
-# the bars a run passes or fails, fixed before training (docs/tasks.md, on every seed): (length, the K by which it
-# reaches PASS, the K to which it holds within WITHIN of that; None: reaching it is enough)
-BARS = ((32, 96, 384), (64, 256, None))
-PASS, WITHIN = 0.95, 0.02
+class Bar(NamedTuple):
+    """A bar a run passes or fails, fixed before training (docs/tasks.md, on every seed): it reaches `reach` exact match
+    on strings of `length` bits at some K <= by_k and holds within `within` of that value at every K scored after it
+    up to held_to, or up to hold x that K (then scored that deep, or that K does not count); neither: reaching it is
+    enough."""
+    length: int
+    by_k: int
+    held_to: Optional[int] = None
+    reach: float = 0.95
+    within: float = 0.02
+    hold: Optional[float] = None
+
+    def text(self):
+        held = (f", held to {self.held_to}" if self.held_to else
+                f", held within {100 * self.within:.0f} to {self.hold:g}x that K" if self.hold else '')
+        return f"≥{100 * self.reach:.0f}% by K={self.by_k}{held}"
 
 
-def passes(exact, by_k, held_to):
-    """exact {K: whole-string exact match}: whether it reaches PASS at some K <= by_k and stays within WITHIN of
-    that value at every K scored after it up to held_to."""
-    return any(exact[k0] >= PASS and all(exact[k] >= exact[k0] - WITHIN for k in exact if k0 < k <= (held_to or 0))
-               for k0 in exact if k0 <= by_k)
+# the 8x bars (4x and 8x the trained length), and the 256x ones: 99% by K=2,560, held to 1.25x the K it is first reached
+BARS = (Bar(32, 96, 384), Bar(64, 256), Bar(512, 2560, reach=0.99, within=0.01, hold=1.25),
+        Bar(2048, 2560, reach=0.99, within=0.01, hold=1.25))
+
+
+def passes(exact, bar):
+    """exact {K: whole-string exact match}: whether it passes the bar (a Bar)."""
+    def held(k0):
+        if bar.hold and max(exact) < bar.hold * k0:
+            return False  # (not scored deep enough to see it hold)
+        to = bar.held_to or (bar.hold * k0 if bar.hold else 0)
+        return all(exact[k] >= exact[k0] - bar.within for k in exact if k0 < k <= to)
+    return any(exact[k0] >= bar.reach and held(k0) for k0 in exact if k0 <= bar.by_k)
 
 
 def wilson(k, n, z=1.96):
@@ -345,16 +366,17 @@ def shares(results):
     for r in results:
         runs.setdefault((design_of(r['run']), r['length'], r['intervention'], r['run']), {})[r['K']] = r
     out = []
-    for length, by_k, held_to in BARS:
+    for bar in BARS:
+        length, by_k, held_to = bar.length, bar.by_k, bar.held_to
         keys = dict.fromkeys((d, i) for d, n, i, _ in runs if n == length)
         for design, intervention in keys:
             rows = {run: rs for (d, n, i, run), rs in runs.items() if (d, n, i) == (design, length, intervention)}
             if min(max(rs) for rs in rows.values()) < (held_to or by_k):  # (a run not scored that deep cannot be judged)
                 continue
-            passed = [passes({k: r['exact'] for k, r in rs.items()}, by_k, held_to) for rs in rows.values()]
+            passed = [passes({k: r['exact'] for k, r in rs.items()}, bar) for rs in rows.values()]
             deep = [rs[max(rs)]['h_norm'] for rs in rows.values()]
             low, high = wilson(sum(passed), len(rows))
-            out.append(dict(design=design, length=length, by_K=by_k, held_to=held_to, intervention=intervention,
+            out.append(dict(design=design, length=length, by_K=by_k, held_to=held_to, bar=bar.text(), intervention=intervention,
                             passed=sum(passed), runs=len(rows), low=low, high=high,
                             passed_runs=[run for run, ok in zip(rows, passed) if ok],
                             h_norm_pass=float(np.mean([h for h, ok in zip(deep, passed) if ok])) if any(passed) else None,
@@ -366,7 +388,7 @@ def render_shares(rows):
     lines = [f'| design | length | bar | intervention | runs passing | 95% interval | mean ‖H_K‖ at the deepest K: pass, fail |',
              '|---|---|---|---|---|---|---|']
     for r in rows:
-        bar = f"≥{100 * PASS:.0f}% by K={r['by_K']}" + (f", held to {r['held_to']}" if r['held_to'] else '')
+        bar = r.get('bar') or Bar(r['length'], r['by_K'], r['held_to']).text()  # (a results.json from before bar texts)
         norms = ', '.join('-' if v is None else f'{v:.3g}' for v in (r['h_norm_pass'], r['h_norm_fail']))
         lines.append(f"| {r['design']} | {r['length']} | {bar} | {r['intervention']} | {r['passed']}/{r['runs']} | "
                      f"{100 * r['low']:.0f}–{100 * r['high']:.0f}% | {norms} |")
@@ -375,20 +397,23 @@ def render_shares(rows):
 
 def render_design_shares(rows):
     """One row a design, as docs/tasks.md shows the shares with no intervention: each bar's runs passing (k/n) and its
-    95% interval, then the mean ||H_K|| at the deepest K of the first bar's passing and failing runs."""
+    95% interval (the 8x bars always, the 256x ones where scored), then the mean ||H_K|| at the deepest K of the first
+    bar scored: its passing and failing runs."""
     rows = [r for r in rows if r['intervention'] == 'none']
     if not rows:
         return ''
-    head = ['design'] + [c for n, _, _ in BARS for c in (f'{n} bits: passing', '95% interval')] + [
-        f'mean ‖H_K‖ at the deepest K, {BARS[0][0]} bits: pass, fail']
+    scored = [b.length for b in BARS if any(r['length'] == b.length for r in rows)]
+    bars = [b.length for b in BARS if not b.hold or b.length in scored]  # (the 8x bars always, a dash where not scored)
+    head = ['design'] + [c for n in bars for c in (f'{n} bits: passing', '95% interval')] + [
+        f'mean ‖H_K‖ at the deepest K, {scored[0]} bits: pass, fail']
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for design in dict.fromkeys(r['design'] for r in rows):
         at = {r['length']: r for r in rows if r['design'] == design}
         cells = [design]
-        for n, _, _ in BARS:
+        for n in bars:
             r = at.get(n)
             cells += [f"{r['passed']}/{r['runs']}", f"{100 * r['low']:.0f}–{100 * r['high']:.0f}%"] if r else ['-', '-']
-        first = at.get(BARS[0][0])
+        first = at.get(scored[0])
         cells.append(', '.join(norm_cell(v) for v in (first['h_norm_pass'], first['h_norm_fail'])) if first else '-')
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)

@@ -447,14 +447,31 @@ def test_designs_average_a_design_over_its_seeds_only():
 
 
 def test_a_run_passes_the_bar_where_it_reaches_95_percent_in_time_and_holds_within_2_points():
+    from beyond.tasks import BARS, Bar, passes
+    assert BARS[:2] == ((32, 96, 384, 0.95, 0.02, None), (64, 256, None, 0.95, 0.02, None))  # (docs/tasks.md's 8x bars)
+    b32, b64 = Bar(32, 96, 384), Bar(64, 256)
+    assert passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.94}, b32)  # 2 points below 96%: still held
+    assert not passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.93}, b32)  # 3 points: not held
+    assert not passes({16: 0.94, 128: 1.0, 384: 1.0}, b32)  # 95% only after K=96
+    assert passes({16: 0.95}, b32) and not passes({16: 0.9499}, b32)  # 95% itself passes
+    assert passes({16: 0.99, 32: 0.5, 48: 0.97, 384: 0.97}, b32)  # the reach that holds, not the first
+    assert passes({64: 0.3, 256: 0.95, 384: 0.1}, b64) and not passes({64: 0.3, 384: 1.0}, b64)
+
+
+def test_a_256x_bar_holds_within_1_point_to_a_quarter_past_the_k_it_is_first_reached():
     from beyond.tasks import BARS, passes
-    assert BARS == ((32, 96, 384), (64, 256, None))  # (the bars docs/tasks.md states, fixed before training)
-    assert passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.94}, 96, 384)  # 2 points below 96%: still held
-    assert not passes({16: 0.5, 32: 0.96, 64: 0.94, 384: 0.93}, 96, 384)  # 3 points: not held
-    assert not passes({16: 0.94, 128: 1.0, 384: 1.0}, 96, 384)  # 95% only after K=96
-    assert passes({16: 0.95}, 96, 384) and not passes({16: 0.9499}, 96, 384)  # 95% itself passes
-    assert passes({16: 0.99, 32: 0.5, 48: 0.97, 384: 0.97}, 96, 384)  # the reach that holds, not the first
-    assert passes({64: 0.3, 256: 0.95, 384: 0.1}, 256, None) and not passes({64: 0.3, 384: 1.0}, 256, None)
+    bar = BARS[3]
+    assert (bar.length, bar.by_k, bar.reach, bar.within, bar.hold) == (2048, 2560, 0.99, 0.01, 1.25)  # (the issue's)
+    assert BARS[2] == bar._replace(length=512)
+    assert passes({2000: 0.99, 2500: 0.98}, bar)  # held within a point to 2,500 = 1.25 x 2,000
+    assert not passes({2000: 0.99, 2500: 0.975}, bar)  # 1.5 points below: not held
+    assert passes({2000: 0.99, 2400: 0.97, 2501: 0.5}, bar._replace(within=0.02)) and not passes({2000: 0.99, 2400: 0.97, 2501: 0.5}, bar)
+    assert passes({2000: 0.99, 2500: 0.99, 2501: 0.1}, bar)  # past 1.25x it need not hold
+    assert not passes({2000: 0.99, 2400: 1.0}, bar)  # not scored to 1.25x: not seen to hold
+    assert not passes({2600: 1.0, 4000: 1.0}, bar)  # first reached past K=2,560
+    assert passes({1000: 0.5, 2500: 0.985, 2560: 1.0, 3200: 1.0}, bar)  # 98.5% is under 99%: the K that reaches it
+    assert not passes({2000: 0.989, 2500: 1.0}, bar)  # (0.989 < 0.99; 2,500 not held to 3,125)
+    assert bar.text() == '≥99% by K=2560, held within 1 to 1.25x that K' and BARS[0].text() == '≥95% by K=96, held to 384'
 
 
 def test_the_share_of_seeds_passing_is_k_of_n_with_wilsons_interval():
@@ -731,8 +748,13 @@ def test_the_design_shares_name_the_first_bars_bits_and_a_bar_not_scored_is_a_da
     rows = [dict(intervention='none', design='a', length=32, passed=3, runs=4, low=0.3, high=0.95, h_norm_pass=2.0,
                  h_norm_fail=40.0)]
     head, _, row = tasks.render_design_shares(rows).splitlines()
-    assert head.endswith(f'mean ‖H_K‖ at the deepest K, {tasks.BARS[0][0]} bits: pass, fail |') and ' 32 bits: pass' in head
-    assert row.split(' | ')[1:5] == ['3/4', '30–95%', '-', '-']
+    assert head.endswith(f'mean ‖H_K‖ at the deepest K, {tasks.BARS[0].length} bits: pass, fail |') and ' 32 bits: pass' in head
+    assert row.split(' | ')[1:5] == ['3/4', '30–95%', '-', '-'] and '512 bits' not in head  # (a 256x bar: where scored)
+    deep = [dict(rows[0], length=2048, passed=9, runs=10, low=0.6, high=0.98, h_norm_pass=24.0, h_norm_fail=None)]
+    head, _, row = tasks.render_design_shares(deep).splitlines()
+    assert head.split(' | ')[1:] == ['32 bits: passing', '95% interval', '64 bits: passing', '95% interval',
+                                     '2048 bits: passing', '95% interval', 'mean ‖H_K‖ at the deepest K, 2048 bits: pass, fail |']
+    assert row == '| a | - | - | - | - | 9/10 | 60–98% | 24, - |'
 
 
 def test_a_design_with_no_row_at_a_length_gets_no_row_there():

@@ -88,7 +88,7 @@ def kept_in(init):
 def table(logs, results=None):
     rows = [run_row(log) for log in logs]
     passed = passing(results) if results else {}
-    bars = [n for n, _, _ in BARS]
+    bars = [b.length for b in BARS if b.length in passed or not b.hold]  # (the 256x bars where scored)
     verdict = lambda row, n: '-' if n not in passed else 'pass' if row['run'] in passed[n] else 'fail'  # noqa: E731
     lines = ['| run | evaluations | past the screen | probe-perfect, by initialization | last probe-perfect step | '
              'kept: step, probe error | ' + ' | '.join(f'{n} bits' for n in bars) + ' |',
