@@ -76,6 +76,24 @@ def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data,
         assert {r['trained_K'] for r in rows} == {want}, name
 
 
+def test_a_checkpoint_without_its_runs_config_is_scored_as_a_fixed_depth_run(tmp_path, monkeypatch):
+    # a checkpoint of model_args and weights alone (no 'config': no random_depth, no data folder to look at) is scored
+    # against its n_loops, and scores as the same weights saved with a config of random_depth=False do, row for row
+    monkeypatch.chdir(tmp_path)  # (no config: check_parity_run looks for ./data/meta.json, absent here)
+    torch.manual_seed(0)
+    cfg = LoopedGPTConfig(vocab_size=len(parity.VOCAB), block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=3,
+                          dropout=0.0)
+    bare = dict(model_args=asdict(cfg), model=LoopedGPT(cfg).state_dict())
+    torch.save(bare, tmp_path / 'bare.pt')
+    torch.save(dict(bare, config=dict(dataset='parity', data_dir=str(tmp_path), random_depth=False, max_loops=7)),
+               tmp_path / 'fixed.pt')
+    rows = {name: [{k: v for k, v in r.items() if k not in ('run', 'seconds')}  # (the folder, and the time it took)
+                   for r in tasks.evaluate([str(tmp_path / f'{name}.pt')], [6], [1, 2], 1, 8, ['direction'])]
+            for name in ('bare', 'fixed')}
+    assert {r['trained_K'] for r in rows['bare']} == {cfg.n_loops}
+    assert rows['bare'] == rows['fixed'] and len(rows['bare']) == 4
+
+
 def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
     # --rows must be >= 1: one test string a length is scored (its exact match 0% or 100%), none is refused
     import dataclasses
@@ -763,3 +781,14 @@ def test_a_design_with_no_row_at_a_length_gets_no_row_there():
               for d, n in (('a', 32), ('a', 64), ('b', 64)) for k in (32, 64)]
     exact = re.split(r'\n\n(?=exact match|mean)', tasks.render_pivots(groups))[0]
     assert '| a, 32 |' in exact and '| b, 64 |' in exact and '| b, 32 |' not in exact
+
+
+def test_a_norm_of_a_thousand_or_more_is_written_whole_with_thousands_separators():
+    # the tables' mean ||H_K|| cells (norm_cell): from 1,000 up a whole number with thousands separators (1,000 itself
+    # too, not 1e+03), below it three significant figures; a missing or non-finite norm a dash
+    cells = {1000.0: '1,000', 1000.4: '1,000', 2499.6: '2,500', 123456.7: '123,457', 999.0: '999', 12.345: '12.3',
+             0.5: '0.5', None: '-', float('inf'): '-', float('nan'): '-'}
+    assert {v: tasks.norm_cell(v) for v in cells} == cells
+    rows = [dict(intervention='none', design='a', length=32, passed=1, runs=2, low=0.1, high=0.9, h_norm_pass=1000.0,
+                 h_norm_fail=1500.0)]
+    assert tasks.render_design_shares(rows).splitlines()[2].endswith(' | 1,000, 1,500 |')
