@@ -34,6 +34,7 @@ import math
 import os
 import re
 import sys
+import time
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -44,7 +45,7 @@ from configurator import UserError, error_line
 from data import data_folder, load_meta, load_rows
 from model import LoopedGPT
 from report import write_json
-from runtime import autocast, compile_errors, compile_failed
+from runtime import autocast, compile_errors, compile_failed, sync
 from beyond import exits
 from beyond.parity import VOCAB, parity_rows
 
@@ -284,7 +285,10 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', d
             x, y = (t.to(device) for t in test_strings(seed, length, rows))
             try:
                 with autocast(device, dtype):
+                    start = time.perf_counter()
                     base = score(model, x, y, sorted(set(loops) | {trained_k}), halt=halt, step=step)
+                    sync(device)
+                    seconds = time.perf_counter() - start  # (the first length's with the compile, where it is on)
                     rms = base[trained_k]['rms']  # the fixed RMS of the direction-only readout and the cap
                     measured = [(None, base)] + [(i, score(model, x, y, loops, i, rms, trained_k, step=step,
                                                            halt=halt if i == 'direction' else None))
@@ -294,7 +298,8 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', d
             for name, measured in measured:
                 for k in loops:
                     results.append(dict(run=run, length=length, K=k, trained_K=trained_k,
-                                        intervention=name or 'none', **measured[k]))
+                                        intervention=name or 'none', **measured[k],
+                                        **({} if name else dict(seconds=seconds, strings=x.size(0)))))
     return results
 
 
@@ -443,7 +448,8 @@ def render_rescues(rows):
 
 
 def norm_cell(v):
-    return '-' if v is None or not math.isfinite(v) else f'{v:,.0f}' if abs(v) >= 1000 else f'{v:.3g}'
+    # (from 999.5 up: three significant figures would round it to 1e+03)
+    return '-' if v is None or not math.isfinite(v) else f'{v:,.0f}' if abs(v) >= 999.5 else f'{v:.3g}'
 
 
 def render_pivots(groups):
@@ -479,6 +485,11 @@ def render_pivots(groups):
     return '\n\n'.join(tables)
 
 
+def loops_ran(row):
+    """The mean loops a string ran to the row's K: where it halted, or K (every string K, scored without a halt)."""
+    return row['halted'] * (row['halt_k'] or 0) + (1 - row['halted']) * row['K'] if 'halted' in row else row['K']
+
+
 def render_halting(results):
     """Each run and length scored with a halting rule, the rule beside a fixed K: every string read where it halted
     (its state held from there on) or, if it never did, at the deepest K scored; the strings halted, the loops a string
@@ -493,10 +504,28 @@ def render_halting(results):
              'fixed K reading as many right |', '|---|---|---|---|---|---|']
     for (run, length), rs in rows.items():
         last = max(rs, key=lambda r: r['K'])
-        ran = last['halted'] * (last['halt_k'] or 0) + (1 - last['halted']) * last['K']
+        ran = loops_ran(last)
         fixed = min((r['K'] for r in rs if r['exact'] >= last['exact']), default=None)
         lines.append(f"| {os.path.basename(os.path.normpath(run))} | {length} | {100 * last['halted']:.1f}% of "
                      f"{last['K']} loops | {ran:.0f} | {100 * last['exact']:.1f}% | K={fixed} |")
+    return '\n'.join(lines)
+
+
+def render_costs(results):
+    """What each run's scoring of each length cost (rows timed by evaluate: every K in one pass, no intervention): its
+    seconds, per string, and per string-loop (the loops a string ran: to the deepest K, or where it halted)."""
+    rows = {}
+    for r in results:
+        if r['intervention'] == 'none' and r.get('seconds') is not None:
+            rows.setdefault((r['run'], r['length']), []).append(r)
+    if not rows:
+        return ''
+    lines = ['| run | bits | strings | seconds | seconds a string | ms a string-loop |', '|---|---|---|---|---|---|']
+    for (run, length), rs in rows.items():
+        last = max(rs, key=lambda r: r['K'])
+        n = last['strings']
+        lines.append(f"| {os.path.basename(os.path.normpath(run))} | {length} | {n} | {last['seconds']:.1f} | "
+                     f"{last['seconds'] / n:.2f} | {1000 * last['seconds'] / (n * loops_ran(last)):.2f} |")
     return '\n'.join(lines)
 
 
@@ -600,7 +629,7 @@ def main(argv=None):
         sys.exit(error_line('beyond.tasks', e))
     groups, passing = designs(results), shares(results)
     extra = [t for t in (render_design_shares(passing), render_rescues(passing), render_pivots(groups)) if t]
-    extra += [t for t in (render_halting(results),) if t]
+    extra += [t for t in (render_halting(results), render_costs(results)) if t]
     print((render_shares(passing) + '\n\n' if passing else '') + ''.join(t + '\n\n' for t in extra)
           + render_designs(groups) + '\n\n' + render(results))
     os.makedirs(args.out, exist_ok=True)

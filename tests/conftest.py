@@ -411,7 +411,10 @@ FIELDS = {
         accuracy=f'{TASKS}::test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them',
         exact=f'{TASKS}::test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them',
         **{k: f'{TASKS}::test_the_task_studys_state_norms_are_the_bits_not_the_start_token'
-           for k in ('h_norm', 'rms', 'one_minus_cos')}),
+           for k in ('h_norm', 'rms', 'one_minus_cos')},
+        **{k: f'{TASKS}::test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop' for k in ('seconds', 'strings')}),
+    'beyond.tasks halting row': {k: f'{TASKS}::test_score_halts_each_string_at_the_loop_its_last_position_settles_whatever_the_chunk'
+                                 for k in ('halted', 'halt_k')},
     'beyond.exit_gate info': {k: f'{GATE}::test_the_exit_gate_is_trained_on_other_windows_than_it_is_scored_on'
                               for k in ('pairs', 'heldout_pairs', 'base_rate', 'label_rate_by_loop', 'heldout_bce_base',
                                         'heldout_bce', 'train_bce')},

@@ -8,6 +8,7 @@ tables and accuracy.png, and what it writes (strict JSON) and refuses in one lin
 """
 
 import json
+from types import SimpleNamespace
 import re
 from dataclasses import asdict
 
@@ -309,6 +310,31 @@ def test_score_halts_each_string_at_the_loop_its_last_position_settles_whatever_
     assert 'halted' not in tasks.score(model, x, y, loops)[30]
     with pytest.raises(UserError, match='halting holds settled states'):
         tasks.score(model, x, y, loops, 'cap', rms=1.0, halt=SETTLE)
+
+
+def test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop(tmp_path, monkeypatch):
+    model, _ = settling_model()
+    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=dict(data_dir=str(tmp_path)),
+                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+    clock, passes = iter(range(0, 1000, 5)), []  # (a clock of 5 s a reading: each pass 5 s)
+    monkeypatch.setattr(tasks, 'time', SimpleNamespace(perf_counter=lambda: next(clock)))  # (tasks' clock alone)
+    real = tasks.score
+    monkeypatch.setattr(tasks, 'score', lambda *a, **kw: passes.append(a[4] if len(a) > 4 else None) or real(*a, **kw))
+    rows = tasks.evaluate([str(tmp_path)], [10, 20], [3, 6], seed=3, rows=4, interventions=['cap'], halt=SETTLE)
+    assert passes == [None, 'cap', None, 'cap']  # one pass a length (and one an intervention), every K read in it
+    for r in rows:
+        timed = r['intervention'] == 'none'
+        assert (r.get('seconds'), r.get('strings')) == ((5, 4) if timed else (None, None))
+        assert ('halted' in r) == timed  # (the cap scores without the halting rule)
+    table = tasks.render_costs(rows).splitlines()
+    assert table[0] == '| run | bits | strings | seconds | seconds a string | ms a string-loop |' and len(table) == 4
+    deep = [r for r in rows if (r['length'], r['K'], r['intervention']) == (20, 6, 'none')][0]
+    ran = deep['halted'] * (deep['halt_k'] or 0) + (1 - deep['halted']) * 6  # the halted at their loop, the others at 6
+    assert 0 < ran <= 6
+    assert table[3] == f"| {tmp_path.name} | 20 | 4 | 5.0 | 1.25 | {5000 / (4 * ran):.2f} |"
+    unhalted = [dict(r, halted=0.0, halt_k=None) for r in rows]
+    assert tasks.render_costs(unhalted).splitlines()[3].endswith(f"| {5000 / (4 * 6):.2f} |")  # every string 6 loops
+    assert tasks.render_costs([dict(r, seconds=None) for r in rows]) == ''  # (results from before the timing: none)
 
 
 def test_the_halt_settings_are_a_state_criterion_and_a_threshold_inside_zero_and_one():
@@ -784,9 +810,10 @@ def test_a_design_with_no_row_at_a_length_gets_no_row_there():
 
 
 def test_a_norm_of_a_thousand_or_more_is_written_whole_with_thousands_separators():
-    # the tables' mean ||H_K|| cells (norm_cell): from 1,000 up a whole number with thousands separators (1,000 itself
+    # the tables' mean ||H_K|| cells (norm_cell): from 1,000 up (as rounded) a whole number with thousands separators (1,000 itself
     # too, not 1e+03), below it three significant figures; a missing or non-finite norm a dash
     cells = {1000.0: '1,000', 1000.4: '1,000', 2499.6: '2,500', 123456.7: '123,457', 999.0: '999', 12.345: '12.3',
+             999.7: '1,000', 999.4: '999', -999.7: '-1,000',  # (what rounds to 1,000 is written so, never 1e+03)
              0.5: '0.5', None: '-', float('inf'): '-', float('nan'): '-'}
     assert {v: tasks.norm_cell(v) for v in cells} == cells
     rows = [dict(intervention='none', design='a', length=32, passed=1, runs=2, low=0.1, high=0.9, h_norm_pass=1000.0,
