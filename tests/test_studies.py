@@ -120,6 +120,11 @@ STUDIES = {
                      ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'rules-64.md',
                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
+    'parity/deep': (dict(DATA_SEEDS='2', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                                 '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent'), False,
+                    ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
+                     'logs/parity-s1.jsonl', 'logs/parity-s1.seconds', 'logs/score-s1.log', 'logs/score-s1.seconds',
+                     'logs/prepare-2.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '

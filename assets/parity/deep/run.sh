@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Parity at 256x the trained length (docs/tasks.md#256x-the-trained-length): config/parity.py as it stands on ten seeds,
+# each with data of its own, scored on 64 fresh strings each of 64, 512 and 2,048 bits to K=3,200 in one pass
+# (python -m beyond.tasks --halt=latent --compile=on: each string's settled prefix held and not computed again), each
+# run's training and scoring on one thread, two runs at once; the share of seeds passing the 256x bars
+# (beyond.tasks.BARS) and what each part cost.
+#
+#   bash assets/parity/deep/run.sh
+#
+# Settings (environment variables; the defaults are the study as it was run; relative paths from the repo root):
+#   SEEDS        the training seeds (2201 .. 2210)
+#   DATA_SEEDS   each run's data seed, in the same order (2101 .. 2110): python -m beyond.parity into DATA_DIR/parity-<it>
+#   PREP_ARGS    python -m beyond.parity's other settings (none: its defaults, strings of 1-8 bits to train on)
+#   TEST_SEED    the test strings' seed (3101)
+#   DATA_DIR     (data); RUNS, where the run folders out-parity-s<seed> go (the repo root)
+#   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-parity/deep in RUNS,
+#                refused if it holds anything); STORE=1: this folder, the stored results the pages quote written over
+#   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (the lengths, K, strings and
+#                the fast path above)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+SEEDS=${SEEDS:-2201 2202 2203 2204 2205 2206 2207 2208 2209 2210}
+DATA_SEEDS=${DATA_SEEDS:-2101 2102 2103 2104 2105 2106 2107 2108 2109 2110}
+TEST_SEED=${TEST_SEED:-3101} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
+TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
+. assets/study.sh  # study_out, train, lane
+study_out parity/deep
+read -ra seeds <<< "$SEEDS"
+read -ra data <<< "$DATA_SEEDS"
+if [ ${#seeds[@]} != ${#data[@]} ]; then
+  echo "assets/parity/deep/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
+  exit 1
+fi
+mkdir -p "$OUT/logs" "$OUT/scores"
+
+run_seed() {  # run_seed SEED DATA_SEED: the data, the run (timed) and its scoring (timed)
+  local s=$1 d=$2 TIMEFORMAT=%R
+  [ -f "$DATA_DIR/parity-$d/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/parity-$d" --seed="$d" $PREP_ARGS \
+      > "$OUT/logs/prepare-$d.log"
+  { time DATASET=parity-$d train "parity-s$s" config/parity.py --seed="$s"; } 2> "$OUT/logs/parity-s$s.seconds"
+  # shellcheck disable=SC2086  # each word a setting
+  { time python -m beyond.tasks --runs="$RUNS/out-parity-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
+      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.seconds"
+}
+for i in "${!seeds[@]}"; do lane run_seed "${seeds[$i]}" "${data[$i]}"; done
+wait_lanes
+merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
+python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
