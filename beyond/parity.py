@@ -8,17 +8,15 @@ Running parity in rows, the task of docs/tasks.md: the data a study of depth tha
 Each instance is one row of the split's fixed length, [bos, b_1 .. b_n, pad ...]: {split}.bin its
 inputs and {split}.targets.bin each position's target, the XOR of the bits so far (-1 where nothing
 is scored: bos and the pads). meta.json (written last: no meta.json, no usable data) has the lengths,
-row lengths and seed; train.py reads such a folder a whole row at a time (data.Rows).
+row lengths and seed; train.py reads such a folder a whole row at a time (data.Rows). The data command is
+beyond/task_rows.py's, the one every task in rows shares.
 """
-
-import argparse
-import json
-import os
-import sys
 
 import numpy as np
 
-from configurator import UserError, error_line
+from configurator import UserError
+from beyond.task_rows import Task, lengths_arg, register  # noqa: F401  (lengths_arg: this task's settings, as before)
+from beyond import task_rows
 
 VOCAB = {'0': 0, '1': 1, 'bos': 2, 'pad': 3}  # the bits, the start of a string, the padding after it
 # each split's default rows and lengths; the probe (train.py's select, beyond.tasks.screened_probe) 6x the longest trained
@@ -43,61 +41,20 @@ def parity_rows(rng, n_rows, lengths, row_len):
     return x, y
 
 
-def lengths_arg(text, name):
-    """'8' (train: every length 1..8; val, test: 8 alone) or a range '1-8': a list of ints."""
-    try:
-        low, _, high = text.partition('-')
-        low, high = (int(low), int(high)) if high else (1 if name == 'train' else int(low), int(low))
-    except ValueError:
-        raise UserError(f"--{name}_lengths {text!r}: a length (16) or a range (1-16)")
-    if not 1 <= low <= high:
-        raise UserError(f"--{name}_lengths {text!r}: lengths from 1, the low end first")
-    return list(range(low, high + 1))
+TASK = register(Task(
+    name='parity', vocab=VOCAB, splits=SPLITS, extra=1,
+    rows=lambda rng, n_rows, lengths, row_len, split, settings: parity_rows(rng, n_rows, lengths, row_len),
+    text='one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, -1 at bos and pads',
+    about=__doc__.split('\n\n')[0].strip()))
 
 
 def write(out_dir, seed, splits):
     """Writes the rows of each split (name -> (rows, lengths)) into out_dir, meta.json last."""
-    for split, (n_rows, _) in splits.items():
-        if n_rows < 1:
-            raise UserError(f"--{split}_rows must be >= 1; got {n_rows}")
-    os.makedirs(out_dir, exist_ok=True)
-    if os.path.exists(os.path.join(out_dir, 'meta.json')):
-        os.remove(os.path.join(out_dir, 'meta.json'))
-    meta = dict(task='parity', dataset='parity', source=f'parity, seed {seed}', seed=seed, tokenizer='parity',
-                vocab=VOCAB, vocab_size=len(VOCAB), dtype='uint8', targets_dtype='int16', lengths={}, row_len={},
-                rows={}, tokens={},
-                text='one instance a row: [bos, bits, pad ...]; target at bit i: the XOR of bits 1..i, -1 at bos and pads')
-    for i, (split, (n_rows, lengths)) in enumerate(splits.items()):
-        row_len = max(lengths) + 1
-        x, y = parity_rows(np.random.default_rng([seed, i]), n_rows, lengths, row_len)
-        for part, a in (('', x), ('.targets', y)):
-            a.tofile(os.path.join(out_dir, f'{split}{part}.bin'))
-        meta['lengths'][split] = [lengths[0], lengths[-1]]
-        meta['row_len'][split], meta['rows'][split], meta['tokens'][split] = row_len, n_rows, n_rows * row_len
-        print(f"{split}: {n_rows:,} strings of {lengths[0]}-{lengths[-1]} bits, rows of {row_len} tokens")
-    with open(os.path.join(out_dir, 'meta.json.tmp'), 'w') as f:
-        json.dump(meta, f, indent=2)
-    os.replace(os.path.join(out_dir, 'meta.json.tmp'), os.path.join(out_dir, 'meta.json'))
-    print(f"wrote {out_dir}")
-    return meta
+    return task_rows.write(TASK, out_dir, seed, splits)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
-    p.add_argument('--out_dir', default=os.path.join('data', 'parity'), help='the data folder (train.py: --dataset=its name)')
-    p.add_argument('--seed', type=int, default=0, help='seeds every split (each its own stream)')
-    for split, n_rows, lengths in SPLITS:
-        p.add_argument(f'--{split}_rows', type=int, default=n_rows, help=f'instances in the {split} split')
-        p.add_argument(f'--{split}_lengths', default=lengths,
-                       help=f"string lengths of the {split} split, a range (1-16) or one length; train's '8' "
-                            f"is 1-8 (default {lengths})")
-    args = p.parse_args(argv)
-    try:
-        write(args.out_dir, args.seed, {split: (getattr(args, f'{split}_rows'),
-                                                lengths_arg(getattr(args, f'{split}_lengths'), split))
-                                        for split, _, _ in SPLITS})
-    except UserError as e:
-        sys.exit(error_line('beyond.parity', e))
+    task_rows.main(TASK, argv)
 
 
 if __name__ == '__main__':

@@ -47,7 +47,8 @@ from model import LoopedGPT
 from report import write_json
 from runtime import autocast, compile_errors, compile_failed, sync
 from beyond import exits
-from beyond.parity import VOCAB, parity_rows
+from beyond import addition, parity  # noqa: F401  (each registers its task)
+from beyond.task_rows import TASKS
 
 INTERVENTIONS = ('clamp', 'direction', 'cap', 'relax')
 RELAX = 0.25  # the share of a loop's new state that under-relaxation keeps
@@ -63,25 +64,32 @@ def int_list(text, name):
     return sorted(set(values))
 
 
-def test_strings(seed, length, rows):
-    """rows fresh strings of exactly `length` bits, from (seed, length) alone: (x, y) int64 (rows, length + 1)."""
-    x, y = parity_rows(np.random.default_rng([seed, length, 4]), rows, [length], length + 1)
+def test_strings(seed, length, rows, task=parity.TASK):
+    """rows fresh strings of exactly `length` steps of a task (parity's bits by default), from (seed, length) alone,
+    its test split's kind (addition's: half a carry the whole length): (x, y) int64 (rows, the task's row length)."""
+    x, y = task.rows(np.random.default_rng([seed, length, 4]), rows, [length], task.row_len([length]), 'test',
+                     task.defaults('test'))
     return torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
 
 
-def check_parity_run(run, model, ckpt):
-    """Refuses a run not trained on running parity (a text run would be scored as if its tokens were bits): its
-    vocabulary must be parity's, and its data, where the run's data folder is at hand, a parity task's (meta.json:
-    task 'parity', as beyond.parity writes it)."""
+def run_task(run, model, ckpt):
+    """The task a run was trained on (a Task of beyond.task_rows.TASKS): its data's meta.json 'task' where the run's data
+    folder is at hand, else its config's dataset name, else the one task whose vocabulary is the model's. One error
+    line for a run of none (a text run would be scored as if its tokens were a task's)."""
     config = ckpt.get('config', {})
     try:
-        meta = load_meta(data_folder(config))
+        name = load_meta(data_folder(config)).get('task')
     except FileNotFoundError:
-        meta = {}
-    if model.config.vocab_size != len(VOCAB) or meta and meta.get('task') != 'parity':
-        raise UserError(f"{run} was trained on {config.get('dataset', 'unknown data')} (vocab "
-                        f"{model.config.vocab_size}), not on running parity (vocab {len(VOCAB)}, made by "
-                        "python -m beyond.parity): beyond.tasks scores parity runs only")
+        name = os.path.basename(os.path.normpath(config.get('dataset', ''))) or None
+        if name not in TASKS:
+            sizes = [t.name for t in TASKS.values() if len(t.vocab) == model.config.vocab_size]
+            name = sizes[0] if len(sizes) == 1 else None
+    task = TASKS.get(name)
+    if task is None or model.config.vocab_size != len(task.vocab):
+        known = ', '.join(f'{t.name} (vocab {len(t.vocab)})' for t in TASKS.values())
+        raise UserError(f"{run} was trained on {config.get('dataset', 'unknown data')} (vocab {model.config.vocab_size}), "
+                        f"not on a task in rows: {known}, made by python -m beyond.<task>; beyond.tasks scores those only")
+    return task
 
 
 def trajectory(model, x, K, intervention=None, rms=None, trained_k=None):
@@ -273,7 +281,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', d
             model, ckpt = LoopedGPT.from_checkpoint(run, device)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(str(e))
-        check_parity_run(run, model, ckpt)
+        task = run_task(run, model, ckpt)
         model.eval()
         step = loop_step(model, compile)
         cfg = model.config
@@ -282,7 +290,7 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', d
                             f"{max(lengths)} bits (train with positions='none' for longer strings)")
         trained_k = ckpt.get('config', {}).get('max_loops') if ckpt.get('config', {}).get('random_depth') else cfg.n_loops
         for length in lengths:
-            x, y = (t.to(device) for t in test_strings(seed, length, rows))
+            x, y = (t.to(device) for t in test_strings(seed, length, rows, task))
             try:
                 with autocast(device, dtype):
                     start = time.perf_counter()
