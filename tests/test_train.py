@@ -784,7 +784,7 @@ def test_every_condition_config_loads_and_overlays_compose():
                     n_layer=8, n_head=8, n_embd=512, batch_size=64, model_class='model.LoopedGPT')
     config = os.path.join(HERE, 'config')
     overlays = ('cpu.py', 'cpu_long.py', 'cpu_44m.py', '129m.py', 'random_depth.py')
-    conditions = sorted(f for f in os.listdir(config) if f not in overlays + ('parity.py',))  # (a task's recipe: test_tasks.py)
+    conditions = sorted(f for f in os.listdir(config) if f not in overlays + ('parity.py', 'addition.py'))  # (tasks' recipes: below)
     assert len(conditions) == 15  # the paper's eight, two with exit-aware training, five of the field's scale controls
     seen = set()
     field, exit_aware = 'beyond.additions.FieldGPT', 'beyond.exit_train.ExitTrainedGPT'
@@ -835,6 +835,17 @@ def test_the_recipe_config_loads_with_its_twin():
         'none', 2, True, 'norm', True, 'progressive')
     assert train_module.setup([f'{HERE}/config/parity.py', '--interloop_norm=False'])['interloop_norm'] is False
 
+
+
+def test_the_addition_recipe_is_paritys_but_where_the_task_differs():
+    # config/addition.py's promise: the parity recipe, with the data, the row and the loops a 16-bit carry chain needs
+    # (and the probe read every 100 steps), nothing else changed
+    parity, addition = (settings(os.path.join(HERE, 'config', f'{name}.py')) for name in ('parity', 'addition'))
+    changed = {k for k in parity.keys() | addition.keys() if parity.get(k) != addition.get(k)}
+    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval'}
+    assert (addition['dataset'], addition['block_size'], addition['max_loops'], addition['n_loops']) == ('addition', 18, 24, 24)
+    c = train_module.setup([f'{HERE}/config/addition.py'])  # (train.py's own checks, with the model class it names)
+    assert c['select'] == 'beyond.tasks.screened_probe' and c['window'] == 2
 
 # -----------------------------------------------------------------------------
 # a scale control added by a fork, with no edit to model.py: a subclass of LoopedGPTConfig with one field and a

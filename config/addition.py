@@ -1,0 +1,44 @@
+# Binary addition (docs/tasks.md, the second task): the parity recipe (config/parity.py) with what the task changes.
+# Trained on additions of at most 16 bits (beyond.addition's default), half of each split's strings a carry the whole
+# length: a carry can have to travel 16 positions, so the loops drawn go to 24 (1.5 x 16, as parity's 12 is 1.5 x 8);
+# a row holds the start token, the operands' bits and the carry-out position (18 tokens); everything else is parity's:
+# a window of 2 and no position embeddings (a loop carries the carry one position on, any length runs), input
+# injection, the progressive loss, the norm readout with the inter-loop norm, weights at std 0.1, and the checkpoint
+# its probe split reads best past a screen (96-bit additions at K=192 and 384, read every 100 steps where parity's
+# 48-bit ones are read every 50: each read costs about 8x), kept over two initializations. Not yet tuned or measured.
+#   python -m beyond.addition
+#   python train.py config/addition.py
+#   python -m beyond.tasks --runs=out-addition --lengths=64,1024 --loops=64,128,256,512,1024,1536 --halt=latent --out=eval-addition
+model_class = 'beyond.additions.FieldGPT'
+out_dir = 'out-addition'
+dataset = 'addition'
+device = 'cpu'
+compile = 'off'
+n_layer = 1
+n_head = 1
+n_embd = 64
+dropout = 0.0
+block_size = 18          # unused without position embeddings: any length runs
+positions = 'none'
+window = 2
+readout = 'norm'
+interloop_norm = True
+inject = True
+loss = 'perloop'
+init_std = 0.1
+random_depth = True
+depth_draw = 'progressive'
+max_loops = 24
+n_loops = 24             # the K the validation loss is read at
+batch_size = 64
+dtype = 'float32'
+learning_rate = 1e-3
+warmup_iters = 100
+lr_decay = 'constant'
+max_iters = 3000
+inits = 2
+eval_interval = 100
+always_save_checkpoint = False
+select = 'beyond.tasks.screened_probe'
+eval_iters = 4
+log_interval = 250
