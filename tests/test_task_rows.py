@@ -92,5 +92,10 @@ def test_every_setting_is_checked_before_a_file_is_written(copy_task, tmp_path):
 
 
 def test_each_task_registers_itself_under_its_own_name():
-    assert task_rows.TASKS['parity'] is parity.TASK and task_rows.TASKS['addition'] is addition.TASK
+    # (by name and content: a task module run again in one process, as python -m is in the tests, registers its Task
+    # again, the same but a new object)
+    for module in (parity, addition):
+        registered = task_rows.TASKS[module.TASK.name]
+        assert (registered.name, registered.vocab, registered.splits, registered.extra) == (
+            module.TASK.name, module.TASK.vocab, module.TASK.splits, module.TASK.extra)
     assert parity.TASK.row_len([8]) == 9 and addition.TASK.row_len([16]) == 18  # (addition: the carry-out position)
