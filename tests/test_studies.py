@@ -121,10 +121,11 @@ STUDIES = {
                       'scores/norm-il-32/results.json', 'scores/norm-il-64/results.json', 'logs/parity-norm-il-s1.log',
                       'logs/parity-norm-il-s1.jsonl', 'logs/timed.seconds', 'logs/timed.log']),
     'parity/deep': (dict(DATA_SEEDS='2', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
-                                                 '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent'), False,
+                                                 '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                         FULL_ARGS='--lengths=8 --loops=2,4 --rows=4'), False,
                     ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
                      'logs/parity-s1.jsonl', 'logs/parity-s1.seconds', 'logs/score-s1.log', 'logs/score-s1.seconds',
-                     'logs/prepare-2.log']),
+                     'logs/prepare-2.log', 'agree.md', 'full/results.json', 'logs/full.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -420,6 +421,29 @@ def test_the_rules_keep_the_earliest_best_evaluation_over_every_one_or_every_nth
 PARITY = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, 'parity', '**',
                                                                                              'accuracy.md'), recursive=True))
 EVALS = sorted(os.path.relpath(os.path.dirname(p), ASSETS) for p in glob.glob(os.path.join(ASSETS, 'parity', '*', 'evals.md')))
+
+
+def test_agree_py_sets_the_fast_path_beside_the_full_pass_and_names_the_largest_difference(tmp_path, capsys):
+    import runpy
+    main = runpy.run_path(os.path.join(ASSETS, 'parity', 'deep', 'agree.py'))['main']
+    def results(path, exact, accuracy, extra=()):  # one run, 8 bits, K = 2 and 4 (and extra rows)
+        rows = [dict(run='r/out-parity-s1', length=8, K=k, intervention='none', exact=e, accuracy=a)
+                for k, e, a in zip((2, 4), exact, accuracy)] + list(extra)
+        path.write_text(json.dumps(dict(results=rows)))
+        return str(path)
+    cap = dict(run='r/out-parity-s1', length=8, K=4, intervention='cap', exact=0.0, accuracy=0.0)  # (not compared)
+    halted = results(tmp_path / 'h.json', (0.25, 1.0), (0.5, 1.0), [cap])
+    full = results(tmp_path / 'f.json', (0.25, 0.96875), (0.5, 0.99), [dict(cap, K=6)])
+    main([halted, full])
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:4] == ['| out-parity-s1 | 8 | 2 | 25.0% | 25.0% | 50.000% | 50.000% |',
+                        '| out-parity-s1 | 8 | 4 | 100.0% | 96.9% | 100.000% | 99.000% |']
+    assert out[-1] == '2 (length, K) read both ways: the largest difference in exact match 3.12 points, in per-bit accuracy 1.0000 points'
+    for args, says in (([halted], 'give two results.json'), ([halted, str(tmp_path / 'none.json')], 'none.json: not a'),
+                       ([halted, results(tmp_path / 'o.json', (), (), [dict(cap, intervention='none', K=9)])], 'share no run')):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        assert str(e.value.code).startswith('agree.py: error:') and says in str(e.value.code), e.value.code
 
 
 @functools.lru_cache(maxsize=None)

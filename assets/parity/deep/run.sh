@@ -16,13 +16,15 @@
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-parity/deep in RUNS,
 #                refused if it holds anything); STORE=1: this folder, the stored results the pages quote written over
 #   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (the lengths, K, strings and
-#                the fast path above)
+#                the fast path above); FULL_ARGS for the first seed's scoring again without the fast path (512-bit strings
+#                to K=1,280), which agree.py compares with its fast one
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-2201 2202 2203 2204 2205 2206 2207 2208 2209 2210}
 DATA_SEEDS=${DATA_SEEDS:-2101 2102 2103 2104 2105 2106 2107 2108 2109 2110}
 TEST_SEED=${TEST_SEED:-3101} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
+FULL_ARGS=${FULL_ARGS:---lengths=512 --loops=$(seq -s, 64 64 1280) --rows=64 --compile=on}
 . assets/study.sh  # study_out, train, lane
 study_out parity/deep
 read -ra seeds <<< "$SEEDS"
@@ -46,3 +48,7 @@ for i in "${!seeds[@]}"; do lane run_seed "${seeds[$i]}" "${data[$i]}"; done
 wait_lanes
 merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+# the fast path against the full pass: the first seed's run scored again, every position every loop
+# shellcheck disable=SC2086  # each word a setting
+python -m beyond.tasks --runs="$RUNS/out-parity-s${seeds[0]}" --seed="$TEST_SEED" --out="$OUT/full" $FULL_ARGS > "$OUT/logs/full.log"
+python assets/parity/deep/agree.py "$OUT/scores/s${seeds[0]}/results.json" "$OUT/full/results.json" > "$OUT/agree.md"
