@@ -124,7 +124,7 @@ STUDIES = {
                                                  '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
                          FULL_ARGS='--lengths=8 --loops=2,4 --rows=4'), False,
                     ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
-                     'logs/parity-s1.jsonl', 'logs/parity-s1.seconds', 'logs/score-s1.log', 'logs/score-s1.seconds',
+                     'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                      'logs/prepare-2.log', 'agree.md', 'full/results.json', 'logs/full.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
@@ -469,7 +469,7 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
 
 @pytest.mark.parametrize('study', EVALS)
 def test_a_parity_evals_md_is_what_evals_py_prints_on_the_stored_logs(study):
-    assert len(EVALS) == 4 and len(PARITY) == 8  # (seeds, new-seeds, screen, inits; those and designs, its two, late)
+    assert len(EVALS) == 4 and len(PARITY) == 9  # (seeds, new-seeds, screen, inits; those and designs, its two, late, deep)
     logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', 'parity-norm-il-s*.jsonl')))
     with open(os.path.join(ASSETS, study, 'evals.md')) as f:
         assert evals('table', logs, os.path.join(ASSETS, study, 'results.json')) == f.read(), (

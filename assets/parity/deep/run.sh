@@ -35,14 +35,14 @@ if [ ${#seeds[@]} != ${#data[@]} ]; then
 fi
 mkdir -p "$OUT/logs" "$OUT/scores"
 
-run_seed() {  # run_seed SEED DATA_SEED: the data, the run (timed) and its scoring (timed)
+run_seed() {  # run_seed SEED DATA_SEED: the data, the run and its scoring, each's wall seconds in a .wall file
   local s=$1 d=$2 TIMEFORMAT=%R
   [ -f "$DATA_DIR/parity-$d/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/parity-$d" --seed="$d" $PREP_ARGS \
       > "$OUT/logs/prepare-$d.log"
-  { time DATASET=parity-$d train "parity-s$s" config/parity.py --seed="$s"; } 2> "$OUT/logs/parity-s$s.seconds"
+  { time DATASET=parity-$d train "parity-s$s" config/parity.py --seed="$s"; } 2> "$OUT/logs/parity-s$s.wall"
   # shellcheck disable=SC2086  # each word a setting
   { time python -m beyond.tasks --runs="$RUNS/out-parity-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
-      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.seconds"
+      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.wall"
 }
 for i in "${!seeds[@]}"; do lane run_seed "${seeds[$i]}" "${data[$i]}"; done
 wait_lanes
