@@ -1,6 +1,7 @@
 """
-Depth on a task whose longer instances need more loops (docs/tasks.md): trained runs on running parity
-(python -m beyond.parity), scored on fresh strings of each test length at each K.
+Depth on a task whose longer instances need more loops (docs/tasks.md): trained runs on a task in rows (running
+parity, python -m beyond.parity; binary addition, python -m beyond.addition: the task told from the run), scored on
+fresh strings of each test length at each K.
 
     python -m beyond.tasks --runs=out-parity,out-parity-norm --lengths=16,32,64 --loops=16,32,64,128,256 --seed=1 --out=eval-parity
 
