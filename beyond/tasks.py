@@ -494,6 +494,15 @@ def render_pivots(groups):
     return '\n\n'.join(tables)
 
 
+def unaided_runs(results, keep):
+    """{(run, length): its rows with no intervention that keep(row) holds for}, in the order first seen."""
+    rows = {}
+    for r in results:
+        if r['intervention'] == 'none' and keep(r):
+            rows.setdefault((r['run'], r['length']), []).append(r)
+    return rows
+
+
 def loops_ran(row):
     """The mean loops a string ran to the row's K: where it halted, or K (every string K, scored without a halt)."""
     return row['halted'] * (row['halt_k'] or 0) + (1 - row['halted']) * row['K'] if 'halted' in row else row['K']
@@ -503,10 +512,7 @@ def render_halting(results):
     """Each run and length scored with a halting rule, the rule beside a fixed K: every string read where it halted
     (its state held from there on) or, if it never did, at the deepest K scored; the strings halted, the loops a string
     ran (mean) and the exact match; then the smallest K of the list at which a fixed depth reads as many right."""
-    rows = {}
-    for r in results:
-        if r['intervention'] == 'none' and 'halted' in r:
-            rows.setdefault((r['run'], r['length']), []).append(r)
+    rows = unaided_runs(results, lambda r: 'halted' in r)
     if not rows:
         return ''
     lines = ['| run | bits | strings halted by the deepest K | loops a string ran, mean | exact match, halting | '
@@ -523,10 +529,7 @@ def render_halting(results):
 def render_costs(results):
     """What each run's scoring of each length cost (rows timed by evaluate: every K in one pass, no intervention): its
     seconds, per string, and per string-loop (the loops a string ran: to the deepest K, or where it halted)."""
-    rows = {}
-    for r in results:
-        if r['intervention'] == 'none' and r.get('seconds') is not None:
-            rows.setdefault((r['run'], r['length']), []).append(r)
+    rows = unaided_runs(results, lambda r: r.get('seconds') is not None)
     if not rows:
         return ''
     lines = ['| run | bits | strings | seconds | seconds a string | ms a string-loop |', '|---|---|---|---|---|---|']
