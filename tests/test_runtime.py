@@ -76,9 +76,9 @@ def test_native_bf16_is_read_from_the_cpu_flags_of_proc_cpuinfo(monkeypatch, fla
 
 def test_the_cpu_device_flushes_denormals_to_zero():
     from runtime import setup_device
-    tiny = torch.tensor([1e-39])  # below float32's smallest normal, 1.2e-38
     try:
-        torch.set_flush_denormal(False)
+        torch.set_flush_denormal(False)  # (before the denormal is made: a test before this one may have left it on)
+        tiny = torch.tensor([1e-39])  # below float32's smallest normal, 1.2e-38
         assert (tiny * 2).item() != 0  # a denormal, kept without flushing
         assert setup_device('cpu') == 'cpu' and (tiny * 2).item() == 0
     finally:
