@@ -265,6 +265,14 @@ def test_param_count_does_not_depend_on_k_and_matches_the_formula():
     assert counts[1] == V * D + 2 * per_block + D  # tied embedding/head + stack + readout norm gain
 
 
+def test_param_count_with_the_embeddings_is_every_parameter_the_position_embeddings_too():
+    # get_num_params as nanoGPT's: non_embedding=False counts the position embeddings (T x D) as well
+    per_block = 4 * D * D + 3 * 4 * D * D + 2 * D
+    model = tiny()
+    assert model.get_num_params(non_embedding=False) == V * D + 2 * per_block + D + T * D
+    assert model.get_num_params(non_embedding=False) - model.get_num_params() == T * D
+
+
 def test_flops_estimate_matches_a_counted_forward():
     for loss, sup in [('perloop', 3), ('terminal', 1)]:
         model = tiny(loss=loss).eval()
@@ -414,6 +422,22 @@ def test_the_models_eval_ce_under_cpu_bf16_autocast_is_float32_softmax_of_bf16_l
         logits = [model.lm_head(model.readout(h, last=True)) for h in states]  # bf16
     want = torch.stack([F.cross_entropy(z.float().flatten(0, 1), y.flatten(), reduction='none') for z in logits])
     assert logits[0].dtype == torch.bfloat16 and got.dtype == torch.float32
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('loss_path', ['fused', 'plain'])
+def test_the_ce_of_a_bf16_models_logits_is_float32_softmax_without_autocast_too(loss_path):
+    # readout_loss's CE is float32 at least, whatever the logits' dtype: a model cast to bf16 (no autocast on) makes
+    # bf16 logits, and each token's CE is the float32 cross-entropy of those logits, not bf16's (off by ~0.1 here)
+    model = tiny(n_layer=1, n_loops=2).eval().to(torch.bfloat16)
+    model.loss_path = loss_path
+    x, y = batch(B=4)
+    with torch.no_grad():
+        states = model.hidden_states(x)[1:]
+        got = model.depth_losses(states, y)
+        logits = [model.lm_head(model.readout(h, last=True)) for h in states]
+    assert states[0].dtype == logits[0].dtype == torch.bfloat16 and got.dtype == torch.float32
+    want = torch.stack([F.cross_entropy(z.float().flatten(0, 1), y.flatten(), reduction='none') for z in logits])
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
