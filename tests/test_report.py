@@ -9,6 +9,7 @@ and train.py's printed lines with their MFU and memory.
 
 import json
 import math
+import os
 from dataclasses import asdict, fields
 
 import numpy as np
@@ -291,6 +292,13 @@ def test_the_drift_figure_sets_its_two_panels_side_by_side(plt):
     assert (left.y0, left.y1) == pytest.approx((right.y0, right.y1)) and left.x1 < right.x0  # one row, the norms first
 
 
+def test_the_lemma_figure_sets_its_three_panels_side_by_side(plt):
+    scale, radial, angular = drawn(plt, report.lemma_figure)['lemma_figure'].axes
+    boxes = [ax.get_position() for ax in (scale, radial, angular)]
+    assert all((b.y0, b.y1) == pytest.approx((boxes[0].y0, boxes[0].y1)) for b in boxes)  # one row
+    assert boxes[0].x1 < boxes[1].x0 and boxes[1].x1 < boxes[2].x0  # s_k, then a_k, then the angular step
+
+
 def test_the_perplexity_axis_is_cut_only_past_twice_the_best(plt):
     # a curve from 3 to exactly 6 (twice the best) is drawn whole, with margins and its title as it was;
     # one that goes past 6 is cut at 6, and the title says so
@@ -339,6 +347,21 @@ def test_a_legend_below_its_axes_is_in_the_written_png(plt, tmp_path):
     assert green.sum() > 20 and rows.min() > img.shape[0] / 2  # the legend's line, in the lower half
     for edge in (img[:3], img[-3:], img[:, :3], img[:, -3:]):
         assert (edge == 1).all()  # (white)
+
+def test_all_plots_closes_each_figure_it_writes(plt, tmp_path):
+    # a study of many runs draws many figures (one a run, as a figure function may make them): each is closed once
+    # written, so none holds its memory open past all_plots (and pyplot's warning at 20 open figures never comes)
+    def one(plt, groups, runs):
+        return plt.subplots()[0], 'one.png'
+
+    def one_a_run(plt, groups, runs):
+        return [(plt.subplots()[0], f'run{i}.png') for i in range(3)]
+    plt.close('all')
+    paths = report.all_plots([], [], str(tmp_path), figures=(one, one_a_run))
+    assert [os.path.basename(p) for p in paths] == ['one.png', 'run0.png', 'run1.png', 'run2.png']
+    assert all(os.path.isfile(p) for p in paths)
+    assert plt.get_fignums() == []
+
 
 @pytest.mark.parametrize('figure', report.FIGURES, ids=lambda f: f.__name__)
 def test_every_figure_is_drawn_as_its_description_says(plt, figure):

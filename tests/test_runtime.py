@@ -170,3 +170,32 @@ def test_the_device_is_auto_unless_named():
             'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu')
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_under_torchrun_a_rank_leaves_by_os_exit_with_its_status_and_its_output_flushed(monkeypatch):
+    """exit_process: under torchrun a rank leaves without Python's teardown (os._exit: no SystemExit, no atexit),
+    its stdout and stderr flushed first; outside torchrun, sys.exit with the status."""
+    import io
+    import os
+    import sys
+
+    class Left(BaseException):
+        pass
+    out, err, left = io.BytesIO(), io.BytesIO(), []
+
+    def os_exit(status):
+        left.append((status, out.getvalue(), err.getvalue()))
+        raise Left  # (os._exit itself would end pytest's process)
+    monkeypatch.setattr(os, '_exit', os_exit)
+    monkeypatch.setattr(sys, 'stdout', io.TextIOWrapper(out, encoding='utf-8'))  # (block-buffered: not a terminal)
+    monkeypatch.setattr(sys, 'stderr', io.TextIOWrapper(err, encoding='utf-8'))
+    torchrun_environment(monkeypatch, 1, 2)
+    print('a last line', end='')
+    print('a last warning', end='', file=sys.stderr)
+    with pytest.raises(Left):
+        runtime.exit_process(3)
+    assert left == [(3, b'a last line', b'a last warning')]
+    monkeypatch.delenv('RANK')
+    with pytest.raises(SystemExit) as e:
+        runtime.exit_process(3)
+    assert e.value.code == 3 and len(left) == 1
