@@ -238,6 +238,22 @@ def test_a_tasks_batches_of_whole_rows_sit_on_the_device_asked():
     assert torch.equal(y.reshape(6, 4), torch.from_numpy(rows.y).long())
 
 
+def test_token_windows_for_a_gpu_are_copied_to_the_gpu_named(monkeypatch):
+    # token_windows: int64 windows on the device named; for CUDA through pinned memory. No GPU here: pinning is
+    # the identity and a copy to a CUDA device lands on 'meta', standing in for it (a copy left on the CPU stays there)
+    asked, real_to = [], torch.Tensor.to
+
+    def to(self, device=None, *args, **kw):
+        asked.append(device)
+        return real_to(self, 'meta' if str(device).startswith('cuda') else device, *args, **kw)
+    monkeypatch.setattr(torch.Tensor, 'pin_memory', lambda self: self)
+    monkeypatch.setattr(torch.Tensor, 'to', to)
+    x, y = data.token_windows(np.arange(100, dtype=np.uint16), np.array([[3, 10], [50, 0]]), 4, 'cuda:1')
+    monkeypatch.undo()
+    assert asked == ['cuda:1']
+    assert x.device.type == y.device.type == 'meta' and x.shape == y.shape == (2, 2, 4) and x.dtype == torch.int64
+
+
 # -----------------------------------------------------------------------------
 # scoring: the progress bar and the first batch
 
