@@ -1167,6 +1167,48 @@ def test_the_best_val_loss_a_checkpoint_records_is_the_lowest_so_far_even_when_e
         assert [(it, b) for it, b, _ in saved] == want_saved
 
 
+def test_the_run_says_it_saved_its_checkpoint_after_each_evaluation_it_saved_and_only_then(monkeypatch, capsys):
+    """eval_and_save: a line 'saved OUT/ckpt.pt' after each evaluation whose checkpoint was written (the log tells which
+    evaluation ckpt.pt holds); none after one not better, one not finite, or on a rank that does not save."""
+    written = []
+    monkeypatch.setattr(train_module, 'log', lambda *a, **k: None)
+    monkeypatch.setattr(train_module, 'eval_line', lambda *a, **k: '')
+    monkeypatch.setattr(train_module, 'save_checkpoint', lambda out_dir, m, o, it, best, config, name='ckpt.pt':
+                        written.append(it))
+    model = SimpleNamespace(config=SimpleNamespace(n_loops=2))
+    c = SimpleNamespace(**dict(train_module.OWN, always_save_checkpoint=False, keep_checkpoints=False, n_loops=2,
+                               out_dir='out-here'))
+    best, said = float('inf'), []
+    for it, loss, can_save in ((1, 3.0, True), (2, 4.0, True), (3, float('nan'), True), (4, 1.0, False), (5, 2.0, True)):
+        monkeypatch.setattr(train_module, 'evaluate', lambda *a, **k: dict(val_loss=[9.0, loss]))
+        _, best = train_module.eval_and_save(c, model, None, None, ctx=nullcontext(), iter_num=it, best_val_loss=best,
+                                             can_save=can_save)
+        said.append(capsys.readouterr().out)
+    assert written == [1, 5]
+    assert said == ['saved out-here/ckpt.pt\n', '', '', '', 'saved out-here/ckpt.pt\n']
+
+
+def test_a_float16_run_steps_through_an_enabled_grad_scaler_and_any_other_through_a_disabled_one(tiny_data, tmp_path,
+                                                                                              monkeypatch):
+    """train.main's GradScaler: on for dtype float16 (the loss scaled up before backward, test_float16_steps_through_
+    the_grad_scaler), off (a no-op) for any other dtype: float32 here."""
+    try:
+        with torch.autocast('cpu', dtype=torch.float16):
+            torch.ones(2, 2) @ torch.ones(2, 2)
+        torch.amp.GradScaler('cpu')
+    except (RuntimeError, ValueError, AttributeError) as e:
+        pytest.skip(f'this torch has no float16 autocast or GradScaler on the CPU ({e})')
+    real_step, enabled = train_module.train_step, []
+
+    def step(model, optimizer, scaler, *args, **kw):
+        enabled.append(scaler.is_enabled())
+        return real_step(model, optimizer, scaler, *args, **kw)
+    monkeypatch.setattr(train_module, 'train_step', step)
+    for dtype in ('float16', 'float32'):
+        train_in_process(tiny_data, tmp_path / dtype, '--max_iters=1', '--eval_interval=100', f'--dtype={dtype}')
+    assert enabled == [True, False]
+
+
 def test_a_task_in_rows_reads_a_row_a_sequence_and_its_epochs_count_the_rows_tokens(parity_data, tmp_path, capsys):
     """A task written in rows (beyond/parity.py) is read a whole row at a time: a sequence is a row, so the tokens an
     iteration are batch_size x the row's length, and max_iters 0 makes `epochs` passes over the rows' tokens."""
