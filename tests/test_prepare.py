@@ -87,6 +87,18 @@ def test_wikitext_file_names_and_missing_test_split(tmp_path):
     assert set(meta['tokens']) == {'train', 'val'}
 
 
+def test_a_rewrite_without_a_test_split_removes_the_test_bin_of_an_earlier_run(tmp_path):
+    # --force from a source of train and val only, into a folder that an earlier run gave a test.bin: no test.bin is
+    # left beside the new bins (it would be another source's, in the old tokens, and meta.json does not name it)
+    write_texts(tmp_path / 'three')
+    write_texts(tmp_path / 'two', names=('train.txt', 'valid.txt'), splits=('train', 'val'))
+    prepare_in_process('--text_dir', tmp_path / 'three', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
+    assert (tmp_path / 'out' / 'test.bin').exists()
+    prepare_in_process('--text_dir', tmp_path / 'two', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out', '--force')
+    assert sorted(os.listdir(tmp_path / 'out')) == ['meta.json', 'train.bin', 'val.bin']
+    assert set(read_split(tmp_path / 'out', 'train')[1]['tokens']) == {'train', 'val'}
+
+
 def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
     write_texts(tmp_path / 't')
     args = ('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out')
