@@ -150,6 +150,29 @@ def test_samples_summary_line_gives_the_tokens_a_second(monkeypatch, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == 'tokens=10 seconds=2.500 tok_per_s=4.0 n_loops=2'
 
 
+def test_main_samples_at_the_n_loops_asked_not_the_trained_k(monkeypatch, capsys):
+    # --n_loops=5 on a model trained at K=2: the text printed is what generate draws at K=5 from the seed, which on
+    # this sharp model (PyTorch's init) is not the trained K's text
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=2, n_embd=32, n_loops=2,
+                                      dropout=0.0)).eval()
+    monkeypatch.setattr(sample, 'load', lambda config, device: (model, ByteTokenizer()))
+    try:
+        sample.main(['--device=cpu', '--dtype=float32', '--start=the norm', '--num_samples=1', '--max_new_tokens=20',
+                     '--temperature=1.0', '--top_k=0', '--seed=3', '--n_loops=5'])
+    finally:
+        torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
+    printed = capsys.readouterr().out
+    texts = {}
+    for K in (2, 5):
+        torch.manual_seed(3)
+        with torch.no_grad():
+            y = sample.generate(model, torch.tensor([list(b'the norm')]), 20, n_loops=K, temperature=1.0)
+        texts[K] = ByteTokenizer().decode(y[0].tolist(), errors='replace')
+    assert texts[2] != texts[5]
+    assert printed == texts[5] + '\n---------------\n'
+
+
 def test_the_model_is_loaded_onto_the_device_it_samples_on(run, monkeypatch):
     """load() hands the device to the one loader (a CUDA sampler must not read the model onto the CPU)."""
     asked = []
