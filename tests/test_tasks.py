@@ -685,6 +685,21 @@ def test_a_tasks_results_json_is_strict_json_when_a_run_diverges(tmp_path, monke
     assert written['results'][0]['rms'] is None and written['designs'][0]['h_norm'] is None
 
 
+def test_a_run_whose_data_is_not_at_hand_is_told_its_task_by_its_dataset_name_before_its_vocabulary(tmp_path,
+                                                                                                   monkeypatch):
+    # run_task without the run's data folder: its config's dataset name (the folder's last part) names the task; the
+    # model's vocabulary only where that name is no task's. A name of another vocabulary's task is refused, not taken
+    # for the task of the model's, and of two tasks of one vocabulary the name tells which
+    from dataclasses import replace
+    model = tiny(n_layer=1, n_loops=2, vocab_size=4)  # (parity's vocabulary)
+    ckpt = lambda dataset: dict(model_args=asdict(model.config), config=dict(data_dir=str(tmp_path), dataset=dataset))  # noqa: E731
+    with pytest.raises(UserError, match=r'trained on addition \(vocab 4\)'):
+        tasks.run_task('four', model, ckpt('addition'))
+    monkeypatch.setitem(tasks.TASKS, 'parity2', replace(tasks.TASKS['parity'], name='parity2'))
+    assert tasks.run_task('four', model, ckpt('tasks/parity2/')).name == 'parity2'
+    assert tasks.run_task('four', model, ckpt('parity')).name == 'parity'
+
+
 def test_beyond_tasks_refuses_a_run_trained_on_text(tiny_data, tmp_path):
     import beyond.tasks as tasks
     out = tmp_path / 'text-run'
