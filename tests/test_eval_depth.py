@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import os
+import re
 from argparse import Namespace
 from dataclasses import asdict, fields
 
@@ -531,6 +532,19 @@ def test_seeds_of_one_condition_are_grouped_into_mean_and_std():
     assert '13.000 ± 3.606' in eval_depth.table([dict(a, mean=dict(a['mean'], per_K=[dict(
         K=1, ppl=13.0, norm_mean=1.0, norm_p99=1.0, norm_max=1.0, radial=0.0, angular=0.0, tok_per_s=1.0)],
         trained_K=1), std=dict(a['std'], per_K=[dict(ppl=3.6056, norm_mean=0.0, norm_p99=0.0, norm_max=0.0)]))])
+
+
+def test_each_pair_of_groups_that_differ_only_in_model_shape_gets_its_own_note():
+    # group_runs' notes: one line for each pair of groups that differ only in shape, adjacent in the runs' order or
+    # not: three widths, three pairs; a fourth group of another readout pairs with none
+    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, seed=1)
+    configs = [dict(base, n_embd=32, out_dir='w32'), dict(base, n_embd=64, out_dir='w64'),
+               dict(base, n_embd=128, out_dir='w128'), dict(base, readout='raw', out_dir='raw')]
+    runs = [dict(name=c['out_dir'], path=c['out_dir'], seed=1, per_K=[dict(K=1, ppl=10.0)]) for c in configs]
+    groups, notes = eval_depth.group_runs(runs, configs)
+    assert len(groups) == 4
+    assert [re.search(r'^(\S+) and (\S+) differ only in seed and model shape \((.*)\)', n).groups() for n in notes] == [
+        ('w32', 'w64', 'n_embd 32 vs 64'), ('w32', 'w128', 'n_embd 32 vs 128'), ('w64', 'w128', 'n_embd 64 vs 128')]
 
 
 def every_setting():
