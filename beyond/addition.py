@@ -41,7 +41,8 @@ def addition_rows(rng, n_rows, lengths, row_len, carries=CARRIES, stops=STOPS):
         raise ValueError(f"an addition of {n.max()} bits needs {n.max() + 2} tokens; the rows have {row_len}")
     width = row_len - 2
     a, b = rng.integers(0, 2, size=(2, n_rows, width))
-    counts = [round(carries * n_rows), round(stops * n_rows)]  # (exact shares, each split's own, in a random order)
+    counts = [round(carries * n_rows), round((carries + stops) * n_rows) - round(carries * n_rows)]  # (exact shares,
+    # each split's own, in a random order; the stops rounded on the sum, so the two never outnumber the rows)
     kind = rng.permutation(np.repeat([0, 1, 2], counts + [n_rows - sum(counts)]))  # 0: carry, 1: stop, 2: uniform
     chain, swap = kind < 2, rng.integers(0, 2, size=(n_rows, width))
     a[chain, 0] = b[chain, 0] = (kind[chain] == 0)                     # generate (1 + 1) or kill (0 + 0)
@@ -78,15 +79,15 @@ def check(split, settings):
         raise UserError(f"--{split}_carries {carries} and --{split}_stops {stops}: shares from 0, together at most 1")
 
 
-def split_rows(rng, n_rows, lengths, row_len, split, settings):
-    x, y = addition_rows(rng, n_rows, lengths, row_len, settings['carries'], settings['stops'])
+def describe(x):
     carried, stopped = chains(x)
-    print(f"{split}: {carried:.1%} of the strings a carry the whole length, {stopped:.1%} a stop the whole length")
-    return x, y
+    return f"{carried:.1%} of the strings a carry the whole length, {stopped:.1%} a stop the whole length"
 
 
 TASK = register(Task(
-    name='addition', vocab=VOCAB, splits=SPLITS, extra=2, rows=split_rows,
+    name='addition', vocab=VOCAB, splits=SPLITS, extra=2, describe=describe,
+    rows=lambda rng, n_rows, lengths, row_len, split, settings: addition_rows(rng, n_rows, lengths, row_len,
+                                                                             settings['carries'], settings['stops']),
     text='one addition a row: [bos, a_i + 2 b_i for i < n, 0, pad ...], least significant bit first; target: the '
          "sum's bit i (the carry out at the 0), -1 at bos and pads",
     about=__doc__.split('\n\n')[0].strip(),

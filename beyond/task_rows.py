@@ -39,6 +39,7 @@ class Task:
     settings: tuple = ()  # (name, default, help) of the task's own settings, each for every split (--{split}_{name})
     meta: Callable = field(default=lambda settings: {})  # meta.json's entries of the task's own
     check: Callable = field(default=lambda split, settings: None)  # raises UserError for a split's bad settings
+    describe: Callable = field(default=lambda x: '')  # a line on a split's rows x as written, printed by the data command
 
     def row_len(self, lengths):
         return max(lengths) + self.extra
@@ -82,6 +83,8 @@ def write(task, out_dir, seed, splits, settings=None):
     for i, (split, (n_rows, lengths)) in enumerate(splits.items()):
         row_len = task.row_len(lengths)
         x, y = task.rows(np.random.default_rng([seed, i]), n_rows, lengths, row_len, split, settings[split])
+        if task.describe(x):
+            print(f"{split}: {task.describe(x)}")
         for part, a in (('', x), ('.targets', y)):
             a.tofile(os.path.join(out_dir, f'{split}{part}.bin'))
         meta['lengths'][split] = [lengths[0], lengths[-1]]

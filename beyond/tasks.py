@@ -286,9 +286,10 @@ def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', d
         model.eval()
         step = loop_step(model, compile)
         cfg = model.config
-        if getattr(cfg, 'positions', 'learned') == 'learned' and max(lengths) + 1 > cfg.block_size:
+        if getattr(cfg, 'positions', 'learned') == 'learned' and task.row_len([max(lengths)]) > cfg.block_size:
             raise UserError(f"{run} learned positions up to {cfg.block_size} tokens: it cannot read a string of "
-                            f"{max(lengths)} bits (train with positions='none' for longer strings)")
+                            f"{max(lengths)} steps, {task.row_len([max(lengths)])} tokens a row (train with "
+                            f"positions='none' for longer strings)")
         trained_k = ckpt.get('config', {}).get('max_loops') if ckpt.get('config', {}).get('random_depth') else cfg.n_loops
         for length in lengths:
             x, y = (t.to(device) for t in test_strings(seed, length, rows, task))

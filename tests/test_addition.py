@@ -90,8 +90,20 @@ def test_the_data_command_writes_each_splits_shares_and_prints_them(tmp_path, ca
             assert [int(v) for v in target[1:n + 2]] == [((a + b) >> i) & 1 for i in range(n + 1)], split
 
 
-def test_beyond_tasks_draws_additions_as_the_test_split_does():
+@pytest.mark.parametrize('n_rows,carries,stops', [(7, 0.5, 0.5), (5, 0.3, 0.7), (3, 0.5, 0.5), (9, 1.0, 0.0), (6, 0.25, 0.25)])
+def test_shares_that_round_past_the_rows_take_the_stops_from_what_is_left(n_rows, carries, stops):
+    """The carries' count is their share rounded; the stops' the two shares' sum rounded, less that: shares together at
+    most 1 never ask for more rows than there are (7 rows at 0.5 and 0.5: 4 carries, 3 stops, not 4 and 4)."""
+    x, _ = addition.addition_rows(np.random.default_rng(0), n_rows, [12], 14, carries=carries, stops=stops)
+    carried, stopped = addition.chains(x)
+    assert len(x) == n_rows
+    assert round(carried * n_rows) == round(carries * n_rows)
+    assert round(stopped * n_rows) == round((carries + stops) * n_rows) - round(carries * n_rows)
+
+
+def test_beyond_tasks_draws_additions_as_the_test_split_does(capsys):
     x, y = tasks.test_strings(5, 40, 64, addition.TASK)
+    assert capsys.readouterr().out == ''  # (the shares are the data command's line, not the scorer's)
     assert x.shape == y.shape == (64, 42)
     assert addition.chains(x.numpy()) == (0.5, 0.25)
     for row, target in zip(x.numpy(), y.numpy()):

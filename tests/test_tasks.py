@@ -757,6 +757,14 @@ def test_a_run_reads_strings_past_its_block_size_only_without_learned_positions(
         tasks.evaluate([str(tmp_path / 'learned')], [20], [1], seed=2, rows=4)
     assert len(tasks.evaluate([str(tmp_path / 'learned')], [15], [1], seed=2, rows=4)) == 1  # 15 bits + start: 16
     assert {r['length'] for r in tasks.evaluate([str(tmp_path / 'none')], [40], [1, 2], seed=2, rows=4)} == {40}
+    # an addition's row holds its carry-out position too: 14 bits + start + carry out fill 16 tokens, 15 do not
+    add = LoopedGPTConfig(vocab_size=6, block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=2, dropout=0.0)
+    (tmp_path / 'add').mkdir()
+    torch.save(dict(model_args=asdict(add), model=LoopedGPT(add).state_dict(), model_class='model.LoopedGPT',
+                    config=dict(data_dir=str(tmp_path), dataset='addition')), tmp_path / 'add' / 'ckpt.pt')
+    with pytest.raises(UserError, match='a string of 15 steps, 17 tokens a row'):
+        tasks.evaluate([str(tmp_path / 'add')], [15], [1], seed=2, rows=4)
+    assert len(tasks.evaluate([str(tmp_path / 'add')], [14], [1], seed=2, rows=4)) == 1
     with pytest.raises(UserError, match=f'no checkpoint at {tmp_path / "empty"}'):
         (tmp_path / 'empty').mkdir()
         tasks.evaluate([str(tmp_path / 'empty')], [8], [1], seed=2, rows=4)
