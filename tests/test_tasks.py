@@ -337,6 +337,30 @@ def test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop(tmp_path
     assert tasks.render_costs([dict(r, seconds=None) for r in rows]) == ''  # (results from before the timing: none)
 
 
+def test_the_halting_table_reads_each_run_at_its_deepest_k_beside_the_first_fixed_k_as_right_and_counts_the_runs_past_99():
+    """render_halting: each run x length read at the deepest K (where its strings halted), the strings halted, the loops
+    a string ran (halted ones at their loop), the smallest fixed K reading as many right (>=, an equal one counts),
+    and each length's runs whose halting reads >= 99% exact (at 0.99 exactly: counted; 0.989: not), a Wilson interval."""
+    def row(run, length, K, exact, halted=0.5, halt_k=None, intervention='none'):
+        return dict(run=f'/x/{run}', length=length, K=K, exact=exact, halted=halted, halt_k=halt_k or K / 2,
+                    intervention=intervention)
+    rows = [row('a', 64, 64, 0.5), row('a', 64, 128, 1.0), row('a', 64, 192, 1.0, halted=0.75, halt_k=100),
+            row('b', 64, 64, 0.99), row('b', 64, 128, 0.99, halted=0.0),
+            row('c', 64, 64, 0.989), row('c', 64, 128, 0.989, halted=1.0, halt_k=70),
+            row('a', 512, 64, 0.0), row('a', 512, 128, 0.999),
+            row('a', 512, 128, 0.0, intervention='cap'),  # (an intervention's rows: not the rule's)
+            dict(run='/x/d', length=64, K=64, exact=1.0, intervention='none')]  # (a run scored without the rule)
+    table = tasks.render_halting(rows).splitlines()
+    assert table[2:6] == ['| a | 64 | 75.0% of 192 loops | 123 | 100.0% | K=128 |',  # 0.75 x 100 + 0.25 x 192
+                          '| b | 64 | 0.0% of 128 loops | 128 | 99.0% | K=64 |',
+                          '| c | 64 | 100.0% of 128 loops | 70 | 98.9% | K=64 |',
+                          '| a | 512 | 50.0% of 128 loops | 96 | 99.9% | K=128 |']
+    assert len(table) == 11 and table[6] == ''
+    low, high = tasks.wilson(2, 3)
+    assert table[9] == f'| 64 | 2/3 | {100 * low:.0f}–{100 * high:.0f}% |' and table[10] == '| 512 | 1/1 | 21–100% |'
+    assert tasks.render_halting([rows[-1]]) == ''
+
+
 def test_the_halt_settings_are_a_state_criterion_and_a_threshold_inside_zero_and_one():
     assert tasks.halt_arg('', 0.5) is None
     assert tasks.halt_arg('angular', 0.99) == (exits.CRITERIA['angular'], 0.99)
@@ -504,9 +528,12 @@ def test_a_run_passes_the_bar_where_it_reaches_95_percent_in_time_and_holds_with
 
 def test_a_256x_bar_holds_within_1_point_to_a_quarter_past_the_k_it_is_first_reached():
     from beyond.tasks import BARS, passes
-    bar = BARS[3]
+    bar = BARS[-1]
     assert (bar.length, bar.by_k, bar.reach, bar.within, bar.hold) == (2048, 2560, 0.99, 0.01, 1.25)  # (the issue's)
     assert BARS[2] == bar._replace(length=512)
+    add = BARS[3]  # addition's 64x (assets/addition, scored to K=1,536): first reached by 1,216, so held to 1,520
+    assert add == bar._replace(length=1024, by_k=1216) and add.by_k * add.hold <= 1536 < (add.by_k + 64) * add.hold
+    assert passes({1216: 1.0, 1472: 0.995, 1536: 0.0}, add) and not passes({1280: 1.0, 1536: 1.0}, add)
     assert passes({2000: 0.99, 2500: 0.98}, bar)  # held within a point to 2,500 = 1.25 x 2,000
     assert not passes({2000: 0.99, 2500: 0.975}, bar)  # 1.5 points below: not held
     assert passes({2000: 0.99, 2400: 0.97, 2501: 0.5}, bar._replace(within=0.02)) and not passes({2000: 0.99, 2400: 0.97, 2501: 0.5}, bar)
