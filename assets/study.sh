@@ -42,6 +42,21 @@ timed_train() {  # timed_train NAME RUN SETTINGS...: train.py on one thread into
       || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
 }
 
+# task_seed TASK CONFIG SEED DATA_SEED: a seed of a task study (assets/parity/deep, assets/addition): python -m
+# beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS; kept if there), the run $RUNS/out-TASK-sSEED from
+# CONFIG, and its scoring on $TEST_SEED's strings with $TASK_ARGS into $OUT/scores/sSEED; each part's wall seconds in
+# logs/TASK-sSEED.wall and logs/score-sSEED.wall
+task_seed() {
+  local task=$1 config=$2 s=$3 d=$4 TIMEFORMAT=%R
+  # shellcheck disable=SC2086  # each word a setting
+  [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
+      $PREP_ARGS > "$OUT/logs/prepare-$d.log"
+  { time DATASET=$task-$d train "$task-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$task-s$s.wall"
+  # shellcheck disable=SC2086
+  { time python -m beyond.tasks --runs="$RUNS/out-$task-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
+      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.wall"
+}
+
 lanes=()
 lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine)
   OMP_NUM_THREADS=1 "$@" & lanes+=($!)

@@ -77,7 +77,7 @@ def at_once(code, folder, at):
     own = re.search(r'\bLANES=\$\{LANES:-(\d+)\}', code)  # lanes of its own (assets/depth)
     if own:
         return int(own[1])
-    if re.search(r'RUN_WITH=lane\b|\blane (train|run_seed) ', code):  # (run_seed: assets/parity/deep's, a run a lane)  # study.sh's lanes: `if [ ${#lanes[@]} = 2 ]`
+    if re.search(r'RUN_WITH=lane\b|\blane (train|task_seed) ', code):  # (task_seed: study.sh's, a run a lane)  # study.sh's lanes: `if [ ${#lanes[@]} = 2 ]`
         return int(re.search(r'\$\{#lanes\[@\]\} = (\d+)', read(folder, 'study.sh', at))[1])
     return 1
 

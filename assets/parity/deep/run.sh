@@ -25,7 +25,7 @@ DATA_SEEDS=${DATA_SEEDS:-2101 2102 2103 2104 2105 2106 2107 2108 2109 2110}
 TEST_SEED=${TEST_SEED:-3101} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
 FULL_ARGS=${FULL_ARGS:---lengths=512 --loops=$(seq -s, 64 64 1280) --rows=64 --compile=on}
-. assets/study.sh  # study_out, train, lane
+. assets/study.sh  # study_out, train, lane, task_seed
 study_out parity/deep
 read -ra seeds <<< "$SEEDS"
 read -ra data <<< "$DATA_SEEDS"
@@ -35,16 +35,7 @@ if [ ${#seeds[@]} != ${#data[@]} ]; then
 fi
 mkdir -p "$OUT/logs" "$OUT/scores"
 
-run_seed() {  # run_seed SEED DATA_SEED: the data, the run and its scoring, each's wall seconds in a .wall file
-  local s=$1 d=$2 TIMEFORMAT=%R
-  [ -f "$DATA_DIR/parity-$d/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/parity-$d" --seed="$d" $PREP_ARGS \
-      > "$OUT/logs/prepare-$d.log"
-  { time DATASET=parity-$d train "parity-s$s" config/parity.py --seed="$s"; } 2> "$OUT/logs/parity-s$s.wall"
-  # shellcheck disable=SC2086  # each word a setting
-  { time python -m beyond.tasks --runs="$RUNS/out-parity-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
-      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.wall"
-}
-for i in "${!seeds[@]}"; do lane run_seed "${seeds[$i]}" "${data[$i]}"; done
+for i in "${!seeds[@]}"; do lane task_seed parity config/parity.py "${seeds[$i]}" "${data[$i]}"; done
 wait_lanes
 merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
