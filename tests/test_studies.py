@@ -126,6 +126,11 @@ STUDIES = {
                     ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
                      'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                      'logs/prepare-2.log', 'agree.md', 'full/results.json', 'logs/full.log']),
+    'addition': (dict(DATA_SEEDS='2', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                              '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent'), False,
+                 ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
+                  'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
+                  'logs/prepare-2.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '

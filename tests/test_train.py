@@ -839,11 +839,12 @@ def test_the_recipe_config_loads_with_its_twin():
 
 def test_the_addition_recipe_is_paritys_but_where_the_task_differs():
     # config/addition.py's promise: the parity recipe, with the data, the row and the loops a 16-bit carry chain needs
-    # (and the probe read every 100 steps), nothing else changed
+    # (the probe read every 100 steps, one initialization of all the steps), nothing else changed
     parity, addition = (settings(os.path.join(HERE, 'config', f'{name}.py')) for name in ('parity', 'addition'))
     changed = {k for k in parity.keys() | addition.keys() if parity.get(k) != addition.get(k)}
-    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval'}
+    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval', 'inits'}
     assert (addition['dataset'], addition['block_size'], addition['max_loops'], addition['n_loops']) == ('addition', 18, 24, 24)
+    assert (addition['inits'], addition['max_iters'], parity['inits']) == (1, 3000, 2)
     c = train_module.setup([f'{HERE}/config/addition.py'])  # (train.py's own checks, with the model class it names)
     assert c['select'] == 'beyond.tasks.screened_probe' and c['window'] == 2
 
