@@ -69,6 +69,21 @@ def test_a_third_task_is_one_task_and_every_shared_part_serves_it(copy_task, tmp
     assert x.shape == (16, 9) and torch.equal(y[:, 1:], x[:, 1:] ^ 1)  # (the test split's flip)
 
 
+def test_each_split_is_drawn_on_a_stream_of_its_own_from_the_seed_and_its_place(copy_task, tmp_path):
+    """write: split i's rows are task.rows on default_rng([seed, i]) (recomputed here): two splits of the same
+    lengths and rows are different strings, and another seed gives other strings."""
+    splits = dict(train=(16, [6]), val=(16, [6]), test=(16, [6]))
+    settings = {split: dict(flip=0) for split in splits}
+    task_rows.write(copy_task, str(tmp_path / 'a'), 5, splits, settings)
+    task_rows.write(copy_task, str(tmp_path / 'b'), 6, splits, settings)
+    read = lambda folder, split: load_rows(str(tmp_path / folder), split).x
+    for i, split in enumerate(splits):
+        want, _ = copy_rows(np.random.default_rng([5, i]), 16, [6], 7, split, settings[split])
+        assert np.array_equal(read('a', split), want)
+        assert not np.array_equal(read('a', split), read('b', split))
+    assert not np.array_equal(read('a', 'val'), read('a', 'test')) and not np.array_equal(read('a', 'train'), read('a', 'val'))
+
+
 def test_a_split_is_the_lengths_given_train_from_one_and_the_others_one_length():
     assert task_rows.lengths_arg('8', 'train') == list(range(1, 9)) and task_rows.lengths_arg('8', 'val') == [8]
     assert task_rows.lengths_arg('3-5', 'test') == [3, 4, 5]
