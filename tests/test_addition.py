@@ -114,6 +114,14 @@ def test_beyond_tasks_draws_additions_as_the_test_split_does(capsys):
     assert (again == x).all() and not (other == x).all()  # (from the seed and the length alone)
 
 
+@pytest.mark.parametrize('carries,stops', [(1.0, 0.0), (0.75, 0.25), (0.0, 1.0), (0.0, 0.0)])
+def test_shares_at_the_edges_are_written_as_asked(tmp_path, carries, stops, capsys):
+    """check: shares from 0, together at most 1, the edges included (the docstring's --test_carries 1.0 --test_stops 0)."""
+    addition.main(['--out_dir', str(tmp_path), '--train_rows', '8', '--val_rows', '8', '--test_rows', '16', '--probe_rows', '8',
+                   '--test_carries', str(carries), '--test_stops', str(stops)])
+    assert addition.chains(np.asarray(load_rows(str(tmp_path), 'test').x)) == (carries, stops)
+
+
 @pytest.mark.parametrize('args,says', [(['--test_carries', '0.9'], 'together at most 1'),
                                        (['--probe_stops', '-0.1'], 'shares from 0'),
                                        (['--train_lengths', '9-3'], 'the low end first')])
