@@ -19,7 +19,7 @@ import torch
 
 import beyond.tasks as tasks
 import train
-from beyond import exits, parity
+from beyond import addition, exits, parity
 from configurator import UserError
 from conftest import (FIELDS, assert_one_line_error, assert_options_documented, between, describe, describe_legend, hexes,
                       load, matches_snapshot, one_minus_cos, parity_args, run_script, sig, strict, train_in_process)
@@ -56,6 +56,17 @@ def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_da
         assert r['exact'] == pytest.approx(right.all(-1).float().mean().item())
     r = run_script('beyond/tasks.py', f'--runs={out}', '--loops=0', f'--out={tmp_path / "x"}')
     assert_one_line_error(r, 'beyond.tasks', '--loops')
+
+
+def test_test_strings_are_drawn_from_the_seed_and_the_length_so_each_length_is_its_own_draw():
+    """test_strings: rows of exactly `length` steps on default_rng([seed, length, 4]) (recomputed), so the strings of
+    two lengths are not one draw's prefixes, and the same (seed, length) is the same strings."""
+    for task in (parity.TASK, addition.TASK):
+        short, _ = tasks.test_strings(7, 8, 32, task)
+        long, _ = tasks.test_strings(7, 16, 32, task)
+        want, _ = task.rows(np.random.default_rng([7, 16, 4]), 32, [16], task.row_len([16]), 'test', task.defaults('test'))
+        assert np.array_equal(long.numpy(), want) and torch.equal(tasks.test_strings(7, 16, 32, task)[0], long)
+        assert not torch.equal(short[:, 1:9], long[:, 1:9])  # (one draw cut at 8 would share them)
 
 
 def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data, tmp_path):
