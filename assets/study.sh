@@ -57,6 +57,25 @@ task_seed() {
       > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.wall"
 }
 
+# task_study STUDY TASK CONFIG: a task study (assets/parity/deep, assets/addition): OUT (study_out STUDY), then
+# task_seed for each seed of $SEEDS with its data seed of $DATA_SEEDS (the arrays seeds and data), two at once, and the
+# scorings merged into $OUT/accuracy.md (results.json, accuracy.png beside it)
+task_study() {
+  local study=$1 task=$2 config=$3 i merge
+  study_out "$study"
+  read -ra seeds <<< "$SEEDS"
+  read -ra data <<< "$DATA_SEEDS"
+  if [ ${#seeds[@]} != ${#data[@]} ]; then
+    echo "assets/$study/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
+    exit 1
+  fi
+  mkdir -p "$OUT/logs" "$OUT/scores"
+  for i in "${!seeds[@]}"; do lane task_seed "$task" "$config" "${seeds[$i]}" "${data[$i]}"; done
+  wait_lanes
+  merge=$(for i in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$i/results.json"; done)
+  python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+}
+
 lanes=()
 lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine)
   OMP_NUM_THREADS=1 "$@" & lanes+=($!)

@@ -14,7 +14,7 @@ run.sh, as assets/parity/, is its subfolders: a row each, named parity/<step>); 
    preparation are in no record.
 3. otherwise: not recorded.
 From run.sh, not typed here: which runs it trains (the names it gives study.sh's train and train_grid, their variables
-as wildcards, and task_seed's TASK-s*) and how many at once (its own LANES where it sets one; study.sh's lane width where it trains in lanes;
+as wildcards, and task_study's TASK-s*) and how many at once (its own LANES where it sets one; study.sh's lane width where it trains in lanes;
 else one). A run.sh that runs another study's (bash assets/<study>/run.sh) trains what that one trains too; one that
 says its study ran at another commit (AT=<commit>, and WAS=<its folder there> where it has moved since) is read as it
 was there, from git. Times are in minutes to one
@@ -69,7 +69,7 @@ def run_sh(folder, study, at=None):
 def trained(code):
     """The names of the runs a run.sh trains, as glob patterns: `train_grid '{c}-cpu-s{s}'` gives *-cpu-s*."""
     names = re.findall(r'''\btrain(?:_grid)? +['"]([^'"]+)['"]''', code)  # (timed_train keeps no log.jsonl)
-    names += [f'{task}-s$s' for task in re.findall(r'\btask_seed (\w+) ', code)]  # (study.sh's task_seed: TASK-sSEED)
+    names += [f'{task}-s$s' for task in re.findall(r'\btask_study \S+ (\w+) ', code)]  # (study.sh's: TASK-sSEED)
     return sorted({re.sub(r'\{\w\}|\$\{[^}]*\}|\$\w+', '*', name) for name in names})
 
 
@@ -78,7 +78,7 @@ def at_once(code, folder, at):
     own = re.search(r'\bLANES=\$\{LANES:-(\d+)\}', code)  # lanes of its own (assets/depth)
     if own:
         return int(own[1])
-    if re.search(r'RUN_WITH=lane\b|\blane (train|task_seed) ', code):  # (task_seed: a run a lane)  # study.sh's lanes: `if [ ${#lanes[@]} = 2 ]`
+    if re.search(r'RUN_WITH=lane\b|\blane train |\btask_study ', code):  # (task_study: a run a lane)  # study.sh's lanes: `if [ ${#lanes[@]} = 2 ]`
         return int(re.search(r'\$\{#lanes\[@\]\} = (\d+)', read(folder, 'study.sh', at))[1])
     return 1
 

@@ -229,6 +229,20 @@ def test_every_study_folder_has_one_row_in_the_index():
     assert {d: rows[d] for d in sorted(folders | set(rows)) if rows[d] != 1 or d not in folders} == {}
 
 
+@pytest.mark.parametrize('study', ['addition', 'parity/deep'])
+def test_a_task_study_wants_one_data_seed_a_run_and_says_so_before_it_writes(study, tmp_path):
+    """study.sh's task_study: SEEDS and DATA_SEEDS of different lengths are one error line naming the study, and
+    nothing is made in OUT."""
+    env = {'PATH': f"{tmp_path}{os.pathsep}{os.environ['PATH']}", 'SEEDS': '1 2', 'DATA_SEEDS': '3', 'OUT': str(tmp_path / 'out'),
+           'DATA_DIR': str(tmp_path / 'data'), 'RUNS': str(tmp_path)}
+    (tmp_path / 'python').write_text('#!/bin/sh\nexit 3\n')  # (a python that runs nothing: a study past the check stops)
+    (tmp_path / 'python').chmod(0o755)
+    r = subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr == (f'assets/{study}/run.sh: error: SEEDS has 2 seeds and DATA_SEEDS 1: give '
+                                              'one data seed a run\n')
+    assert not (tmp_path / 'out' / 'logs').exists()
+
+
 def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():
     """assets/parity/late ran at a commit whose train.py had late-state CE, since removed, as assets/parity-late: its
     run.sh prints how to rerun it at that commit, the one its README names, from the folder it had there, passing on

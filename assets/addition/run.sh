@@ -24,16 +24,5 @@ SEEDS=${SEEDS:-4301 4302 4303 4304 4305 4306 4307 4308 4309 4310}
 DATA_SEEDS=${DATA_SEEDS:-4401 4402 4403 4404 4405 4406 4407 4408 4409 4410}
 TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
-. assets/study.sh  # study_out, train, lane, task_seed
-study_out addition
-read -ra seeds <<< "$SEEDS"
-read -ra data <<< "$DATA_SEEDS"
-if [ ${#seeds[@]} != ${#data[@]} ]; then
-  echo "assets/addition/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
-  exit 1
-fi
-mkdir -p "$OUT/logs" "$OUT/scores"
-for i in "${!seeds[@]}"; do lane task_seed addition config/addition.py "${seeds[$i]}" "${data[$i]}"; done
-wait_lanes
-merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
-python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+. assets/study.sh  # task_study (study_out, lane, task_seed)
+task_study addition addition config/addition.py

@@ -25,20 +25,8 @@ DATA_SEEDS=${DATA_SEEDS:-2101 2102 2103 2104 2105 2106 2107 2108 2109 2110}
 TEST_SEED=${TEST_SEED:-3101} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
 FULL_ARGS=${FULL_ARGS:---lengths=512 --loops=$(seq -s, 64 64 1280) --rows=64 --compile=on}
-. assets/study.sh  # study_out, train, lane, task_seed
-study_out parity/deep
-read -ra seeds <<< "$SEEDS"
-read -ra data <<< "$DATA_SEEDS"
-if [ ${#seeds[@]} != ${#data[@]} ]; then
-  echo "assets/parity/deep/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
-  exit 1
-fi
-mkdir -p "$OUT/logs" "$OUT/scores"
-
-for i in "${!seeds[@]}"; do lane task_seed parity config/parity.py "${seeds[$i]}" "${data[$i]}"; done
-wait_lanes
-merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
-python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+. assets/study.sh  # task_study (study_out, lane, task_seed)
+task_study parity/deep parity config/parity.py
 # the fast path against the full pass: the first seed's run scored again, every position every loop
 # shellcheck disable=SC2086  # each word a setting
 python -m beyond.tasks --runs="$RUNS/out-parity-s${seeds[0]}" --seed="$TEST_SEED" --out="$OUT/full" $FULL_ARGS > "$OUT/logs/full.log"
