@@ -61,7 +61,7 @@ task_seed() {
 # task_seed for each seed of $SEEDS with its data seed of $DATA_SEEDS (the arrays seeds and data), two at once, and the
 # scorings merged into $OUT/accuracy.md (results.json, accuracy.png beside it)
 task_study() {
-  local study=$1 task=$2 config=$3 i merge
+  local study=$1 task=$2 config=$3 i s merge
   study_out "$study"
   read -ra seeds <<< "$SEEDS"
   read -ra data <<< "$DATA_SEEDS"
@@ -72,7 +72,7 @@ task_study() {
   mkdir -p "$OUT/logs" "$OUT/scores"
   for i in "${!seeds[@]}"; do lane task_seed "$task" "$config" "${seeds[$i]}" "${data[$i]}"; done
   wait_lanes
-  merge=$(for i in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$i/results.json"; done)
+  merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
   python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
 }
 

@@ -41,8 +41,8 @@ def addition_rows(rng, n_rows, lengths, row_len, carries=CARRIES, stops=STOPS):
         raise ValueError(f"an addition of {n.max()} bits needs {n.max() + 2} tokens; the rows have {row_len}")
     width = row_len - 2
     a, b = rng.integers(0, 2, size=(2, n_rows, width))
-    counts = [round(carries * n_rows), round((carries + stops) * n_rows) - round(carries * n_rows)]  # (exact shares,
-    # each split's own, in a random order; the stops rounded on the sum, so the two never outnumber the rows)
+    carried = round(carries * n_rows)  # (exact shares, each split's own, in a random order; the stops rounded on the
+    counts = [carried, round((carries + stops) * n_rows) - carried]  # sum, so that the two never outnumber the rows)
     kind = rng.permutation(np.repeat([0, 1, 2], counts + [n_rows - sum(counts)]))  # 0: carry, 1: stop, 2: uniform
     chain, swap = kind < 2, rng.integers(0, 2, size=(n_rows, width))
     a[chain, 0] = b[chain, 0] = (kind[chain] == 0)                     # generate (1 + 1) or kill (0 + 0)

@@ -83,8 +83,9 @@ def write(task, out_dir, seed, splits, settings=None):
     for i, (split, (n_rows, lengths)) in enumerate(splits.items()):
         row_len = task.row_len(lengths)
         x, y = task.rows(np.random.default_rng([seed, i]), n_rows, lengths, row_len, split, settings[split])
-        if task.describe(x):
-            print(f"{split}: {task.describe(x)}")
+        about = task.describe(x)
+        if about:
+            print(f"{split}: {about}")
         for part, a in (('', x), ('.targets', y)):
             a.tofile(os.path.join(out_dir, f'{split}{part}.bin'))
         meta['lengths'][split] = [lengths[0], lengths[-1]]

@@ -521,15 +521,16 @@ def render_halting(results):
         return ''
     lines = ['| run | bits | strings halted by the deepest K | loops a string ran, mean | exact match, halting | '
              'fixed K reading as many right |', '|---|---|---|---|---|---|']
+    deepest = {key: max(rs, key=lambda r: r['K']) for key, rs in rows.items()}  # (where every string was read)
     for (run, length), rs in rows.items():
-        last = max(rs, key=lambda r: r['K'])
+        last = deepest[run, length]
         ran = loops_ran(last)
         fixed = min((r['K'] for r in rs if r['exact'] >= last['exact']), default=None)
         lines.append(f"| {os.path.basename(os.path.normpath(run))} | {length} | {100 * last['halted']:.1f}% of "
                      f"{last['K']} loops | {ran:.0f} | {100 * last['exact']:.1f}% | K={fixed} |")
     lines += ['', f'| bits | runs whose halting reads ≥{100 * HALTING_REACH:.0f}% exact | 95% interval |', '|---|---|---|']
     for length in sorted({n for _, n in rows}):
-        ok = [max(rs, key=lambda r: r['K'])['exact'] >= HALTING_REACH for (_, n), rs in rows.items() if n == length]
+        ok = [last['exact'] >= HALTING_REACH for (_, n), last in deepest.items() if n == length]
         low, high = wilson(sum(ok), len(ok))
         lines.append(f"| {length} | {sum(ok)}/{len(ok)} | {100 * low:.0f}–{100 * high:.0f}% |")
     return '\n'.join(lines)
