@@ -33,15 +33,19 @@ from test_model import tiny
 # evaluation by depth: each length and K scored as the model reads them, the trained K a run is scored against,
 # the device asked, and the study's mean ||H_K|| recomputed from the states
 
-def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_data, tmp_path):
+def test_beyond_tasks_scores_each_length_and_k_as_the_model_reads_them(parity_data, tmp_path, capsys):
     import beyond.tasks as tasks
     out = tmp_path / 'run'
     try:
         train.main(parity_args(parity_data, out, '--max_iters=2', '--eval_interval=2'))
     finally:
         torch.set_flush_denormal(False)
+    capsys.readouterr()  # (the training's lines)
     tasks.main([f'--runs={out}', '--lengths=4,12', '--loops=1,3', '--seed=2', '--rows=16',
                 '--interventions=clamp,direction,cap', f'--out={tmp_path / "eval"}'])
+    printed = capsys.readouterr().out
+    assert printed.startswith('exact match (%) by K') and '| design | length | bar |' not in printed  # (no bar's
+    # length scored: no shares table, and nothing in its place)
     results = json.loads((tmp_path / 'eval' / 'results.json').read_text())['results']
     assert {(r['length'], r['K'], r['intervention']) for r in results} == {
         (n, k, i) for n in (4, 12) for k in (1, 3) for i in ('none', 'clamp', 'direction', 'cap')}
@@ -67,6 +71,12 @@ def test_test_strings_are_drawn_from_the_seed_and_the_length_so_each_length_is_i
         want, _ = task.rows(np.random.default_rng([7, 16, 4]), 32, [16], task.row_len([16]), 'test', task.defaults('test'))
         assert np.array_equal(long.numpy(), want) and torch.equal(tasks.test_strings(7, 16, 32, task)[0], long)
         assert not torch.equal(short[:, 1:9], long[:, 1:9])  # (one draw cut at 8 would share them)
+
+
+def test_an_unknown_intervention_is_one_line_naming_it_and_the_known_ones(tmp_path):
+    r = run_script('beyond/tasks.py', f'--runs={tmp_path}', '--interventions=clamp,shrink', f'--out={tmp_path / "x"}')
+    assert_one_line_error(r, 'beyond.tasks', 'unknown --interventions shrink: use clamp, direction, cap, relax')
+    assert not (tmp_path / 'x').exists()
 
 
 def test_a_random_depth_run_is_scored_against_its_deepest_trained_k(parity_data, tmp_path):
