@@ -83,6 +83,7 @@ depth_draw = 'poisson'        # 'poisson' (Huginn's, above) | 'progressive' (Dee
 select = ''                   # the checkpoint rule's score: '' val loss at the trained K | 'module.function'
 keep_checkpoints = False      # also keep every evaluation's checkpoint, as ckpt-<iter>.pt
 inits = 1                     # initializations trained one after another in the run, each from a fresh start
+stop_score = -1.0             # end the run (inits: no next one) once the kept score is <= this; < 0: never
 # -----------------------------------------------------------------------------
 OWN = {k: v for k, v in list(globals().items()) if not k.startswith('_') and isinstance(v, (int, float, bool, str))}
 # what each setting may be (the model's fields: what LoopedGPTConfig itself accepts); configurator.check_ranges reads it
@@ -415,13 +416,17 @@ def main(argv, model_class=LoopedGPT, scripts=(__file__,)):
                 except compile_errors() as e:
                     raise compile_failed(e, 'the training step')
                 failed = not ok
+            reached = master and best_val_loss <= c.stop_score  # (failed: raised below)
             if ddp:  # rank 0's verdict, to every rank: none is left waiting in an all-reduce
-                verdict = torch.tensor([float(failed)], device=device)
+                verdict = torch.tensor([float(failed), float(reached)], device=device)
                 broadcast(verdict, src=0)
-                failed = bool(verdict.item())
+                failed, reached = (bool(v) for v in verdict.tolist())
             if failed:
                 raise UserError(non_finite_message(iter_num, c.out_dir, c.learning_rate))
-            if c.eval_only:
+            if reached and master:
+                print(f"iteration {iter_num}: the kept score {best_val_loss:.4g} is <= stop_score {c.stop_score}: "
+                      "the run ends here")
+            if c.eval_only or reached:
                 break
             t0 += time.time() - t_eval  # the eval is not training time
             if device.startswith('cuda'):

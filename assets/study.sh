@@ -77,9 +77,21 @@ task_study() {
 }
 
 lanes=()
-lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine)
-  OMP_NUM_THREADS=1 "$@" & lanes+=($!)
-  if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi
+lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine): with two
+  OMP_NUM_THREADS=1 "$@" & lanes+=($!)  # running, it returns when either ends (the other runs on), a failure its status
+  if [ ${#lanes[@]} = 2 ]; then wait_lane; fi
+}
+wait_lane() {  # until one lane ends: wait's status for it (bash 3.2's wait has no -n)
+  local p q rest
+  while true; do
+    for p in "${lanes[@]}"; do
+      kill -0 "$p" 2> /dev/null && continue
+      rest=(); for q in "${lanes[@]}"; do [ "$q" = "$p" ] || rest+=("$q"); done
+      lanes=(${rest[@]+"${rest[@]}"})
+      wait "$p"; return
+    done
+    sleep 0.2
+  done
 }
 wait_lanes() { local p; for p in "${lanes[@]}"; do wait "$p"; done; lanes=(); }
 

@@ -139,13 +139,14 @@ def row(folder, study):
 
 def study_folders(folder):
     """The studies of folder, as paths relative to it: each folder with a run.sh or a README.md, a folder of studies
-    (one whose subfolders have a run.sh) as its subfolders."""
+    (one whose subfolders have a run.sh) as its subfolders, and as itself too where it has a run.sh of its own
+    (assets/addition and assets/addition/retries)."""
     def has(d, *names):
         return any(os.path.isfile(os.path.join(folder, d, f)) for f in names)
     out = []
     for d in filter(lambda d: os.path.isdir(os.path.join(folder, d)), os.listdir(folder)):
         steps = [f'{d}/{s}' for s in os.listdir(os.path.join(folder, d)) if has(f'{d}/{s}', 'run.sh')]
-        out += steps or ([d] if has(d, 'run.sh', 'README.md') else [])
+        out += steps + ([d] if has(d, 'run.sh') or not steps and has(d, 'README.md') else [])
     return out
 
 

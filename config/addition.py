@@ -5,10 +5,11 @@
 # a window of 2 and no position embeddings (a loop carries the carry one position on, any length runs), input
 # injection, the progressive loss, the norm readout with the inter-loop norm, weights at std 0.1, and the checkpoint
 # its probe split reads best past a screen (96-bit additions, 97 positions with the carry out, at K=194 and 388; read
-# every 100 steps where parity's 48-bit ones are read every 50: each read costs about 8x). One initialization of 3,000
-# steps where parity trains two of 1,500: on the two seeds it was tried on (4201, 4202), the loss of addition was still
-# falling at 1,500 steps and no checkpoint of two 1,500-step initializations passed the screen on either; one of 3,000
-# steps passed it on seed 4201 (exact on 1,024-bit additions from K=1,024), not on 4202 (assets/addition: ten seeds).
+# every 100 steps where parity's 48-bit ones are read every 50: each read costs about 8x). Initializations of 3,000
+# steps, one after another until one's probe passes (stop_score = 0: every probe string right; the first checkpoint
+# there is the one kept, so the run ends at it), at most four: on ten seeds with one (4301-4310, assets/addition) five
+# kept a checkpoint past the screen and each of them was exact on 1,024-bit additions; the five that never passed it
+# were exact on none, whatever their loss (assets/addition/retries: ten new seeds with this rule).
 #   python -m beyond.addition
 #   python train.py config/addition.py
 #   python -m beyond.tasks --runs=out-addition --lengths=64,1024 --loops=64,128,256,512,1024,1536 --halt=latent --out=eval-addition
@@ -38,8 +39,9 @@ dtype = 'float32'
 learning_rate = 1e-3
 warmup_iters = 100
 lr_decay = 'constant'
-max_iters = 3000
-inits = 1                # one initialization (above)
+max_iters = 12000        # four initializations of 3,000 steps ...
+inits = 4
+stop_score = 0.0         # ... the next only while no checkpoint read every probe string right (above)
 eval_interval = 100
 always_save_checkpoint = False
 select = 'beyond.tasks.screened_probe'

@@ -131,6 +131,14 @@ STUDIES = {
                  ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                   'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                   'logs/prepare-2.log']),
+    # (data seed 3: addition's 2 is made by the study beside it; four iterations: a step for each of four inits)
+    'addition/retries': (dict(DATA_SEEDS='3', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                                      '--probe_lengths=3', TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                              TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')),
+                         False,
+                         ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
+                          'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
+                          'logs/prepare-3.log']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -229,7 +237,7 @@ def test_every_study_folder_has_one_row_in_the_index():
     assert {d: rows[d] for d in sorted(folders | set(rows)) if rows[d] != 1 or d not in folders} == {}
 
 
-@pytest.mark.parametrize('study', ['addition', 'parity/deep'])
+@pytest.mark.parametrize('study', ['addition', 'addition/retries', 'parity/deep'])
 def test_a_task_study_wants_one_data_seed_a_run_and_says_so_before_it_writes(study, tmp_path):
     """study.sh's task_study: SEEDS and DATA_SEEDS of different lengths are one error line naming the study, and
     nothing is made in OUT."""
@@ -241,6 +249,23 @@ def test_a_task_study_wants_one_data_seed_a_run_and_says_so_before_it_writes(stu
     assert r.returncode == 1 and r.stderr == (f'assets/{study}/run.sh: error: SEEDS has 2 seeds and DATA_SEEDS 1: give '
                                               'one data seed a run\n')
     assert not (tmp_path / 'out' / 'logs').exists()
+
+
+def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_one_fails_the_study(tmp_path):
+    """study.sh's lane: two at once; a third starts as soon as either ends, not when both have; wait_lanes waits for
+    the rest, and a lane that failed stops a study (set -e) with its status."""
+    def lanes(script):
+        return subprocess.run(['bash', '-c', f'set -euo pipefail\n. assets/study.sh\n{script}'], cwd=HERE,
+                              capture_output=True, text=True, timeout=60)
+    # the first lane sleeps; the third, started when the second ends, finds the first still running
+    r = lanes(f'lane bash -c "sleep 3; touch {tmp_path}/first"\nlane true\n'
+              f'lane bash -c "[ -e {tmp_path}/first ] || touch {tmp_path}/third_before_first"\nwait_lanes\necho done')
+    assert r.returncode == 0 and r.stdout == 'done\n', r.stderr
+    assert (tmp_path / 'first').exists() and (tmp_path / 'third_before_first').exists()
+    for script in ('lane true\nlane sh -c "exit 3"\nwait_lanes\necho on', 'lane sh -c "exit 3"\nlane sleep 1\nwait_lanes\necho on',
+                   'lane sh -c "exit 3"\nlane true\nlane true\nwait_lanes\necho on'):
+        r = lanes(script)
+        assert (r.returncode, r.stdout) == (3, ''), script
 
 
 def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():

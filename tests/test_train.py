@@ -629,6 +629,32 @@ def test_inits_train_one_after_another_each_as_a_run_of_its_own(tiny_data, tmp_p
     assert not (tmp_path / 'short').exists()
 
 
+def test_stop_score_ends_the_run_where_the_kept_score_reaches_it_keeping_what_the_whole_run_kept_there(
+        tiny_data, tmp_path, capsys):
+    # the whole run (inits=2 over 8 iterations, evaluated every 2, every checkpoint kept): its scores, the val loss
+    common = ('--inits=2', '--max_iters=8', '--eval_interval=2')
+    train_in_process(tiny_data, tmp_path / 'whole', *common, '--keep_checkpoints=True')
+    evals = [e for e in read_log(tmp_path / 'whole') if e['kind'] == 'eval']
+    score = {e['iter']: e['val_loss'][-1] for e in evals}  # the val loss at the trained K (TINY's n_loops=2, the last)
+    assert score[2] < score[0] and score[4] < score[2]  # (the kept score falls: 2, then 4 are kept)
+    # stop_score exactly the score kept at iteration 4: the run ends at that evaluation (<=, not <), after 4
+    # iterations, in its first initialization, with the checkpoint the whole run kept there, byte for weight
+    capsys.readouterr()
+    train_in_process(tiny_data, tmp_path / 'at', *common, f'--stop_score={score[4]!r}')
+    assert 'the run ends here' in capsys.readouterr().out
+    log = read_log(tmp_path / 'at')
+    assert [e['iter'] for e in log if e['kind'] == 'eval'] == [0, 2, 4]
+    assert [e['iter'] for e in log if e['kind'] == 'train'][-1] <= 4
+    kept = torch.load(tmp_path / 'at' / 'ckpt.pt', weights_only=False)
+    there = torch.load(tmp_path / 'whole' / 'ckpt-4.pt', weights_only=False)
+    assert kept['iter_num'] == 4 and all(torch.equal(kept['model'][k], there['model'][k]) for k in there['model'])
+    # a hair below it: never reached in the first initialization, so the second starts (and the run goes on)
+    below = math.nextafter(score[4], -math.inf)
+    train_in_process(tiny_data, tmp_path / 'below', *common, f'--stop_score={below!r}')
+    assert 'initialization 2 of 2' in capsys.readouterr().out
+    assert [e['iter'] for e in read_log(tmp_path / 'below') if e['kind'] == 'eval'][:4] == [0, 2, 4, 6]
+
+
 def test_a_fresh_start_is_a_new_model_of_its_own_seed_and_clears_the_moments():
     cfg = LoopedGPTConfig(vocab_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=2, block_size=8, init_std=0.02)
     model = LoopedGPT(cfg)
@@ -839,12 +865,15 @@ def test_the_recipe_config_loads_with_its_twin():
 
 def test_the_addition_recipe_is_paritys_but_where_the_task_differs():
     # config/addition.py's promise: the parity recipe, with the data, the row and the loops a 16-bit carry chain needs
-    # (the probe read every 100 steps, one initialization of all the steps), nothing else changed
+    # (the probe read every 100 steps, initializations of 3,000 steps until one's probe passes, at most four), nothing
+    # else changed
     parity, addition = (settings(os.path.join(HERE, 'config', f'{name}.py')) for name in ('parity', 'addition'))
     changed = {k for k in parity.keys() | addition.keys() if parity.get(k) != addition.get(k)}
-    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval', 'inits'}
+    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval', 'inits', 'max_iters',
+                       'stop_score'}
     assert (addition['dataset'], addition['block_size'], addition['max_loops'], addition['n_loops']) == ('addition', 18, 24, 24)
-    assert (addition['inits'], addition['max_iters'], parity['inits']) == (1, 3000, 2)
+    assert (addition['inits'], addition['max_iters'], addition['stop_score']) == (4, 12000, 0.0)
+    assert (parity['inits'], parity['max_iters'], parity['stop_score']) == (2, 3000, -1.0)
     c = train_module.setup([f'{HERE}/config/addition.py'])  # (train.py's own checks, with the model class it names)
     assert c['select'] == 'beyond.tasks.screened_probe' and c['window'] == 2
 
