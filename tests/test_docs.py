@@ -511,16 +511,22 @@ def in_values(s, values):
 
 def unsourced_numbers(page, text=None):
     """Every number of a page's prose that is neither a number of its section's sources nor a setting, in context."""
+    return [n for head, prose_, values in sections(page, text) for n in section_unsourced(page, head, prose_, tuple(values))]
+
+
+@lru_cache(maxsize=None)
+def section_unsourced(page, head, prose_, values):
+    """unsourced_numbers of one section (a page's copy with one number changed differs in one section: the others are
+    read once)."""
     out = []
-    for head, prose_, values in sections(page, text):
-        skip = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', prose_)]
-        for pattern in SETTINGS:
-            skip += [m.span() for m in re.finditer(pattern.replace('#', NUMBER), prose_)]
-        for m in NUM.finditer(prose_):
-            a, b = m.span()
-            if not any(s <= a and b <= e for s, e in skip) and not (
-                    in_values(Shown(m), command_values(page)) or in_values(Shown(m), values)):
-                out.append(f'{page}, section "{head}": {prose_[max(0, a - 50):a]}[{prose_[a:b]}]{prose_[b:b + 30]}')
+    skip = [m.span() for m in re.finditer(r'`[^`]*`|\]\([^)]*\)', prose_)]
+    for pattern in SETTINGS:
+        skip += [m.span() for m in re.finditer(pattern.replace('#', NUMBER), prose_)]
+    for m in NUM.finditer(prose_):
+        a, b = m.span()
+        if not any(s <= a and b <= e for s, e in skip) and not (
+                in_values(Shown(m), command_values(page)) or in_values(Shown(m), values)):
+            out.append(f'{page}, section "{head}": {prose_[max(0, a - 50):a]}[{prose_[a:b]}]{prose_[b:b + 30]}')
     return out
 
 
