@@ -45,9 +45,13 @@ timed_train() {  # timed_train NAME RUN SETTINGS...: train.py on one thread into
 # task_seed TASK CONFIG SEED DATA_SEED: a seed of a task study (assets/parity/deep, assets/addition): python -m
 # beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS; kept if there), the run $RUNS/out-TASK-sSEED from
 # CONFIG, and its scoring on $TEST_SEED's strings with $TASK_ARGS into $OUT/scores/sSEED; each part's wall seconds in
-# logs/TASK-sSEED.wall and logs/score-sSEED.wall
+# logs/TASK-sSEED.wall and logs/score-sSEED.wall. A seed already scored in an OUT given is kept as it is: a study
+# stopped part way, run again into its OUT, goes on from the seeds it had not finished (STORE=1 makes every seed anew)
 task_seed() {
   local task=$1 config=$2 s=$3 d=$4 TIMEFORMAT=%R
+  if [ "${STORE:-}" != 1 ] && [ -s "$OUT/scores/s$s/results.json" ] && [ -s "$OUT/scores/s$s/accuracy.png" ]; then
+    return
+  fi
   # shellcheck disable=SC2086  # each word a setting
   [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
       $PREP_ARGS > "$OUT/logs/prepare-$d.log"

@@ -268,6 +268,48 @@ def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_o
         assert (r.returncode, r.stdout) == (3, ''), script
 
 
+def test_a_task_study_run_again_into_its_out_keeps_the_seeds_it_scored_and_merges_them_all(tmp_path):
+    """study.sh's task_seed: a study stopped part way (seed 2's scoring never written), run again into the same OUT,
+    trains and scores seed 2 alone and merges both; with STORE=1 a seed scored is made anew. Its python is a stand-in
+    that logs each command and writes what the study reads after it (a run's log.jsonl, a scoring's files)."""
+    log = tmp_path / 'commands'
+    (tmp_path / 'python').write_text(f"""#!/bin/bash
+echo "$*" >> {log}
+for a in "$@"; do
+  case $a in
+    --out_dir=*) mkdir -p "${{a#--out_dir=}}"; echo '{{}}' > "${{a#--out_dir=}}/log.jsonl" ;;
+    --out=*) mkdir -p "${{a#--out=}}"; echo '{{}}' > "${{a#--out=}}/results.json"; echo png > "${{a#--out=}}/accuracy.png" ;;
+  esac
+done
+""")
+    (tmp_path / 'python').chmod(0o755)
+    env = {'PATH': f"{tmp_path}{os.pathsep}{os.environ['PATH']}", 'SEEDS': '1 2', 'DATA_SEEDS': '3 4',
+           'OUT': str(tmp_path / 'out'), 'DATA_DIR': str(tmp_path / 'data'), 'RUNS': str(tmp_path)}
+
+    def commands(script):
+        log.write_text('')
+        r = subprocess.run(['bash', '-c', script], cwd=HERE, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = log.read_text().splitlines()
+        trained = sorted(re.search(r'--seed=(\d+)', l)[1] for l in lines if l.startswith('train.py '))
+        scored = sorted(re.search(r'scores/s(\d+)', l)[1] for l in lines if '--runs=' in l)
+        return trained, scored, [l for l in lines if '--merge=' in l]
+    study = 'bash assets/addition/retries/run.sh'
+    both = [f"-m beyond.tasks --merge={tmp_path}/out/scores/s1/results.json,{tmp_path}/out/scores/s2/results.json "
+            f"--out={tmp_path}/out"]
+    assert commands(study) == (['1', '2'], ['1', '2'], both)
+    (tmp_path / 'out' / 'scores' / 's2' / 'results.json').unlink()  # (stopped before seed 2's scoring was written)
+    assert commands(study) == (['2'], ['2'], both)
+    (tmp_path / 'out' / 'scores' / 's2' / 'accuracy.png').unlink()  # (or before its figure)
+    assert commands(study) == (['2'], ['2'], both)
+    assert commands(study) == ([], [], both)  # (every seed scored: the merge alone)
+    # STORE=1 (here study.sh's task_seed alone, into the same folder: assets/ untouched): a seed scored is made anew
+    env['STORE'] = '1'
+    one_seed = (f'set -euo pipefail\n. assets/study.sh\nOUT={tmp_path}/out PREP_ARGS= TRAIN_ARGS= TASK_ARGS= TEST_SEED=5\n'
+                'task_seed addition config/addition.py 1 3')
+    assert commands(one_seed) == (['1'], ['1'], [])
+
+
 def test_the_late_state_study_says_the_commit_it_reruns_at_with_the_variables_given():
     """assets/parity/late ran at a commit whose train.py had late-state CE, since removed, as assets/parity-late: its
     run.sh prints how to rerun it at that commit, the one its README names, from the folder it had there, passing on

@@ -15,7 +15,8 @@
 #   TEST_SEED    the test strings' seed (5301)
 #   DATA_DIR     (data); RUNS, where the run folders out-addition-s<seed> go (the repo root)
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-addition in RUNS,
-#                refused if it holds anything); STORE=1: this folder, the stored results the pages quote written over
+#                refused if it holds anything; an OUT given keeps the seeds scored in it: a stopped study goes on);
+#                STORE=1: this folder, the stored results the pages quote written over
 #   RECIPE       settings on top of config/addition.py (--inits=1 --max_iters=3000: one initialization of 3,000 steps,
 #                the recipe as this study ran it; config/addition.py retries since: assets/addition/retries)
 #   TRAIN_ARGS   extra settings for every train.py run, after RECIPE's (none); TASK_ARGS for each scoring (the lengths,

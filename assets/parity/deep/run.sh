@@ -14,7 +14,8 @@
 #   TEST_SEED    the test strings' seed (3101)
 #   DATA_DIR     (data); RUNS, where the run folders out-parity-s<seed> go (the repo root)
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-parity/deep in RUNS,
-#                refused if it holds anything); STORE=1: this folder, the stored results the pages quote written over
+#                refused if it holds anything; an OUT given keeps the seeds scored in it: a stopped study goes on);
+#                STORE=1: this folder, the stored results the pages quote written over
 #   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (the lengths, K, strings and
 #                the fast path above); FULL_ARGS for the first seed's scoring again without the fast path (512-bit strings
 #                to K=1,280), which agree.py compares with its fast one
