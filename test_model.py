@@ -302,6 +302,20 @@ def test_default_init_predicts_its_input_token():
     assert loss.item() < math.log(V) < loss_shift.item()
 
 
+def test_without_a_norm_penalty_the_loss_is_the_ce_alone_even_where_the_norms_square_past_float32():
+    # norm_penalty 0 adds no term at all: the blind spot's norm-readout model with states of 1e20 (their squares past
+    # float32's range, the readout still finite) has the CE as its loss; a penalty > 0 reads those squares: inf
+    model = tiny(readout='norm', n_loops=2).eval()
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(1e20)
+    x, y = batch(B=2)
+    with torch.no_grad():
+        loss = model(x, y)[1]
+        assert torch.isfinite(loss) and loss == model.stats['ce'].mean()  # (per-loop CE: the mean over the loops)
+        model.config.norm_penalty = 1e-4
+        assert model(x, y)[1] == math.inf
+
+
 # ---------------------------------------------------------------------------------------
 # losses, by hand
 
@@ -443,17 +457,23 @@ def test_the_ce_of_a_bf16_models_logits_is_float32_softmax_without_autocast_too(
 
 def test_under_cpu_autocast_the_attention_runs_in_float32(monkeypatch):
     # PyTorch's bf16 attention was the slower one on a CPU (assets/speed/attention.md): under CPU autocast the
-    # block's q, k, v go to the attention in float32, its matmuls (c_attn, c_proj) in bf16; without autocast, as they are
+    # block's q, k, v go to the attention in float32 and it computes in float32 (autocast off inside: its output is
+    # float32 too), its matmuls (c_attn, c_proj) in bf16; without autocast, as they are
     seen = []
     sdpa = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, 'scaled_dot_product_attention', lambda q, k, v, **kw: seen.append(q.dtype) or sdpa(q, k, v, **kw))
+
+    def attention(q, k, v, **kw):
+        out = sdpa(q, k, v, **kw)
+        seen.append((q.dtype, out.dtype))
+        return out
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', attention)
     model = tiny(n_layer=1, n_loops=1).eval()
     x, _ = batch(B=2)
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
         model(x)
     with torch.no_grad():
         model(x)
-    assert seen == [torch.float32, torch.float32]
+    assert seen == [(torch.float32, torch.float32), (torch.float32, torch.float32)]
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):  # (the projections are autocast's: bf16)
         assert model.transformer.h[0].attn.c_attn(torch.randn(2, D)).dtype == torch.bfloat16
 

@@ -54,6 +54,9 @@ def test_table_results_and_every_plot_are_written(evaluated):
     for name in ('ppl_vs_k.png', 'norms_vs_k.png', 'frontier.png', 'norm_hist.png', 'early_exit.png', 'lemma.png',
                  'drift.png', 'exit_frontier_norm-perloop.png', 'exit_frontier_raw-terminal.png'):  # (one a run)
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', name
+    # stderr names each figure it wrote, a line a file, and nothing it did not write
+    wrote = sorted(l[len('wrote '):] for l in r.stderr.splitlines() if l.startswith('wrote '))
+    assert wrote == sorted(str(p) for p in out.glob('*.png')) and len(wrote) >= 9
 
 
 def test_the_papers_evaluation_alone_has_none_of_the_decoding_studies(runs, evaluated, tmp_path, capsys):
