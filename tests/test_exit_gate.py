@@ -345,3 +345,18 @@ def test_each_count_setting_takes_its_edge_and_refuses_one_past_it_alone():
     for key, past in dict(tokens=0, iters=0, batch_size=0, eps=-1e-9, lr=0.0).items():
         with pytest.raises(UserError):
             exit_gate.check_settings(dict(exit_gate.SETTINGS, **{key: past}))
+
+
+def test_a_fit_without_a_seed_is_the_fit_of_train_gates_default_seed_0():
+    # fit's default seed is train_gate's (seed=0): a gate fitted by hand with no seed is the one a run's default
+    # training fits, and another seed draws other minibatches (the check can tell seeds apart)
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).float()
+
+    def fitted(**seed):
+        gate = exit_gate.fit(exits.ExitGate(8, 'norm'), x, y, 5, 0.05, 16, **seed)
+        return torch.cat([gate.linear.weight.flatten(), gate.linear.bias]).detach()
+
+    import inspect
+    assert inspect.signature(exit_gate.train_gate).parameters['seed'].default == 0
+    assert torch.equal(fitted(), fitted(seed=0)) and not torch.equal(fitted(), fitted(seed=1))

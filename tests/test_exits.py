@@ -211,3 +211,14 @@ def test_a_confident_gate_exits_and_an_unsure_one_runs_every_loop():
         _, sure = decode(model, x, new_cache(model, 2), 0.5, exits.gate_criterion('gate', gate_of(10.0)), 'project')
         _, unsure = decode(model, x, new_cache(model, 2), 0.5, exits.gate_criterion('gate', gate_of(-10.0)), 'project')
     assert (sure == 1).all() and (unsure == model.config.n_loops).all()
+
+
+def test_a_resolved_name_is_the_criterion_of_that_name_a_learned_gate_too(tmp_path):
+    # resolve(name) is the Criterion the name means, named as typed: a registered one's name is its key, and a
+    # learned gate's criterion carries the gate file's name ('gate-raw' from <folder>/gate-raw.pt)
+    model = tiny()
+    for name in exits.CRITERIA:
+        assert exits.resolve(name).name == name
+    exits.save_gate(str(tmp_path / 'gate-raw.pt'), exits.ExitGate(D, 'raw'), model, {})
+    gate = exits.resolve('gate-raw', str(tmp_path), model)
+    assert gate.name == 'gate-raw' and gate.gate.reads == 'raw' and not gate.readout

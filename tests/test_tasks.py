@@ -905,3 +905,27 @@ def test_a_norm_of_a_thousand_or_more_is_written_whole_with_thousands_separators
     rows = [dict(intervention='none', design='a', length=32, passed=1, runs=2, low=0.1, high=0.9, h_norm_pass=1000.0,
                  h_norm_fail=1500.0)]
     assert tasks.render_design_shares(rows).splitlines()[2].endswith(' | 1,000, 1,500 |')
+
+
+def test_a_compiled_loop_step_traces_one_graph_from_its_first_width_on(monkeypatch):
+    # loop_step's compiled step has dynamic shapes from its first call: the widths settling hands it shrink loop by
+    # loop, and the graph traced at the first width serves every later one (dynamo's default would trace the first
+    # width static and a second graph at the next). Traced by dynamo alone (a backend that counts, no codegen)
+    graphs, real = [], torch.compile
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, **{**kw, 'backend': keep}))
+    model, x = settling_model()
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            e = model.embed(x)
+            step, eager = tasks.loop_step(model, compile=True), tasks.loop_step(model)
+            for width in (20, 9):
+                h = e[:, -width:].contiguous()
+                assert torch.allclose(step(h, h, 1), eager(h, h, 1), atol=1e-5)
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == 1
