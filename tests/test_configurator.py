@@ -223,3 +223,25 @@ def test_a_script_is_named_by_its_place_in_the_repository_whatever_the_working_d
     # --help heads a script's settings by its path from the root, also from another folder (and a class by its file)
     assert configurator.source_name(os.path.join(HERE, 'beyond', 'tasks.py')) == os.path.join('beyond', 'tasks.py')
     assert configurator.source_name(configurator.UserError) == 'configurator.py: UserError'
+
+
+def test_naming_the_model_already_named_brings_no_fields(tmp_path):
+    """configure: a config naming its model (model_class) adds that model's config fields to the settings, when it
+    names another model than the one the settings have; naming the same one (or a config file that leaves
+    model_class as it is) changes nothing: the settings stay the script's own, with no model field added."""
+    own = {'model_class': 'model.LoopedGPT', 'steps': 3}
+    (tmp_path / 'same.py').write_text("model_class = 'model.LoopedGPT'\nsteps = 4\n")
+    (tmp_path / 'other.py').write_text("steps = 5\n")
+    assert configure(own, ['--model_class=model.LoopedGPT']) == own
+    assert configure(own, [str(tmp_path / 'same.py')]) == dict(own, steps=4)
+    assert configure(own, [str(tmp_path / 'other.py')]) == dict(own, steps=5)
+
+
+def test_help_lists_the_settings_of_a_script_whose_source_cannot_be_read(tmp_path):
+    """settings_block: a source that cannot be read has no settings block ([]), so --help lists each setting with its
+    default, after a blank line, instead of failing."""
+    gone = str(tmp_path / 'gone.py')
+    assert configurator.settings_block(gone) == []
+    assert configurator.help_text({'steps': 3}, [gone]).splitlines() == [
+        'usage: python gone.py [config.py ...] [--key=value ...]', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:', '', '  --steps=3']

@@ -332,6 +332,29 @@ def test_prepares_progress_bar_counts_a_files_bytes_in_scaled_units(tmp_path, ca
     assert '6.00k/6.00k' in bar and 'B/s' in bar, bar  # (not 6000/6000)
 
 
+def test_each_splits_progress_bar_is_named_by_its_split(tmp_path, capsys):
+    """prepare: each split's bin is written under a progress bar named by the split (train:, val:, test:)."""
+    from tqdm import tqdm
+    write_texts(tmp_path / 'mytext')
+    prepare_in_process('--text_dir', tmp_path / 'mytext', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'o')
+    bars = capsys.readouterr().err
+    for split in ('train', 'val', 'test'):
+        size = tqdm.format_sizeof(len(TEXT[split].encode('utf-8')))  # (the file's bytes: 9.60k, 680)
+        assert re.search(rf'(^|\s){split}: 100%\|[^|]*\| {size}/{size} ', bars), bars
+
+
+def test_a_source_that_holds_no_text_is_refused_and_leaves_no_file(tmp_path):
+    """write_bin: a source whose rows give no token at all (a dataset of empty rows) is one line naming it, and
+    neither its bin nor the temporary file is left."""
+    def chunks():
+        yield ['', ''], 2
+        yield [''], 1
+    path = str(tmp_path / 'train.bin')
+    with pytest.raises(prepare.UserError, match=r'^empty rows \[train\] holds no text$'):
+        prepare.write_bin(path, ByteTokenizer(), np.uint16, ('empty rows [train]', 3, chunks), 'train', 1)
+    assert os.listdir(tmp_path) == []
+
+
 # -----------------------------------------------------------------------------
 # a folder that beyond.parity wrote: refused, naming what it holds
 

@@ -363,6 +363,36 @@ def test_all_plots_closes_each_figure_it_writes(plt, tmp_path):
     assert plt.get_fignums() == []
 
 
+def test_all_plots_closes_the_figures_it_writes_and_leaves_the_callers_open(plt, tmp_path):
+    # all_plots closes each figure it writes, that one and no other: a figure function may draw without pyplot
+    # (matplotlib.figure.Figure, held by no one but its caller), and the figure the caller has open, pyplot's
+    # current one, stays open
+    from matplotlib.figure import Figure
+
+    def unmanaged(plt, groups, runs):
+        fig = Figure()
+        fig.subplots().plot([1, 2], [3, 4])
+        return fig, 'unmanaged.png'
+    plt.close('all')
+    mine = plt.figure()
+    paths = report.all_plots([], [], str(tmp_path), figures=(unmanaged,))
+    assert paths == [str(tmp_path / 'unmanaged.png')] and os.path.isfile(paths[0])
+    assert plt.get_fignums() == [mine.number] and plt.gcf() is mine
+
+
+def test_the_mean_and_std_note_is_in_a_title_only_where_a_group_has_several_seeds(plt):
+    """seeds_note: ' (mean ± std over seeds)' where any group averages more than one seed; runs of one seed each are
+    drawn as they are, with no note."""
+    both, one_seed = groups(), groups()[1:]
+    assert [g['n'] for g in both] == [2, 1] and [g['n'] for g in one_seed] == [1]
+    assert report.seeds_note(both) == ' (mean ± std over seeds)' and report.seeds_note(one_seed) == ''
+    for figure, title in ((report.ppl_vs_k, 'Perplexity vs inference depth (dotted: trained K)'),
+                          (report.norms_vs_k, 'Hidden-state norm after each loop')):
+        titles = [figure(plt, g, runs)[0].axes[0].get_title().split('\n')[0]  # (clip_ppl's note: a line below)
+                  for g, runs in ((both, RUNS), (one_seed, RUNS[2:]))]
+        assert titles == [title + ' (mean ± std over seeds)', title]
+
+
 @pytest.mark.parametrize('figure', report.FIGURES, ids=lambda f: f.__name__)
 def test_every_figure_is_drawn_as_its_description_says(plt, figure):
     name = figure.__name__

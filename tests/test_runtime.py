@@ -172,6 +172,20 @@ def test_the_device_is_auto_unless_named():
         torch.set_flush_denormal(False)
 
 
+def test_auto_takes_cuda_then_mps_then_the_cpu_as_each_is_there(monkeypatch):
+    """setup_device('auto'): 'cuda', then 'mps', then 'cpu', the first that is there (each machine's presence faked:
+    no GPU here), so a Mac without CUDA trains on its GPU, not its CPU."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for cuda, mps in itertools.product((True, False), repeat=2):
+            monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
+            monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: mps)
+            assert runtime.setup_device('auto') == ('cuda' if cuda else 'mps' if mps else 'cpu'), (cuda, mps)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        torch.set_flush_denormal(False)
+
+
 def test_under_torchrun_a_rank_leaves_by_os_exit_with_its_status_and_its_output_flushed(monkeypatch):
     """exit_process: under torchrun a rank leaves without Python's teardown (os._exit: no SystemExit, no atexit),
     its stdout and stderr flushed first; outside torchrun, sys.exit with the status."""

@@ -726,6 +726,17 @@ def test_settings_that_make_no_sense_are_refused(bad, needle):
     assert needle in str(e.value)
 
 
+def test_random_depth_refuses_a_max_loops_below_n_loops_and_takes_one_equal_to_it():
+    """check_settings: random_depth draws K with mean n_loops, capped at max_loops, so max_loops must be at least
+    n_loops: one below it is one line naming both; one equal to it is taken, as is any max_loops without random_depth."""
+    with pytest.raises(UserError) as e:
+        settings('--random_depth=True', '--n_loops=5', '--max_loops=4')
+    assert 'max_loops' in str(e.value) and 'n_loops (5)' in str(e.value) and 'got 4' in str(e.value)
+    assert '\n' not in str(e.value)
+    assert settings('--random_depth=True', '--n_loops=5', '--max_loops=5')['max_loops'] == 5
+    assert settings('--n_loops=5', '--max_loops=4')['max_loops'] == 4
+
+
 def test_every_range_rule_accepts_its_bounds_and_refuses_what_lies_past_them():
     # each rule of train.RANGES at its edges, in the setting's own type: '>= x' takes x and not below it,
     # '> x' not x, '[a, b)' a and not b, a tuple its values and nothing else
