@@ -105,7 +105,10 @@ def test_second_run_is_a_noop_and_force_rewrites(tmp_path):
     prepare_in_process(*args)
     bin_path = tmp_path / 'out' / 'train.bin'
     os.utime(bin_path, (0, 0))
-    assert 'already complete' in prepare_in_process(*args)
+    # its line: the folder, its tokenizer and each split's tokens (the bytes of its text, by hand), and what to do
+    sizes = ', '.join(f"{split}: {len(TEXT[split].encode()):,} tokens" for split in ('train', 'val', 'test'))
+    assert (f"{tmp_path / 'out'} is already complete (bytes, {sizes}); nothing to do (--force rewrites it)"
+            in prepare_in_process(*args).splitlines())
     assert os.path.getmtime(bin_path) == 0
     assert 'already complete' not in prepare_in_process(*args, '--force')
     assert os.path.getmtime(bin_path) > 0
