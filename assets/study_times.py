@@ -15,10 +15,10 @@ run.sh, as assets/parity/, is its subfolders: a row each, named parity/<step>); 
 3. otherwise: not recorded.
 From run.sh, not typed here: which runs it trains (the names it gives study.sh's train and train_grid, their variables
 as wildcards, and task_study's TASK-s*) and how many at once (its own LANES where it sets one; study.sh's lane width
-where it trains in lanes; else one). A run.sh that runs another study's (bash assets/<study>/run.sh) trains what that one trains too; one that
-says its study ran at another commit (AT=<commit>, and WAS=<its folder there> where it has moved since) is read as it
-was there, from git. Times are in minutes to one
-decimal (and hours past two), a lower bound rounded down (so that ≥ stays true as shown).
+where it trains in lanes; else one). A run.sh that runs another study's (bash assets/<study>/run.sh) trains what that
+one trains too; one that says its study ran at another commit (AT=<commit>, and WAS=<its folder there> where it has
+moved since) is read as it was there, from git. Times are in minutes to one decimal (and hours past two), a lower bound
+rounded down (so that ≥ stays true as shown).
 """
 import argparse
 import glob

@@ -854,7 +854,6 @@ def test_a_decoding_step_under_autocast_casts_no_weight():
     assert casts.big == [] and control.big == [(V, D)]
 
 
-
 def test_a_steppers_weights_are_the_precision_in_force_at_each_call_each_made_once():
     # Stepper.weights: the Weights for the precision in force now (autocast's or the model's), made once for
     # each. A Stepper made in float32 and then called under bf16 autocast casts a bf16 copy (the model's
@@ -869,6 +868,7 @@ def test_a_steppers_weights_are_the_precision_in_force_at_each_call_each_made_on
     assert bf16 is not fp32 and bf16.head.dtype == torch.bfloat16
     assert torch.equal(bf16.head, model.lm_head.weight.detach().to(torch.bfloat16))
     assert bf16.blocks[0].attn.c_attn.weight.dtype == torch.bfloat16
+
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
 def test_on_cuda_the_bf16_decoder_is_the_forward_and_a_fixed_k_step_never_waits():

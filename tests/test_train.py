@@ -638,7 +638,7 @@ def test_stop_score_ends_the_run_where_the_kept_score_reaches_it_keeping_what_th
     score = {e['iter']: e['val_loss'][-1] for e in evals}  # the val loss at the trained K (TINY's n_loops=2, the last)
     assert score[2] < score[0] and score[4] < score[2]  # (the kept score falls: 2, then 4 are kept)
     # stop_score exactly the score kept at iteration 4: the run ends at that evaluation (<=, not <), after 4
-    # iterations, in its first initialization, with the checkpoint the whole run kept there, byte for weight
+    # iterations, in its first initialization, with the checkpoint the whole run kept there, weight for weight
     capsys.readouterr()
     train_in_process(tiny_data, tmp_path / 'at', *common, f'--stop_score={score[4]!r}')
     assert 'the run ends here' in capsys.readouterr().out
