@@ -883,6 +883,7 @@ def pytest_configure(config):
     if os.environ.get('MUTANT_UNDER_TEST') == 'stats':
         del os.environ['MUTANT_UNDER_TEST']  # (mutmut keeps its own copy for this process)
         os.environ['MUTMUT_HITS_FILE'] = os.path.join(tempfile.mkdtemp(prefix='mutmut-'), 'hits')
+        config.pluginmanager.register(FixtureCredit(), 'fixture-credit')
         import torch
         from mutmut.mutation import trampoline  # (its recorder is nothing dynamo can trace: compiled code
         recorded = trampoline.get_mutant_under_test  # runs the original functions, unrecorded)
@@ -904,19 +905,20 @@ def scripts_hits():
 FIXTURE_HITS = {}  # fixture definition -> the functions its setup called (stats run)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
+class FixtureCredit:
     """A shared fixture is made in the first test that uses it; mutmut would credit what it calls to that
-    test alone. Recorded here, it is credited to every test that uses the fixture (below)."""
-    if 'MUTMUT_HITS_FILE' not in os.environ:
+    test alone. Recorded here, it is credited to every test that uses the fixture (below). Registered as a
+    plugin of its own (pytest_configure): pytest asks a session fixture's hooks of the root's conftests
+    only, so this conftest's own pytest_fixture_setup would never see the session fixtures."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        from mutmut.state import state
+        before, hits = set(state()._stats), scripts_hits()
+        state()._stats.clear()
         yield
-        return
-    from mutmut.state import state
-    before, hits = set(state()._stats), scripts_hits()
-    state()._stats.clear()
-    yield
-    FIXTURE_HITS.setdefault(fixturedef, set()).update(state()._stats, scripts_hits())
-    state()._stats.update(before | hits)
+        FIXTURE_HITS.setdefault(fixturedef, set()).update(state()._stats, scripts_hits())
+        state()._stats.update(before | hits)
 
 
 @pytest.hookimpl(tryfirst=True)
