@@ -341,6 +341,13 @@ def choose(names, args):
     return chosen, left_out
 
 
+def stale_records(names):
+    """The records of tests/mutants-equivalent.txt whose mutant no longer makes the line recorded (the code changed,
+    or its mutants were numbered anew): run again, and each to be renumbered or dropped."""
+    return sorted(name for name, (line, _) in recorded_equivalents().items()
+                  if name not in names or changed_line(*functions_of(name, names[name])) != line)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -365,6 +372,10 @@ def main(argv=None):
           f'{left_out["equivalent"]} recorded equivalent, {left_out["error text"]} error text only', flush=True)
     generated = collections.Counter(operators.get(n, '?') for n in names)
     print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in generated.most_common()))
+    stale = stale_records(names)
+    if stale:
+        print(f'{len(stale)} records of {os.path.relpath(EQUIVALENT)} no longer name the change recorded (their mutants '
+              f'run again; renumber or drop each): ' + ', '.join(stale))
     if not chosen:
         return
     if args.unkilled and not args.reuse:
