@@ -138,7 +138,7 @@ STUDIES = {
                          False,
                          ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                           'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
-                          'logs/prepare-3.log']),
+                          'logs/prepare-3.log', 'evals.md']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -561,6 +561,15 @@ def test_a_parity_evals_md_is_what_evals_py_prints_on_the_stored_logs(study):
         assert evals('table', logs, os.path.join(ASSETS, study, 'results.json')) == f.read(), (
             f'python assets/parity/evals.py --results=assets/{study}/results.json assets/{study}/logs/parity-norm-il-s*.jsonl '
             f'> assets/{study}/evals.md')
+
+
+def test_the_addition_retries_evals_md_is_what_evals_py_prints_on_its_stored_logs():
+    logs = sorted(glob.glob(os.path.join(ASSETS, 'addition', 'retries', 'logs', 'addition-s*.jsonl')))
+    assert len(logs) == 10
+    with open(os.path.join(ASSETS, 'addition', 'retries', 'evals.md')) as f:
+        assert evals('table', logs, os.path.join(ASSETS, 'addition', 'retries', 'results.json')) == f.read(), (
+            'python assets/parity/evals.py --results=assets/addition/retries/results.json '
+            'assets/addition/retries/logs/addition-s*.jsonl > assets/addition/retries/evals.md')
 
 
 def test_evals_counts_each_runs_probe_evaluations_by_initialization_and_keeps_the_earliest_lowest(tmp_path):

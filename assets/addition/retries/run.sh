@@ -26,3 +26,5 @@ TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARG
 TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
 . assets/study.sh  # task_study (study_out, lane, task_seed)
 task_study addition/retries addition config/addition.py
+# what the probe saw in each run, initialization by initialization, against the bars (assets/parity/evals.py)
+python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/addition-s*.jsonl > "$OUT/evals.md"
