@@ -693,9 +693,18 @@ def serve(path, private=False):
     import torch._inductor.compile_fx  # noqa: F401  (a process's first compile: ~0.8 s)
     from torch._inductor import cpu_vec_isa
     cpu_vec_isa.valid_vec_isa_list()  # (its first compile probes each ISA in a process of its own: ~0.9 s)
-    save = matplotlib.figure.Figure.savefig  # figures at 20 dpi, without a second drawing for a tight box
-    matplotlib.figure.Figure.savefig = lambda fig, path, **kw: save(fig, path, **{**kw, 'dpi': 20,
-                                                                                   'bbox_inches': None})
+    save = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, path, **kw):
+        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (OUT set: tests/test_studies.py)
+        draw only the figures the study keeps, those in its OUT: one they write elsewhere (a run's own evaluation, merged
+        and drawn again into OUT) is laid out as always, every plotting call made, and left an empty file undrawn."""
+        out = os.environ.get('OUT')
+        if out and isinstance(path, (str, os.PathLike)) and not os.path.abspath(path).startswith(os.path.abspath(out) + os.sep):
+            open(path, 'wb').close()
+            return None
+        return save(fig, path, **{**kw, 'dpi': 20, 'bbox_inches': None})
+    matplotlib.figure.Figure.savefig = savefig
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
