@@ -696,11 +696,13 @@ def serve(path, private=False):
     save = matplotlib.figure.Figure.savefig
 
     def savefig(fig, path, **kw):
-        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (OUT set: tests/test_studies.py)
-        draw only the figures the study keeps, those in its OUT: one they write elsewhere (a run's own evaluation, merged
-        and drawn again into OUT) is laid out as always, every plotting call made, and left an empty file undrawn."""
-        out = os.environ.get('OUT')
-        if out and isinstance(path, (str, os.PathLike)) and not os.path.abspath(path).startswith(os.path.abspath(out) + os.sep):
+        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (STUDY_KEEPS, its OUT, set by
+        tests/test_studies.py's run_study) draw only the figures the study keeps, those in its OUT: one they write
+        elsewhere (a run's own evaluation, merged and drawn again into OUT) has every plotting call made and is left an
+        empty file, undrawn."""
+        keeps = os.environ.get('STUDY_KEEPS')
+        if keeps and isinstance(path, (str, os.PathLike)) and not os.path.realpath(path).startswith(
+                os.path.realpath(keeps) + os.sep):
             open(path, 'wb').close()
             return None
         return save(fig, path, **{**kw, 'dpi': 20, 'bbox_inches': None})

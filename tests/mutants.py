@@ -374,8 +374,8 @@ def main(argv=None):
     print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in generated.most_common()))
     stale = stale_records(names)
     if stale:
-        print(f'{len(stale)} records of {os.path.relpath(EQUIVALENT)} no longer name the change recorded (their mutants '
-              f'run again; renumber or drop each): ' + ', '.join(stale))
+        print(f'{len(stale)} records of {os.path.relpath(EQUIVALENT)} no longer name the change recorded (where still '
+              f'generated, their mutants run again; renumber or drop each): ' + ', '.join(stale))
     if not chosen:
         return
     if args.unkilled and not args.reuse:

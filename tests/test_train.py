@@ -94,17 +94,19 @@ def test_training_lowers_the_loss_logs_every_loop_and_saves_the_last_iteration(t
     # and the parameters, counted once however many loops run, less the position embeddings (nanoGPT's count)
     tensors = {t.data_ptr(): t for name, t in ckpt['model'].items() if name != 'transformer.wpe.weight'}  # (tied: once)
     counted = sum(t.numel() for t in tensors.values())
+    assert LoopedGPT.from_checkpoint(str(out))[0].get_num_params() == counted
     assert f'number of parameters: {counted / 1e6:.2f}M (counted once; the stack runs 3x)' in r.stdout, r.stdout[:500]
 
 
 def test_adamw_takes_the_runs_betas_weight_decay_and_rate(tiny_data, tmp_path):
-    """make_optimizer: AdamW with beta1, beta2 and weight_decay as set (each away from AdamW's own default), its rate the
-    schedule's (constant here)."""
+    """make_optimizer: AdamW with beta1, beta2 and weight_decay as set (each away from AdamW's own default and
+    train.py's), its rate the schedule's (constant here), fused."""
     out = tmp_path / 'run'
     train(tiny_data, out, '--max_iters=1', '--eval_interval=1', '--beta1=0.5', '--beta2=0.75', '--weight_decay=0.25',
           '--learning_rate=0.002', '--warmup_iters=0', '--lr_decay=constant')
     group, = torch.load(out / 'ckpt.pt', weights_only=True)['optimizer']['param_groups']
     assert tuple(group['betas']) == (0.5, 0.75) and group['weight_decay'] == 0.25 and group['lr'] == 0.002
+    assert group['fused'] is True  # (fused on the CPU too: make_optimizer's docstring)
 
 
 def test_a_bad_setting_is_one_line_before_anything_is_written(tiny_data, tmp_path):

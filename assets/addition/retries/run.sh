@@ -14,8 +14,9 @@
 #   PREP_ARGS    python -m beyond.addition's other settings (none: its defaults)
 #   TEST_SEED    the test strings' seed (5301, assets/addition's)
 #   DATA_DIR     (data); RUNS, where the run folders out-addition-s<seed> go (the repo root)
-#   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-addition/retries
-#                in RUNS, refused if it holds anything; an OUT given keeps the seeds scored in it: a stopped study goes on);
+#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go (a fresh
+#                out-study-addition/retries in RUNS, refused if it holds anything; an OUT given keeps the seeds scored
+#                in it: a stopped study goes on);
 #                STORE=1: this folder, the stored results the pages quote written over
 #   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/addition's)
 set -euo pipefail
