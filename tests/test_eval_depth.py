@@ -550,6 +550,17 @@ def test_each_pair_of_groups_that_differ_only_in_model_shape_gets_its_own_note()
         ('w32', 'w64', 'n_embd 32 vs 64'), ('w32', 'w128', 'n_embd 32 vs 128'), ('w64', 'w128', 'n_embd 64 vs 128')]
 
 
+def test_a_run_without_its_training_config_is_a_group_of_its_own_that_pairs_with_none():
+    # group_runs: a checkpoint with no saved config is keyed by its path, alone, and compared with no group (before
+    # a configured group in the runs' order and after it); two configured ones of another width still get their note
+    base = dict(readout='norm', loss='perloop', n_embd=32, learning_rate=3e-3, seed=1)
+    configs = [None, dict(base, out_dir='w32'), dict(base, n_embd=64, out_dir='w64'), None]
+    runs = [dict(name=f'r{i}', path=f'r{i}', seed=1, per_K=[dict(K=1, ppl=10.0)]) for i in range(4)]
+    groups, notes = eval_depth.group_runs(runs, configs)
+    assert [g['runs'] for g in groups] == [['r0'], ['r1'], ['r2'], ['r3']]
+    assert len(notes) == 1 and notes[0].startswith('r1 and r2 differ only in seed and model shape (n_embd 32 vs 64)')
+
+
 def every_setting():
     """A run's saved config at the defaults: train.py's settings and every field of the models' configs."""
     return {**train.SETTINGS, **asdict(ExitTrainConfig())}
