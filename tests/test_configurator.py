@@ -148,6 +148,19 @@ def test_configurators_help_lists_a_setting_no_source_block_names_after_a_blank_
         '  --steps=3  iterations', '', "  --extra='x'"]
 
 
+def test_configurators_help_heads_each_sources_settings_where_there_are_two(tmp_path):
+    """help_text: one source, no header (above); two (a script and a model's config, say), each one's settings under
+    its path from the root, a setting both name shown once, under the first."""
+    script, more = tmp_path / 'toy.py', tmp_path / 'more.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
+    more.write_text('# ---\nwidth = 8  # the width\nsteps = 5  # named again\n# ---\n')
+    name = lambda path: os.path.relpath(path, configurator.ROOT)  # noqa: E731
+    assert configurator.help_text({'steps': 3, 'width': 8}, [str(script), str(more)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '', f'[{name(script)}]', '  --steps=3  iterations', '', f'[{name(more)}]', '  --width=8  the width']
+
+
 def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tmp_path):
     # in a settings block only `name = value` and `name: type = value` are settings; a declaration without
     # a value, a tuple or a chain of assignments, an attribute's assignment are passed over, not a crash

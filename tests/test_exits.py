@@ -19,7 +19,7 @@ from beyond.eval_decode import exit_loops, exit_rows
 from configurator import UserError
 from model import LoopedGPT, LoopedGPTConfig
 from test_model import D, batch, tiny
-from conftest import between, exit_confidence, head_logits, masked_states
+from conftest import between, exit_confidence, head_logits, masked_states, run_script
 
 V, T, K = 64, 12, 3
 
@@ -222,3 +222,15 @@ def test_a_resolved_name_is_the_criterion_of_that_name_a_learned_gate_too(tmp_pa
     exits.save_gate(str(tmp_path / 'gate-raw.pt'), exits.ExitGate(D, 'raw'), model, {})
     gate = exits.resolve('gate-raw', str(tmp_path), model)
     assert gate.name == 'gate-raw' and gate.gate.reads == 'raw' and not gate.readout
+
+
+def test_python_m_beyond_exits_lists_each_registered_criterion_by_name_with_what_it_reads():
+    r = run_script('beyond/exits.py')
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(' | ') for line in r.stdout.splitlines() if line.startswith('| ') and '---' not in line][1:]
+    listed = {row[0][2:]: row[1] for row in rows}
+    assert set(listed) == set(exits.CRITERIA) | {'gate, gate-<name>'}
+    for name, c in exits.CRITERIA.items():
+        assert c.name == name
+        assert listed[name] == ('H_k, H_k-1' if not c.readout else
+                                'the readout' + (", and the previous loop's" if c.previous else ''))
