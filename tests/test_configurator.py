@@ -190,10 +190,11 @@ def test_an_unknown_setting_names_the_scripts_help_from_a_config_file_as_from_th
     script = tmp_path / 'toy.py'
     script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
     (tmp_path / 'typo.py').write_text('stepz = 4\n')
-    for argv in ([str(tmp_path / 'typo.py')], ['--stepz=4'], ['--stepz', '4']):
+    for argv, where in (([str(tmp_path / 'typo.py')], f"in {tmp_path / 'typo.py'}"), (['--stepz=4'], '--stepz'),
+                        (['--stepz', '4'], '--stepz')):
         with pytest.raises(configurator.UserError) as e:
             configurator.configure({'steps': 3}, argv, [str(script)])
-        assert "unknown setting 'stepz'" in str(e.value) and "did you mean 'steps'?" in str(e.value)
+        assert f"unknown setting 'stepz' ({where}); did you mean 'steps'?" in str(e.value), argv  # (and where it was)
         assert '`python toy.py --help` lists the settings' in str(e.value), argv
 
 
