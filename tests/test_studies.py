@@ -555,23 +555,15 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
                                                     f'--out=/tmp/x > assets/{study}/accuracy.md'
 
 
-@pytest.mark.parametrize('study', EVALS)
-def test_a_parity_evals_md_is_what_evals_py_prints_on_the_stored_logs(study):
+@pytest.mark.parametrize('study,runs', [(study, 'parity-norm-il-s*') for study in EVALS] + [('addition/retries', 'addition-s*')])
+def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
     assert len(EVALS) == 4 and len(PARITY) == 9  # (seeds, new-seeds, screen, inits; those and designs, its two, late, deep)
-    logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', 'parity-norm-il-s*.jsonl')))
+    logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
+    assert len(logs) == 10
     with open(os.path.join(ASSETS, study, 'evals.md')) as f:
         assert evals('table', logs, os.path.join(ASSETS, study, 'results.json')) == f.read(), (
-            f'python assets/parity/evals.py --results=assets/{study}/results.json assets/{study}/logs/parity-norm-il-s*.jsonl '
+            f'python assets/parity/evals.py --results=assets/{study}/results.json assets/{study}/logs/{runs}.jsonl '
             f'> assets/{study}/evals.md')
-
-
-def test_the_addition_retries_evals_md_is_what_evals_py_prints_on_its_stored_logs():
-    logs = sorted(glob.glob(os.path.join(ASSETS, 'addition', 'retries', 'logs', 'addition-s*.jsonl')))
-    assert len(logs) == 10
-    with open(os.path.join(ASSETS, 'addition', 'retries', 'evals.md')) as f:
-        assert evals('table', logs, os.path.join(ASSETS, 'addition', 'retries', 'results.json')) == f.read(), (
-            'python assets/parity/evals.py --results=assets/addition/retries/results.json '
-            'assets/addition/retries/logs/addition-s*.jsonl > assets/addition/retries/evals.md')
 
 
 def test_evals_counts_each_runs_probe_evaluations_by_initialization_and_keeps_the_earliest_lowest(tmp_path):
