@@ -555,7 +555,8 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
                                                     f'--out=/tmp/x > assets/{study}/accuracy.md'
 
 
-@pytest.mark.parametrize('study,runs', [(study, 'parity-norm-il-s*') for study in EVALS] + [('addition/retries', 'addition-s*')])
+@pytest.mark.parametrize('study,runs', [(study, 'parity-norm-il-s*') for study in EVALS]
+                         + [('addition/retries', 'addition-s*')])
 def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
     assert len(EVALS) == 4 and len(PARITY) == 9  # (seeds, new-seeds, screen, inits; those and designs, its two, late, deep)
     logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
