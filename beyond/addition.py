@@ -4,7 +4,8 @@ each position one token holding both operands' bits, the target the sum's bit th
 carried along the number, one position a loop with a window of 2.
 
     python -m beyond.addition                   # 20,000 additions of 1-16 bits to train, 512 of 32 to validate,
-                                                # 512 of 64 to test, 128 of 96 to probe (train.py's select) -> data/addition/
+                                                # 512 of 64 to test, 128 of 96 to probe and 64 of 256 to read past
+                                                # it (train.py's select) -> data/addition/
     python -m beyond.addition --out_dir data/a2 --seed 2 --test_carries 1.0 --test_stops 0
 
 Each instance is one row, [bos, t_0 .. t_n-1, t_n, pad ...]: t_i = a_i + 2 b_i (0-3) the operands' bits at position i,
@@ -25,8 +26,8 @@ from beyond.task_rows import Task, register
 from beyond import task_rows
 
 VOCAB = {'0+0': 0, '1+0': 1, '0+1': 2, '1+1': 3, 'bos': 4, 'pad': 5}  # the operands' bits at a position (a + 2 b)
-# each split's default rows and lengths: trained on at most 16 bits, the probe 6x that
-SPLITS = (('train', 20000, '16'), ('val', 512, '32'), ('test', 512, '64'), ('probe', 128, '96'))
+# each split's default rows and lengths: trained on at most 16 bits, the probe 6x that, the long split 16x
+SPLITS = (('train', 20000, '16'), ('val', 512, '32'), ('test', 512, '64'), ('probe', 128, '96'), ('long', 64, '256'))
 CARRIES, STOPS = 0.5, 0.25  # each split's default shares: a carry the whole length, none the whole length
 
 

@@ -2,7 +2,8 @@
 Running parity in rows, the task of docs/tasks.md: the data a study of depth that pays trains on.
 
     python -m beyond.parity                     # 20,000 strings of 1-8 bits to train, 512 of 16 to validate, 512 of 32 to test,
-                                                # 128 of 48 to probe (train.py's select) -> data/parity/
+                                                # 128 of 48 to probe and 64 of 256 to read past it (train.py's select)
+                                                # -> data/parity/
     python -m beyond.parity --out_dir data/p2 --seed 2 --train_lengths 1-16
 
 Each instance is one row of the split's fixed length, [bos, b_1 .. b_n, pad ...]: {split}.bin its
@@ -19,8 +20,9 @@ from beyond.task_rows import Task, lengths_arg, register  # noqa: F401  (lengths
 from beyond import task_rows
 
 VOCAB = {'0': 0, '1': 1, 'bos': 2, 'pad': 3}  # the bits, the start of a string, the padding after it
-# each split's default rows and lengths; the probe (train.py's select, beyond.tasks.screened_probe) 6x the longest trained
-SPLITS = (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32'), ('probe', 128, '48'))
+# each split's default rows and lengths; the probe (train.py's select, beyond.tasks.screened_probe) 6x the longest trained,
+# the long split (beyond.tasks.long_probe's reach read, past the probe) 32x
+SPLITS = (('train', 20000, '8'), ('val', 512, '16'), ('test', 512, '32'), ('probe', 128, '48'), ('long', 64, '256'))
 
 
 def parity_rows(rng, n_rows, lengths, row_len):

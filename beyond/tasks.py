@@ -212,13 +212,13 @@ def score(model, x, y, loops, intervention=None, rms=None, trained_k=None, halt=
     return out
 
 
-def probe_rows(settings):
+def probe_rows(settings, split='probe'):
     """The run's probe split (python -m beyond.parity's: strings longer than training's, drawn on a stream of their
-    own; never the test split) as (x, y) int64 tensors; one error line where the data has none."""
+    own; never the test split), or its long split, as (x, y) int64 tensors; one error line where the data has none."""
     try:
-        rows = load_rows(data_folder(settings), 'probe')
+        rows = load_rows(data_folder(settings), split)
     except FileNotFoundError as e:
-        raise UserError(f"select {settings.get('select')!r} reads the data's probe split: {e} (python -m beyond.parity "
+        raise UserError(f"select {settings.get('select')!r} reads the data's {split} split: {e} (python -m beyond.parity "
                         "writes one)")
     return tuple(torch.from_numpy(a.astype(np.int64)) for a in (rows.x, rows.y))
 
@@ -269,6 +269,39 @@ def screened_read(model, x, y):
     error = read_probe(model, x, y)['probe_error'] if screen['probe_error'] == 0 else 1 + screen['probe_error']
     return dict(probe_error=error, screen_error=screen['probe_error'],
                 probe_disagreement=screen['probe_disagreement'], probe_turn=screen['probe_turn'])
+
+
+def reach_read(model, x, y):
+    """Strings x, y read fast: at K = ceil(1.25 n) and 2n, n their scored positions (a loop carries a step one position
+    on, so an exact run is right from about n loops; one that needs more is slow, one wrong at both approximates), in one
+    pass through score's fast path as python -m beyond.tasks --halt=latent scores (each string's settled prefix held:
+    a long read costs a fraction of the plain loop's). Returns 1 - the lower of the two whole-string exact matches."""
+    n = int((y >= 0).sum(1).max())
+    ks = sorted({math.ceil(1.25 * n), 2 * n})
+    read = score(model, x, y, ks, halt=halt_arg('latent', HALT_THRESHOLD))
+    return 1 - min(read[k]['exact'] for k in ks)
+
+
+def long_probe(model, settings):
+    """train.py's select for the recipes (config/parity.py, config/addition.py: select = 'beyond.tasks.long_probe'):
+    screened_read on the run's probe split and, only where it reads every probe string right, reach_read on the probe
+    strings and on the long split's (python -m beyond.parity's 'long': 256 bits by default, on a stream of their own).
+    It asks what the probe cannot: the probe's strings right at 1.25 loops a position, not only at 2 and 4, and strings
+    far longer right as well, where an approximation that holds on the probe's length breaks. Returns, the first the
+    one kept lowest:
+      probe_error   the reach error (1 - the lower exact match of both reach_reads) where the probe passed, else
+                    1 + screened_read's probe_error: a checkpoint past the probe ranks above every one that is not
+      screen_error, probe_disagreement, probe_turn  screened_read's
+      whole_error   screened_read's probe_error (the whole probe's error past the screen, else 1 + the screen's)
+      reach_error   the reach error, where the probe passed (absent where it did not: nothing was read)"""
+    x, y = probe_rows(settings)
+    got = screened_read(model, x, y)
+    whole = got['probe_error']
+    if whole > 0:
+        return dict(got, probe_error=1 + whole, whole_error=whole)
+    lx, ly = probe_rows(settings, 'long')
+    reach = max(reach_read(model, x, y), reach_read(model, lx, ly))
+    return dict(got, probe_error=reach, whole_error=whole, reach_error=reach)
 
 
 def evaluate(runs, lengths, loops, seed, rows, interventions=(), device='cpu', dtype='float32', compile=False,

@@ -44,6 +44,6 @@ inits = 4
 stop_score = 0.0         # ... the next only while no checkpoint read every probe string right (above)
 eval_interval = 100
 always_save_checkpoint = False
-select = 'beyond.tasks.screened_probe'
+select = 'beyond.tasks.long_probe'
 eval_iters = 4
 log_interval = 250

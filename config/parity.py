@@ -3,11 +3,12 @@
 # any length runs), input injection, the progressive loss (n ~ U[0, 12) loops without a graph, then
 # k ~ U[1, 12 - n] with one, per-loop CE on those), the norm readout with the paper's inter-loop norm
 # (the carried state at a fixed RMS, so the injected bits are not drowned as it grows), weights at
-# std 0.1 (about 1/sqrt(d) at d=64), and the checkpoint that extrapolates best (its probe split's 48-bit strings,
-# read every 50 steps past a screen of their first halves), kept over two initializations trained one after the other
-# from scratch at a constant learning rate after warm-up (two chances to come upon a checkpoint that extrapolates; the
-# steps before it trained one, with a cosine: assets/parity/README.md, the recipe's log). Trains on strings of 1-8
-# bits (beyond.parity's default). About 4 minutes on one core.
+# std 0.1 (about 1/sqrt(d) at d=64), and the first checkpoint that extrapolates (its probe split's 48-bit strings,
+# read every 50 steps past a screen of their first halves, then read fast, at 1.25 loops a bit, with 256-bit strings
+# beside them: beyond.tasks.long_probe), over up to four initializations trained one after the other from scratch at
+# a constant learning rate after warm-up (chances to come upon a checkpoint that extrapolates; the steps before it
+# trained one, with a cosine: assets/parity/README.md, the recipe's log). Trains on strings of 1-8 bits
+# (beyond.parity's default).
 #   python -m beyond.parity
 #   python train.py config/parity.py                                             # the recipe
 #   python train.py config/parity.py --interloop_norm=False --out_dir=out-parity-norm   # its blind-spot twin
@@ -39,11 +40,14 @@ learning_rate = 1e-3
 warmup_iters = 100
 lr_decay = 'constant'    # checkpoints that extrapolate come while the rate is high; as a cosine decays, a run settles
                          # on states that do not
-max_iters = 3000
-inits = 2                # two initializations, max_iters / 2 steps each: select's rule keeps the best of both
+max_iters = 6000
+inits = 4                # initializations of max_iters / 4 = 1,500 steps, one after another ...
+stop_score = 0.0         # ... the next only while no checkpoint passed every read of select's (below): the first that
+                         # does is kept, and the run ends at it
 eval_interval = 50
 always_save_checkpoint = False  # keep the checkpoint that extrapolates best:
-select = 'beyond.tasks.screened_probe'  # the probe split's 48-bit strings at K=96 and 192 (every bit right at both),
-                                        # read where their first 24 bits are right at K=48 and 96
+select = 'beyond.tasks.long_probe'  # the probe split's 48-bit strings at K=96 and 192 (every bit right at both), read
+                                    # where their first 24 bits are right at K=48 and 96; past that, the probe's strings
+                                    # and the long split's 256-bit ones at 1.25 and 2 loops a bit
 eval_iters = 4
 log_interval = 250

@@ -17,8 +17,9 @@
 #   OUT          where accuracy.md, results.json, accuracy.png, scores/ and logs/ go (a fresh out-study-addition in RUNS,
 #                refused if it holds anything; an OUT given keeps the seeds scored in it: a stopped study goes on);
 #                STORE=1: this folder, the stored results the pages quote written over
-#   RECIPE       settings on top of config/addition.py (--inits=1 --max_iters=3000: one initialization of 3,000 steps,
-#                the recipe as this study ran it; config/addition.py retries since: assets/addition/retries)
+#   RECIPE       settings on top of config/addition.py (one initialization of 3,000 steps and the screened probe, the
+#                recipe as this study ran it; config/addition.py retries and reads further since: assets/addition/retries,
+#                assets/addition/reach)
 #   TRAIN_ARGS   extra settings for every train.py run, after RECIPE's (none); TASK_ARGS for each scoring (the lengths,
 #                K, strings and the fast path above)
 set -euo pipefail
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/../.."
 SEEDS=${SEEDS:-4301 4302 4303 4304 4305 4306 4307 4308 4309 4310}
 DATA_SEEDS=${DATA_SEEDS:-4401 4402 4403 4404 4405 4406 4407 4408 4409 4410}
 TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-}
-TRAIN_ARGS="${RECIPE:---inits=1 --max_iters=3000} ${TRAIN_ARGS:-}"
+TRAIN_ARGS="${RECIPE:---inits=1 --max_iters=3000 --select=beyond.tasks.screened_probe} ${TRAIN_ARGS:-}"
 TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
 . assets/study.sh  # task_study (study_out, lane, task_seed)
 task_study addition addition config/addition.py

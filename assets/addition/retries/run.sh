@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Binary addition at 64x the trained length with retries (docs/tasks.md#a-second-task-binary-addition):
-# config/addition.py as it stands (initializations of 3,000 steps one after another, at most four, until one keeps a
+# config/addition.py as it stood (RECIPE; initializations of 3,000 steps one after another, at most four, until one keeps a
 # checkpoint that reads every probe string right) on ten seeds no choice was made on, each with data of its own,
 # scored as assets/addition scores its runs (the same 64 fresh additions each of 64 and 1,024 bits, test seed 5301)
 # to K=1,536 in one pass, with the halting rule beside the fixed K; each run's training and scoring on one thread,
@@ -18,12 +18,15 @@
 #                out-study-addition/retries in RUNS, refused if it holds anything; an OUT given keeps the seeds scored
 #                in it: a stopped study goes on);
 #                STORE=1: this folder, the stored results the pages quote written over
-#   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/addition's)
+#   RECIPE       settings on top of config/addition.py (the select this study ran: the screened probe; config/addition.py
+#                reads further since: assets/addition/reach)
+#   TRAIN_ARGS   extra settings for every train.py run, after RECIPE's (none); TASK_ARGS for each scoring (assets/addition's)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-4501 4502 4503 4504 4505 4506 4507 4508 4509 4510}
 DATA_SEEDS=${DATA_SEEDS:-4601 4602 4603 4604 4605 4606 4607 4608 4609 4610}
-TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
+TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-}
+TRAIN_ARGS="${RECIPE:---select=beyond.tasks.screened_probe} ${TRAIN_ARGS:-}"
 TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
 . assets/study.sh  # task_study (study_out, lane, task_seed)
 task_study addition/retries addition config/addition.py
