@@ -241,7 +241,7 @@ SHORT = ('--max_iters=10', '--eval_interval=10', '--dtype=float32', '--eval_iter
 
 # a task in rows (python -m beyond.parity): the splits as tests/test_parity.py's checks read them, and a run's settings on them
 TASK = ['--train_rows', '256', '--val_rows', '40', '--test_rows', '8', '--probe_rows', '64', '--train_lengths', '8',
-        '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3']
+        '--val_lengths', '6-12', '--test_lengths', '12', '--probe_lengths', '3', '--long_rows', '16', '--long_lengths', '10']
 
 
 @pytest.fixture(scope='session')

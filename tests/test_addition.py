@@ -73,17 +73,18 @@ def test_a_carry_runs_the_whole_length_in_exactly_the_share_asked_and_its_mirror
 
 def test_the_data_command_writes_each_splits_shares_and_prints_them(tmp_path, capsys):
     addition.main(['--out_dir', str(tmp_path), '--seed', '3', '--train_rows', '64', '--val_rows', '8', '--test_rows', '40',
-                   '--probe_rows', '8', '--test_carries', '0.75', '--test_stops', '0', '--val_lengths', '5-7'])
+                   '--probe_rows', '8', '--long_rows', '8', '--test_carries', '0.75', '--test_stops', '0', '--val_lengths', '5-7'])
     out = capsys.readouterr().out
     meta = json.loads((tmp_path / 'meta.json').read_text())
     assert meta['task'] == meta['dataset'] == 'addition' and meta['vocab'] == V and meta['vocab_size'] == 6
-    assert meta['carries'] == dict(train=0.5, val=0.5, test=0.75, probe=0.5) and meta['stops']['test'] == 0
-    assert meta['lengths'] == dict(train=[1, 16], val=[5, 7], test=[64, 64], probe=[96, 96])
-    assert meta['row_len'] == dict(train=18, val=9, test=66, probe=98)  # the start token and the carry-out position
+    assert meta['carries'] == dict(train=0.5, val=0.5, test=0.75, probe=0.5, long=0.5) and meta['stops']['test'] == 0
+    assert meta['lengths'] == dict(train=[1, 16], val=[5, 7], test=[64, 64], probe=[96, 96], long=[256, 256])
+    assert meta['row_len'] == dict(train=18, val=9, test=66, probe=98, long=258)  # the start token and the carry-out position
     test = load_rows(str(tmp_path), 'test')
     assert addition.chains(np.asarray(test.x)) == (0.75, 0.0)
     assert 'test: 75.0% of the strings a carry the whole length, 0.0% a stop the whole length' in out
-    for split in ('train', 'val', 'test', 'probe'):
+    assert 'long: 50.0% of the strings a carry the whole length, 25.0% a stop the whole length' in out
+    for split in ('train', 'val', 'test', 'probe', 'long'):
         rows = load_rows(str(tmp_path), split)
         for row, target in zip(rows.x[:20], rows.y[:20]):
             a, b, n = decode(row)

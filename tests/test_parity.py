@@ -62,10 +62,10 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
     folder = parity_data / 'parity'
     meta = json.loads((folder / 'meta.json').read_text())
     assert meta['task'] == 'parity' and meta['seed'] == 3 and meta['vocab_size'] == 4
-    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12], 'probe': [3, 3]}
-    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13, 'probe': 4}
+    assert meta['lengths'] == {'train': [1, 8], 'val': [6, 12], 'test': [12, 12], 'probe': [3, 3], 'long': [10, 10]}
+    assert meta['row_len'] == {'train': 9, 'val': 13, 'test': 13, 'probe': 4, 'long': 11}
     V = parity.VOCAB
-    for split in ('train', 'val', 'test', 'probe'):
+    for split in ('train', 'val', 'test', 'probe', 'long'):
         rows = load_rows(str(folder), split)
         assert rows.x.shape == rows.y.shape == (meta['rows'][split], meta['row_len'][split])
         seen = set()
@@ -85,20 +85,25 @@ def test_prepare_writes_rows_that_decode_to_running_parity(parity_data):
 # -----------------------------------------------------------------------------
 # the splits: their lengths and the probe's, meta.json saying what the folder holds, the folder rewritten whole
 
-def test_the_default_probe_is_six_times_the_longest_training_string(tmp_path):
+def test_the_default_probe_is_six_times_the_longest_training_string_and_the_long_split_thirty_two(tmp_path):
     # config/parity.py keeps the checkpoint its probe reads best: by default 128 strings of 48 bits (at K=96 and 192),
-    # 6x the longest trained (8 bits), on a stream of their own; the other splits are drawn as with any probe
+    # 6x the longest trained (8 bits), then 64 of 256 (32x: long_probe's reach read), each on a stream of its own;
+    # the other splits are drawn as with any probe or long split
     parity.main(['--out_dir', str(tmp_path / 'p'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8'])
     parity.main(['--out_dir', str(tmp_path / 'q'), '--seed', '5', '--train_rows', '64', '--val_rows', '8', '--test_rows', '8',
-                 '--probe_rows', '4', '--probe_lengths', '24'])
+                 '--probe_rows', '4', '--probe_lengths', '24', '--long_rows', '2', '--long_lengths', '30'])
     meta = json.loads((tmp_path / 'p' / 'meta.json').read_text())
-    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48]}
+    assert meta['lengths'] == {'train': [1, 8], 'val': [16, 16], 'test': [32, 32], 'probe': [48, 48], 'long': [256, 256]}
     assert meta['rows']['probe'] == 128 and meta['row_len']['probe'] == 49
-    probe = load_rows(str(tmp_path / 'p'), 'probe')
-    assert ((probe.y >= 0).sum(1) == 48).all()  # every probe string has all 48 bits scored
-    for split in ('train', 'val', 'test'):  # the probe's length draws nothing from the other splits' streams
+    assert meta['rows']['long'] == 64 and meta['row_len']['long'] == 257
+    for split, n in (('probe', 48), ('long', 256)):
+        rows = load_rows(str(tmp_path / 'p'), split)
+        assert ((rows.y >= 0).sum(1) == n).all()  # every string has all its bits scored
+        assert (rows.y[:, 1:] == np.cumsum(rows.x[:, 1:], 1) % 2).all()  # (running parity, as every split's)
+    for split in ('train', 'val', 'test'):  # the probe's and the long split's lengths draw nothing from the others'
         a, b = load_rows(str(tmp_path / 'p'), split), load_rows(str(tmp_path / 'q'), split)
         assert (a.x == b.x).all() and (a.y == b.y).all()
+    assert load_rows(str(tmp_path / 'q'), 'long').x.shape == (2, 31)  # (--long_rows, --long_lengths)
 
 
 def test_meta_json_describes_the_rows_it_holds(parity_data):

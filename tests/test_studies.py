@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import eval_depth
+import train
 from beyond import eval_decode
 from beyond.eval_decode import DecodingStudies
 from configurator import UserError
@@ -139,6 +140,21 @@ STUDIES = {
                          ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                           'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                           'logs/prepare-3.log', 'evals.md']),
+    # (data seed 4 for each reach study; four iterations: a step for each of the recipes' four inits)
+    'parity/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                                 '--probe_lengths=3 --long_rows=4 --long_lengths=6',
+                          TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                          TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
+                     ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
+                      'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
+                      'logs/prepare-4.log', 'evals.md']),
+    'addition/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                                    '--probe_lengths=3 --long_rows=4 --long_lengths=6',
+                            TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                            TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
+                       ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
+                        'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
+                        'logs/prepare-4.log', 'evals.md']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -239,7 +255,7 @@ def test_every_study_folder_has_one_row_in_the_index():
     assert {d: rows[d] for d in sorted(folders | set(rows)) if rows[d] != 1 or d not in folders} == {}
 
 
-@pytest.mark.parametrize('study', ['addition', 'addition/retries', 'parity/deep'])
+@pytest.mark.parametrize('study', ['addition', 'addition/retries', 'addition/reach', 'parity/deep', 'parity/reach'])
 def test_a_task_study_wants_one_data_seed_a_run_and_says_so_before_it_writes(study, tmp_path):
     """study.sh's task_study: SEEDS and DATA_SEEDS of different lengths are one error line naming the study, and
     nothing is made in OUT."""
@@ -251,6 +267,31 @@ def test_a_task_study_wants_one_data_seed_a_run_and_says_so_before_it_writes(stu
     assert r.returncode == 1 and r.stderr == (f'assets/{study}/run.sh: error: SEEDS has 2 seeds and DATA_SEEDS 1: give '
                                               'one data seed a run\n')
     assert not (tmp_path / 'out' / 'logs').exists()
+
+
+@pytest.mark.parametrize('study,runs,iters', [('parity/deep', 'parity-s*', 3000), ('addition/retries', 'addition-s*', 12000),
+                                               ('addition', 'addition-s*', 3000)])
+def test_a_task_study_run_before_the_long_probe_pins_the_recipe_its_runs_logged(study, runs, iters):
+    """The recipes select beyond.tasks.long_probe (which logs a whole_error) and parity's trains up to four
+    initializations; a study stored before that pins, in its run.sh, the select, initializations and iterations its runs
+    logged: the screened probe's scores alone, each run's fresh starts at the initializations' starts of its iterations."""
+    with open(os.path.join(ASSETS, study, 'run.sh')) as f:
+        script = f.read()
+    assert '--select=beyond.tasks.screened_probe' in script
+    pinned = re.search(r'--inits=(\d+)', script)
+    inits = int(pinned[1]) if pinned else train.setup([f"{HERE}/config/{study.split('/')[0]}.py"])['inits']
+    logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
+    assert len(logs) == 10
+    for log in logs:
+        with open(log) as f:
+            keys = {tuple(r['select']) for r in map(json.loads, f) if r.get('kind') == 'eval'}
+        assert keys == {('probe_error', 'screen_error', 'probe_disagreement', 'probe_turn')}, log
+        with open(log[:-len('.jsonl')] + '.log') as f:
+            out = f.read()
+        assert f'{iters:,} iterations' in out, log
+        starts = [int(i) for i in re.findall(rf'initialization \d of {inits}: a fresh start at iteration (\d+)', out)]
+        assert starts == train.init_starts(iters, inits)[1:1 + len(starts)], log
+        assert len(starts) == out.count('a fresh start'), log
 
 
 def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_one_fails_the_study(tmp_path):
@@ -592,6 +633,30 @@ def test_evals_counts_each_runs_probe_evaluations_by_initialization_and_keeps_th
     assert evals('table', [b]).splitlines()[2].endswith('| - | - |')  # no results.json: no verdicts, and no line
 
 
+def test_evals_of_long_probe_runs_count_the_whole_probe_apart_and_name_the_read_a_kept_error_failed(tmp_path):
+    # beyond.tasks.long_probe logs whole_error beside probe_error (its reach read's error past the probe, else 1 + the
+    # screened probe's, the screen's failure 2 + the screen's): a column for the whole probe, every read right counted
+    # where the reach read passed, and the kept error named by the read that failed
+    def run(name, records):
+        with open(tmp_path / f'{name}.jsonl', 'w') as f:
+            for it, probe, screen, whole in records:
+                f.write(json.dumps(dict(kind='eval', iter=it, select=dict(probe_error=probe, screen_error=screen,
+                                                                          whole_error=whole))) + '\n')
+        return str(tmp_path / f'{name}.jsonl')
+    a = run('addition-s1', [(100, 2.5, 0.5, 1.5), (200, 0.25, 0.0, 0.0), (300, 1.125, 0.0, 0.125), (400, 0.0, 0.0, 0.0)])
+    b = run('addition-s2', [(100, 2.5, 0.5, 1.5), (200, 1.125, 0.0, 0.125), (300, 0.0625, 0.0, 0.0)])
+    c = run('addition-s3', [(100, 2.5, 0.5, 1.5), (200, 1.125, 0.0, 0.125)])
+    d = run('addition-s4', [(100, 2.5, 0.5, 1.5), (200, 2.25, 0.25, 1.25)])
+    lines = evals('table', [a, b, c, d]).splitlines()
+    assert lines[0].startswith('| run | evaluations | past the screen | past the probe | every read right, by initialization | '
+                               'last step with every read right | kept: step, probe error |')
+    assert lines[2:6] == ['| out-addition-s1 | 4 | 3 | 2 | 1 | 400 | 400: 0.0% | - | - |',
+                          '| out-addition-s2 | 3 | 2 | 1 | 0 | - | 300: reach 6.2% | - | - |',
+                          '| out-addition-s3 | 2 | 1 | 0 | 0 | - | 200: probe 12.5% | - | - |',
+                          '| out-addition-s4 | 2 | 0 | 0 | 0 | - | 200: screen 25.0% | - | - |']
+    assert lines[6].startswith('| **4 runs** | **11** | **6** | **3** | **1/4 runs, 1/4 initializations** | **400** | **1/4 at 0.0%** |')
+
+
 def test_evals_given_a_run_without_a_probe_is_one_error_line(tmp_path):
     (tmp_path / 'x.jsonl').write_text(json.dumps(dict(kind='eval', iter=50, val_loss=[1.0], select={})) + '\n')
     r = subprocess.run([sys.executable, 'assets/parity/evals.py', str(tmp_path / 'x.jsonl')], cwd=HERE, capture_output=True,
@@ -646,7 +711,8 @@ def test_each_parity_study_script_makes_the_probe_evaluations_and_training_its_r
                                                    r'TRAIN_ARGS:---eval_interval=(\d+) --select=(\S+) ') == (24, 50, 'beyond.tasks.probe')
     assert logged_probe('parity/new-seeds') == (n, *run_sh('parity/new-seeds', r'TRAIN_ARGS="--eval_interval=(\d+) --select=(\S+) '))
     assert logged_probe('parity/screen') == (n, *run_sh('parity/screen', r'RECIPE="--eval_interval=(\d+) --select=(\S+) '))
-    assert logged_probe('parity/inits') == (n, cfg['eval_interval'], cfg['select']) == (48, 50, 'beyond.tasks.screened_probe')
+    assert logged_probe('parity/inits') == (n, cfg['eval_interval'], *run_sh('parity/inits', r'RECIPE:---select=(\S+) ')) == (
+        48, 50, 'beyond.tasks.screened_probe')
     for study in ('parity/new-seeds', 'parity/screen', 'parity/inits'):
         assert 'probe_lengths' not in run_sh(study, r'PREP_ARGS:-([^}]*)\}')[0], study
     # the training: one initialization at a cosine rate before the recipe's two, as each script pins it
@@ -658,9 +724,11 @@ def test_each_parity_study_script_makes_the_probe_evaluations_and_training_its_r
     for study, pattern in pinned.items():
         assert logged_training(study) == run_sh(study, pattern) == (1, 'cosine'), study
     assert logged_training('parity/late', 'norm-il-late') == (1, 'cosine')  # (it reruns only at its commit: its logs)
-    with open(os.path.join(ASSETS, 'parity', 'inits', 'run.sh')) as f:  # the recipe as it stands: nothing pinned
-        assert not re.search(r'--inits|--lr_decay', f.read())
-    assert logged_training('parity/inits') == (cfg['inits'], cfg['lr_decay']) == (2, 'constant')
+    # the recipe as it ran, pinned (config/parity.py reads further since): two initializations, the config's rate
+    with open(os.path.join(ASSETS, 'parity', 'inits', 'run.sh')) as f:
+        assert not re.search(r'--lr_decay', f.read())
+    assert logged_training('parity/inits') == (*run_sh('parity/inits', r'RECIPE:-[^}]*--inits=(\d+) '), cfg['lr_decay']) == (
+        2, 'constant')
     # the tuning: each variant's runs trained as run.sh names them
     variants = re.findall(r'"(\w+) (\d+) (\w+)"', run_sh('parity/inits-tuning', r'VARIANTS=\(([^)]*)\)')[0])
     assert [v[0] for v in variants] == ['const', 'i3cos', 'i3con', 'i2con']

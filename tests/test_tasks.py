@@ -456,11 +456,11 @@ def test_the_probe_reads_its_own_split_at_twice_and_four_times_its_length(parity
     turn = (1 - torch.nn.functional.cosine_similarity(h[12], h[11], dim=-1))[y >= 0].mean().item()
     assert got['probe_turn'] == pytest.approx(turn, rel=1e-5) and list(got) == ['probe_error', 'probe_disagreement', 'probe_turn']
     assert not model.training
-    # a data folder written before the probe split: one line that says what makes one
+    # a data folder written before the probe split (and the long one): one line that says what makes one
     (tmp_path / 'old').mkdir()
     meta = json.loads((parity_data / 'parity' / 'meta.json').read_text())
     for part in ('row_len', 'rows', 'lengths', 'tokens'):
-        meta[part].pop('probe')
+        meta[part].pop('probe'), meta[part].pop('long')
     (tmp_path / 'old' / 'meta.json').write_text(json.dumps(meta))
     with pytest.raises(UserError, match=r"select 'beyond.tasks.probe' reads the data's probe split: .* has no probe "
                                         r"split \(it has train, val, test\) \(python -m beyond.parity writes one\)"):
@@ -496,6 +496,81 @@ def test_the_screened_probe_reads_the_whole_strings_only_past_its_screen(monkeyp
     assert reads == [5] and got['screen_error'] == pytest.approx(0.25) and got['probe_error'] == pytest.approx(1.25)
     assert read(model, x, y)['probe_error'] == pytest.approx(0.5)  # (what the unscreened read would have kept)
     assert list(got) == ['probe_error', 'screen_error', 'probe_disagreement', 'probe_turn']
+
+
+def test_the_reach_read_is_exact_match_at_one_and_a_quarter_and_twice_the_length_on_the_scorers_fast_path(monkeypatch):
+    # long_probe's reach read: 2-bit strings at K = ceil(2.5) = 3 and 4, through score with the halting rule the scorer's
+    # --halt=latent runs; 1 - the lower exact match, recomputed here from the model's forward at each K
+    import math
+    torch.manual_seed(16)  # (weights at std 0.3: bits that change with K)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=1, dropout=0.0,
+                                    init_std=0.3, interloop_norm=True, inject=True, positions='none', window=2)).eval()
+    x, y = tasks.test_strings(7, 2, 64)
+    with torch.no_grad():
+        exact = {k: ((model(x, n_loops=k)[0].argmax(-1) == y) | (y < 0)).all(-1).float().mean().item() for k in range(1, 6)}
+    assert exact[3] != exact[4] and 0 < min(exact[3], exact[4]) and exact[2] != exact[4] != exact[5]  # (K one off reads other)
+    calls = []
+    score = tasks.score
+    monkeypatch.setattr(tasks, 'score', lambda *a, **k: calls.append((a[3], k)) or score(*a, **k))
+    assert tasks.reach_read(model, x, y) == pytest.approx(1 - min(exact[3], exact[4]))
+    (loops, kwargs), = calls  # one pass for both K
+    assert sorted(loops) == [math.ceil(1.25 * 2), 4] == [3, 4]
+    assert kwargs['halt'] == (exits.get('latent'), tasks.HALT_THRESHOLD)
+
+
+def test_the_long_probe_reads_fast_and_long_only_where_the_screened_probe_passes(monkeypatch):
+    # config/parity.py's and config/addition.py's select: screened_read on the probe; where it passes, the reach read on
+    # the probe's strings and then the long split's, the error the worse of the two; else 1 + screened_read's error
+    # (its screen's failure 2 + the screen's). A model whose head is zero reads every bit as 0, so a string is right
+    # exactly where its running parity stays 0 (at every K).
+    model, _ = tiny_task_model(1)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+
+    def strings(*rows):
+        x = torch.tensor([[parity.VOCAB['bos'], *r] for r in rows])
+        return x, torch.cat([torch.full((len(rows), 1), -1), torch.tensor(rows).cumsum(1) % 2], 1)
+
+    zeros = strings(*[[0] * 8] * 4)
+    split = {}
+    monkeypatch.setattr(tasks, 'probe_rows', lambda settings, name='probe': split[name])
+    reads = []
+    reach = tasks.reach_read
+    monkeypatch.setattr(tasks, 'reach_read', lambda m, x, y: reads.append(x.shape[1]) or reach(m, x, y))
+    long_ones = strings(*[[0] * 12] * 3, [0] * 11 + [1])  # 1 of 4 long strings with a 1: a reach error of 0.25
+    # the screen fails (1 first half in 4 with a 1): nothing past it is read
+    split.update(probe=strings([0, 1, 0, 0, 0, 0, 0, 0], *[[0] * 8] * 3), long=long_ones)
+    got = tasks.long_probe(model, {})
+    assert reads == [] and got['probe_error'] == pytest.approx(2.25) and got['whole_error'] == pytest.approx(1.25)
+    assert got['screen_error'] == pytest.approx(0.25) and 'reach_error' not in got
+    # the screen passes and the whole probe fails (2 of 4 strings with a 1 in their second half): still not read
+    split['probe'] = strings([0] * 8, [0, 0, 0, 0, 0, 1, 0, 0], [0] * 8, [0, 0, 0, 0, 0, 0, 0, 1])
+    got = tasks.long_probe(model, {})
+    assert reads == [] and got['probe_error'] == pytest.approx(1.5) and got['whole_error'] == pytest.approx(0.5)
+    # the whole probe passes: the reach read on the probe's strings (9 tokens) and the long split's (13)
+    split['probe'] = zeros
+    got = tasks.long_probe(model, {})
+    assert reads == [9, 13] and got['probe_error'] == got['reach_error'] == pytest.approx(0.25) and got['whole_error'] == 0
+    assert list(got) == ['probe_error', 'screen_error', 'probe_disagreement', 'probe_turn', 'whole_error', 'reach_error']
+    # every read right: 0, the score train.py's stop_score = 0 ends a run at
+    reads.clear()
+    split['long'] = strings(*[[0] * 12] * 4)
+    assert tasks.long_probe(model, {})['probe_error'] == 0 and reads == [9, 13]
+
+
+def test_a_data_folder_without_the_long_split_is_one_line_naming_what_writes_one(parity_data, tmp_path):
+    # the long probe on data written before its split: one error line, not a traceback
+    import shutil
+    shutil.copytree(parity_data / 'parity', tmp_path / 'old')
+    meta = json.loads((tmp_path / 'old' / 'meta.json').read_text())
+    for part in ('row_len', 'rows', 'lengths', 'tokens'):
+        meta[part].pop('long')
+    (tmp_path / 'old' / 'meta.json').write_text(json.dumps(meta))
+    x, y = tasks.probe_rows(dict(data_dir=str(tmp_path), dataset='old'))
+    assert x.shape == (64, 4)  # (the probe is there)
+    with pytest.raises(UserError, match=r"^select 'beyond.tasks.long_probe' reads the data's long split: .* has no long split "
+                                        r"\(it has train, val, test, probe\) \(python -m beyond.parity writes one\)$"):
+        tasks.probe_rows(dict(data_dir=str(tmp_path), dataset='old', select='beyond.tasks.long_probe'), 'long')
 
 
 def test_the_screen_reads_the_states_the_whole_strings_hold_on_their_first_halves():

@@ -880,7 +880,7 @@ def test_a_select_that_cannot_be_loaded_is_one_line_naming_the_setting():
     with pytest.raises(UserError, match=r"^select 'beyond.gone.probe' cannot be loaded \(beyond/ is not here: the paper "
                                         r"needs only the top level\): ModuleNotFoundError"):
         train_module.setup([f'{HERE}/config/parity.py', '--select=beyond.gone.probe'])
-    assert train_module.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.screened_probe'
+    assert train_module.setup([f'{HERE}/config/parity.py'])['select'] == 'beyond.tasks.long_probe'
 
 
 def test_the_recipe_config_loads_with_its_twin():
@@ -893,17 +893,16 @@ def test_the_recipe_config_loads_with_its_twin():
 
 def test_the_addition_recipe_is_paritys_but_where_the_task_differs():
     # config/addition.py's promise: the parity recipe, with the data, the row and the loops a 16-bit carry chain needs
-    # (the probe read every 100 steps, initializations of 3,000 steps until one's probe passes, at most four), nothing
-    # else changed
+    # (the probe read every 100 steps, initializations of 3,000 steps where parity's are 1,500, at most four, until a
+    # checkpoint passes every read), nothing else changed
     parity, addition = (settings(os.path.join(HERE, 'config', f'{name}.py')) for name in ('parity', 'addition'))
     changed = {k for k in parity.keys() | addition.keys() if parity.get(k) != addition.get(k)}
-    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval', 'inits', 'max_iters',
-                       'stop_score'}
+    assert changed == {'out_dir', 'dataset', 'block_size', 'max_loops', 'n_loops', 'eval_interval', 'max_iters'}
     assert (addition['dataset'], addition['block_size'], addition['max_loops'], addition['n_loops']) == ('addition', 18, 24, 24)
     assert (addition['inits'], addition['max_iters'], addition['stop_score']) == (4, 12000, 0.0)
-    assert (parity['inits'], parity['max_iters'], parity['stop_score']) == (2, 3000, -1.0)
+    assert (parity['inits'], parity['max_iters'], parity['stop_score']) == (4, 6000, 0.0)
     c = train_module.setup([f'{HERE}/config/addition.py'])  # (train.py's own checks, with the model class it names)
-    assert c['select'] == 'beyond.tasks.screened_probe' and c['window'] == 2
+    assert c['select'] == 'beyond.tasks.long_probe' and c['window'] == 2
 
 # -----------------------------------------------------------------------------
 # a scale control added by a fork, with no edit to model.py: a subclass of LoopedGPTConfig with one field and a
