@@ -42,6 +42,11 @@ timed_train() {  # timed_train NAME RUN SETTINGS...: train.py on one thread into
       || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
 }
 
+# each task study's scoring (python -m beyond.tasks' settings: the lengths, the K, the strings, the fast path), its
+# run.sh's TASK_ARGS by default: parity's (assets/parity/deep, reach) and addition's (assets/addition, retries, reach)
+PARITY_SCORING="--lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on"
+ADDITION_SCORING="--lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on"
+
 # task_seed TASK CONFIG SEED DATA_SEED: a seed of a task study (assets/parity/deep, assets/addition): python -m
 # beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS; kept if there), the run $RUNS/out-TASK-sSEED from
 # CONFIG, and its scoring on $TEST_SEED's strings with $TASK_ARGS into $OUT/scores/sSEED; each part's wall seconds in

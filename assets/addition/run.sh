@@ -28,6 +28,6 @@ SEEDS=${SEEDS:-4301 4302 4303 4304 4305 4306 4307 4308 4309 4310}
 DATA_SEEDS=${DATA_SEEDS:-4401 4402 4403 4404 4405 4406 4407 4408 4409 4410}
 TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-}
 TRAIN_ARGS="${RECIPE:---inits=1 --max_iters=3000 --select=beyond.tasks.screened_probe} ${TRAIN_ARGS:-}"
-TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
-. assets/study.sh  # task_study (study_out, lane, task_seed)
+. assets/study.sh  # task_study (study_out, lane, task_seed, ADDITION_SCORING)
+TASK_ARGS=${TASK_ARGS:-$ADDITION_SCORING}
 task_study addition addition config/addition.py

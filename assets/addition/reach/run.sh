@@ -24,8 +24,8 @@ cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-4701 4702 4703 4704 4705 4706 4707 4708 4709 4710}
 DATA_SEEDS=${DATA_SEEDS:-4801 4802 4803 4804 4805 4806 4807 4808 4809 4810}
 TEST_SEED=${TEST_SEED:-5401} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
-TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
-. assets/study.sh  # task_study (study_out, lane, task_seed)
+. assets/study.sh  # task_study (study_out, lane, task_seed, ADDITION_SCORING)
+TASK_ARGS=${TASK_ARGS:-$ADDITION_SCORING}
 task_study addition/reach addition config/addition.py
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/addition-s*.jsonl > "$OUT/evals.md"

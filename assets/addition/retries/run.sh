@@ -27,8 +27,8 @@ SEEDS=${SEEDS:-4501 4502 4503 4504 4505 4506 4507 4508 4509 4510}
 DATA_SEEDS=${DATA_SEEDS:-4601 4602 4603 4604 4605 4606 4607 4608 4609 4610}
 TEST_SEED=${TEST_SEED:-5301} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-}
 TRAIN_ARGS="${RECIPE:---select=beyond.tasks.screened_probe} ${TRAIN_ARGS:-}"
-TASK_ARGS=${TASK_ARGS:---lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on}
-. assets/study.sh  # task_study (study_out, lane, task_seed)
+. assets/study.sh  # task_study (study_out, lane, task_seed, ADDITION_SCORING)
+TASK_ARGS=${TASK_ARGS:-$ADDITION_SCORING}
 task_study addition/retries addition config/addition.py
 # what the probe saw in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/addition-s*.jsonl > "$OUT/evals.md"

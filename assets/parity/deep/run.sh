@@ -27,9 +27,9 @@ SEEDS=${SEEDS:-2201 2202 2203 2204 2205 2206 2207 2208 2209 2210}
 DATA_SEEDS=${DATA_SEEDS:-2101 2102 2103 2104 2105 2106 2107 2108 2109 2110}
 TEST_SEED=${TEST_SEED:-3101} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-}
 TRAIN_ARGS="${RECIPE:---select=beyond.tasks.screened_probe --inits=2 --max_iters=3000 --stop_score=-1} ${TRAIN_ARGS:-}"
-TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
 FULL_ARGS=${FULL_ARGS:---lengths=512 --loops=$(seq -s, 64 64 1280) --rows=64 --compile=on}
-. assets/study.sh  # task_study (study_out, lane, task_seed)
+. assets/study.sh  # task_study (study_out, lane, task_seed, PARITY_SCORING)
+TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
 task_study parity/deep parity config/parity.py
 # the fast path against the full pass: the first seed's run scored again, every position every loop
 # shellcheck disable=SC2086  # each word a setting

@@ -24,8 +24,8 @@ cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-2501 2502 2503 2504 2505 2506 2507 2508 2509 2510}
 DATA_SEEDS=${DATA_SEEDS:-2601 2602 2603 2604 2605 2606 2607 2608 2609 2610}
 TEST_SEED=${TEST_SEED:-3201} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
-TASK_ARGS=${TASK_ARGS:---lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --halt=latent --compile=on}
-. assets/study.sh  # task_study (study_out, lane, task_seed)
+. assets/study.sh  # task_study (study_out, lane, task_seed, PARITY_SCORING)
+TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
 task_study parity/reach parity config/parity.py
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/parity-s*.jsonl > "$OUT/evals.md"
