@@ -3,13 +3,15 @@
 # length: a carry can have to travel 16 positions, so the loops drawn go to 24 (1.5 x 16, as parity's 12 is 1.5 x 8);
 # a row holds the start token, the operands' bits and the carry-out position (18 tokens); everything else is parity's:
 # a window of 2 and no position embeddings (a loop carries the carry one position on, any length runs), input
-# injection, the progressive loss, the norm readout with the inter-loop norm, weights at std 0.1, and the checkpoint
-# its probe split reads best past a screen (96-bit additions, 97 positions with the carry out, at K=194 and 388; read
-# every 100 steps where parity's 48-bit ones are read every 50: each read costs about 8x). Initializations of 3,000
-# steps, one after another until one's probe passes (stop_score = 0: every probe string right; the first checkpoint
-# there is the one kept, so the run ends at it), at most four: on ten seeds with one (4301-4310, assets/addition) five
-# kept a checkpoint past the screen and each of them was exact on 1,024-bit additions; the five that never passed it
-# were exact on none, whatever their loss (assets/addition/retries: ten new seeds with this rule).
+# injection, the progressive loss, the norm readout with the inter-loop norm, weights at std 0.1, and the first
+# checkpoint that passes every read of parity's select (beyond.tasks.long_probe: the probe split's 96-bit additions, 97
+# positions with the carry out, at K=194 and 388 past a screen; then those and the long split's 256-bit ones at 1.25
+# and 2 loops a position; read every 100 steps where parity's are read every 50: each read costs about 8x).
+# Initializations of 3,000 steps, one after another until a checkpoint passes (stop_score = 0; the run ends at it), at
+# most four: on ten seeds with one (4301-4310, assets/addition) five kept a checkpoint past the screen and each of them
+# was exact on 1,024-bit additions; the five that never passed it were exact on none, whatever their loss; with
+# retries and the screened probe alone eight of ten new seeds were (assets/addition/retries: two that passed the probe
+# were slow or approximate, which the reach read is for; assets/addition/reach: ten new seeds with it).
 #   python -m beyond.addition
 #   python train.py config/addition.py
 #   python -m beyond.tasks --runs=out-addition --lengths=64,1024 --loops=64,128,256,512,1024,1536 --halt=latent --out=eval-addition

@@ -144,10 +144,12 @@ STUDIES = {
     'parity/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                                  '--probe_lengths=3 --long_rows=4 --long_lengths=6',
                           TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                          BF16_ARGS='--lengths=16 --loops=2,4 --rows=4 --halt=latent --dtype=bfloat16',
                           TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
                       'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
-                      'logs/prepare-4.log', 'evals.md']),
+                      'logs/prepare-4.log', 'evals.md', 'bf16/accuracy.md', 'bf16/results.json', 'bf16/s1/results.json',
+                      'logs/score-bf16-s1.log', 'logs/score-bf16-s1.wall']),
     'addition/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                                     '--probe_lengths=3 --long_rows=4 --long_lengths=6',
                             TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',

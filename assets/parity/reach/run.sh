@@ -5,7 +5,8 @@
 # on ten seeds no choice was made on, each with data of its own, scored as assets/parity/deep scores its runs (64 fresh
 # strings each of 64, 512 and 2,048 bits to K=3,200 in one pass, the halting rule beside the fixed K); each run's
 # training and scoring on one thread, two runs at once; the share of seeds passing each bar (beyond.tasks.BARS), what
-# the select read initialization by initialization, and what each part cost.
+# the select read initialization by initialization, and what each part cost. Then bfloat16 against float32: each run's
+# 2,048-bit strings scored again under bfloat16 autocast, tabled as the float32 scorings are (bf16/accuracy.md).
 #
 #   bash assets/parity/reach/run.sh
 #
@@ -18,7 +19,10 @@
 #   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go (a fresh
 #                out-study-parity/reach in RUNS, refused if it holds anything; an OUT given keeps the seeds scored in it:
 #                a stopped study goes on); STORE=1: this folder, the stored results the pages quote written over
-#   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/parity/deep's)
+#   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/parity/deep's);
+#                BF16_ARGS for each run's scoring in bfloat16 (the 2,048-bit strings of TASK_ARGS' list, under
+#                --dtype=bfloat16), into bf16/s<seed>, its tables in logs/score-bf16-s<seed>.log and its wall seconds
+#                in logs/score-bf16-s<seed>.wall; a seed scored so in an OUT given is kept
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-2501 2502 2503 2504 2505 2506 2507 2508 2509 2510}
@@ -26,6 +30,19 @@ DATA_SEEDS=${DATA_SEEDS:-2601 2602 2603 2604 2605 2606 2607 2608 2609 2610}
 TEST_SEED=${TEST_SEED:-3201} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 . assets/study.sh  # task_study (study_out, lane, task_seed, PARITY_SCORING)
 TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
+BF16_ARGS=${BF16_ARGS:-${PARITY_SCORING/--lengths=64,512,2048/--lengths=2048} --dtype=bfloat16}
 task_study parity/reach parity config/parity.py
+bf16_score() {  # bf16_score SEED: the run's scoring under BF16_ARGS
+  local TIMEFORMAT=%R
+  # shellcheck disable=SC2086  # each word a setting
+  { time python -m beyond.tasks --runs="$RUNS/out-parity-s$1" --seed="$TEST_SEED" --out="$OUT/bf16/s$1" $BF16_ARGS \
+      > "$OUT/logs/score-bf16-s$1.log"; } 2> "$OUT/logs/score-bf16-s$1.wall"
+}
+for s in "${seeds[@]}"; do
+  if [ "${STORE:-}" = 1 ] || ! [ -s "$OUT/bf16/s$s/results.json" ]; then lane bf16_score "$s"; fi
+done
+wait_lanes
+merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/bf16/s$s/results.json"; done)
+python -m beyond.tasks --merge="${merge%,}" --out="$OUT/bf16" > "$OUT/bf16/accuracy.md"
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/parity-s*.jsonl > "$OUT/evals.md"
