@@ -148,7 +148,7 @@ STUDIES = {
                           TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
                       'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
-                      'logs/prepare-4.log', 'evals.md', 'bf16/accuracy.md', 'bf16/results.json', 'bf16/s1/results.json',
+                      'logs/prepare-4.log', 'evals.md', 'costs.md', 'bf16/accuracy.md', 'bf16/results.json', 'bf16/s1/results.json',
                       'logs/score-bf16-s1.log', 'logs/score-bf16-s1.wall']),
     'addition/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                                     '--probe_lengths=3 --long_rows=4 --long_lengths=6',
@@ -156,7 +156,7 @@ STUDIES = {
                             TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
                        ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                         'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
-                        'logs/prepare-4.log', 'evals.md']),
+                        'logs/prepare-4.log', 'evals.md', 'costs.md']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -657,6 +657,30 @@ def test_evals_of_long_probe_runs_count_the_whole_probe_apart_and_name_the_read_
                           '| out-addition-s3 | 2 | 1 | 0 | 0 | - | 200: probe 12.5% | - | - |',
                           '| out-addition-s4 | 2 | 0 | 0 | 0 | - | 200: screen 25.0% | - | - |']
     assert lines[6].startswith('| **4 runs** | **11** | **6** | **3** | **1/4 runs, 1/4 initializations** | **400** | **1/4 at 0.0%** |')
+
+
+def test_task_costs_tables_each_runs_wall_seconds_and_their_median_and_largest(tmp_path):
+    # assets/task_costs.py: a run a row (its training's .wall, its scoring's, bfloat16's where any run has one), the
+    # median and the largest of each column; a scoring not timed shows '-' and counts in neither
+    logs = tmp_path / 'logs'
+    logs.mkdir()
+    walls = {'parity-s3.wall': '10.04', 'parity-s1.wall': '30.0', 'parity-s2.wall': '20.0', 'score-s1.wall': '5.0',
+             'score-s2.wall': '7.0', 'score-bf16-s3.wall': '1.25', 'prepare-1.log': 'x'}
+    for name, text in walls.items():
+        (logs / name).write_text(text + '\n')
+    run = lambda *a: subprocess.run([sys.executable, 'assets/task_costs.py', *a], cwd=HERE, capture_output=True,  # noqa: E731
+                                    text=True, timeout=60)
+    r = run(str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        '| run | training, s | scoring, s | scoring in bfloat16, s |', '|---|---|---|---|',
+        '| out-parity-s1 | 30.0 | 5.0 | - |', '| out-parity-s2 | 20.0 | 7.0 | - |', '| out-parity-s3 | 10.0 | - | 1.2 |',
+        '| **3 runs** | **median 20.0, largest 30.0** | **median 6.0, largest 7.0** | **median 1.2, largest 1.2** |']
+    (logs / 'score-bf16-s3.wall').unlink()  # (no run scored in bfloat16: no column)
+    assert run(str(tmp_path)).stdout.splitlines()[0] == '| run | training, s | scoring, s |'
+    (logs / 'score-s2.wall').write_text('')  # a timer that never wrote: one line, no table
+    assert_one_line_error(run(str(tmp_path)), 'task_costs.py', 'score-s2.wall')
+    assert_one_line_error(run(str(tmp_path / 'nowhere')), 'task_costs.py', "not a task study's OUT")
 
 
 def test_evals_given_a_run_without_a_probe_is_one_error_line(tmp_path):

@@ -15,7 +15,7 @@
 #   PREP_ARGS    python -m beyond.addition's other settings (none: its defaults)
 #   TEST_SEED    the test strings' seed (5401)
 #   DATA_DIR     (data); RUNS, where the run folders out-addition-s<seed> go (the repo root)
-#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go (a fresh
+#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, costs.md, scores/ and logs/ go (a fresh
 #                out-study-addition/reach in RUNS, refused if it holds anything; an OUT given keeps the seeds scored in
 #                it: a stopped study goes on); STORE=1: this folder, the stored results the pages quote written over
 #   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/addition's)
@@ -29,3 +29,5 @@ TASK_ARGS=${TASK_ARGS:-$ADDITION_SCORING}
 task_study addition/reach addition config/addition.py
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/addition-s*.jsonl > "$OUT/evals.md"
+# what each run cost: its training and its scoring, in wall seconds (assets/task_costs.py)
+python assets/task_costs.py "$OUT" > "$OUT/costs.md"

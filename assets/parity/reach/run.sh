@@ -16,7 +16,7 @@
 #   PREP_ARGS    python -m beyond.parity's other settings (none: its defaults, strings of 1-8 bits to train on)
 #   TEST_SEED    the test strings' seed (3201)
 #   DATA_DIR     (data); RUNS, where the run folders out-parity-s<seed> go (the repo root)
-#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go (a fresh
+#   OUT          where accuracy.md, results.json, accuracy.png, evals.md, costs.md, scores/, bf16/ and logs/ go (a fresh
 #                out-study-parity/reach in RUNS, refused if it holds anything; an OUT given keeps the seeds scored in it:
 #                a stopped study goes on); STORE=1: this folder, the stored results the pages quote written over
 #   TRAIN_ARGS   extra settings for every train.py run (none); TASK_ARGS for each scoring (assets/parity/deep's);
@@ -46,3 +46,5 @@ merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/bf16/s$s/results.json"; do
 python -m beyond.tasks --merge="${merge%,}" --out="$OUT/bf16" > "$OUT/bf16/accuracy.md"
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/parity-s*.jsonl > "$OUT/evals.md"
+# what each run cost: its training, its scoring and its scoring in bfloat16, in wall seconds (assets/task_costs.py)
+python assets/task_costs.py "$OUT" > "$OUT/costs.md"

@@ -1,0 +1,69 @@
+"""What each run of a task study cost (assets/parity/reach, assets/addition/reach): the wall seconds study.sh's
+task_seed timed, from OUT/logs alone, a markdown table on stdout, one row a run.
+
+    python assets/task_costs.py assets/parity/reach > assets/parity/reach/costs.md
+
+Each run's logs/<task>-s<seed>.wall (its training: train.py's whole run, evaluations and the select's reads included)
+and logs/score-s<seed>.wall (its scoring by python -m beyond.tasks), and, where the study scored it again in
+bfloat16, logs/score-bf16-s<seed>.wall; then a row of the median and the largest of each column. Each is one process
+on one thread, beside the study's other lane.
+"""
+import argparse
+import glob
+import os
+import re
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+
+from configurator import UserError, error_line  # noqa: E402
+
+COLUMNS = (('training', '{task}-s{seed}.wall'), ('scoring', 'score-s{seed}.wall'),
+           ('scoring in bfloat16', 'score-bf16-s{seed}.wall'))
+
+
+def seconds(path):
+    """The wall seconds a .wall file holds (bash's time, TIMEFORMAT=%R), or None where there is none."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        text = f.read().strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{path}: {text[:40]!r} is not a number of seconds (a run stopped before its timer wrote?)")
+
+
+def table(out):
+    logs = os.path.join(out, 'logs')
+    runs = sorted((m[1], m[2]) for p in glob.glob(os.path.join(logs, '*-s*.wall'))
+                  if (m := re.fullmatch(r'(\w+)-s(\d+)\.wall', os.path.basename(p))) and m[1] not in ('score', 'bf16'))
+    if not runs:
+        raise UserError(f"{logs} holds no <task>-s<seed>.wall: not a task study's OUT (study.sh's task_seed times them)")
+    rows = {(t, s): [seconds(os.path.join(logs, name.format(task=t, seed=s))) for _, name in COLUMNS] for t, s in runs}
+    shown = [i for i in range(len(COLUMNS)) if any(r[i] is not None for r in rows.values())]
+    cell = lambda v: '-' if v is None else f'{v:.1f}'  # noqa: E731
+    lines = ['| run | ' + ' | '.join(f'{COLUMNS[i][0]}, s' for i in shown) + ' |', '|---|' + '---|' * len(shown)]
+    for (t, s), r in rows.items():
+        lines.append(f'| out-{t}-s{s} | ' + ' | '.join(cell(r[i]) for i in shown) + ' |')
+    summary = []
+    for i in shown:
+        values = [r[i] for r in rows.values() if r[i] is not None]
+        summary.append(f'**median {statistics.median(values):.1f}, largest {max(values):.1f}**')
+    lines.append(f'| **{len(rows)} runs** | ' + ' | '.join(summary) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('out', help="the study's OUT (its logs/ holds the .wall files)")
+    a = p.parse_args(argv)
+    try:
+        sys.stdout.write(table(a.out))
+    except (UserError, OSError) as e:
+        sys.exit(error_line('task_costs.py', e))
+
+
+if __name__ == '__main__':
+    main()
