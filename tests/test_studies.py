@@ -143,8 +143,8 @@ STUDIES = {
     # (data seed 4 for each reach study; four iterations: a step for each of the recipes' four inits)
     'parity/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                                  '--probe_lengths=3 --long_rows=4 --long_lengths=6',
-                          TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
-                          BF16_ARGS='--lengths=16 --loops=2,4 --rows=4 --halt=latent --dtype=bfloat16',
+                          TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
+                          BF16_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent --dtype=bfloat16',
                           TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
                      ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/parity-s1.log',
                       'logs/parity-s1.jsonl', 'logs/parity-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
@@ -152,7 +152,7 @@ STUDIES = {
                       'logs/score-bf16-s1.log', 'logs/score-bf16-s1.wall']),
     'addition/reach': (dict(DATA_SEEDS='4', PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                                     '--probe_lengths=3 --long_rows=4 --long_lengths=6',
-                            TASK_ARGS='--lengths=8,16 --loops=2,4 --rows=4 --halt=latent',
+                            TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
                             TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
                        ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                         'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
