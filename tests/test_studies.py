@@ -599,7 +599,7 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize('study,runs', [(study, 'parity-s*' if study == 'parity/reach' else 'parity-norm-il-s*') for study in EVALS]
-                         + [('addition/retries', 'addition-s*')])
+                         + [('addition/retries', 'addition-s*'), ('addition/reach', 'addition-s*')])
 def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
     assert len(EVALS) == 5 and len(PARITY) == 10  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
                                                   # late, deep)
@@ -658,6 +658,14 @@ def test_evals_of_long_probe_runs_count_the_whole_probe_apart_and_name_the_read_
                           '| out-addition-s3 | 2 | 1 | 0 | 0 | - | 200: probe 12.5% | - | - |',
                           '| out-addition-s4 | 2 | 0 | 0 | 0 | - | 200: screen 25.0% | - | - |']
     assert lines[6].startswith('| **4 runs** | **11** | **6** | **3** | **1/4 runs, 1/4 initializations** | **400** | **1/4 at 0.0%** |')
+
+
+@pytest.mark.parametrize('study', ['parity/reach', 'addition/reach'])
+def test_a_task_studys_costs_md_is_what_task_costs_py_prints_on_its_stored_logs(study):
+    r = subprocess.run([sys.executable, 'assets/task_costs.py', f'assets/{study}'], cwd=HERE, capture_output=True,
+                       text=True, timeout=60)
+    with open(os.path.join(ASSETS, study, 'costs.md')) as f:
+        assert (r.returncode, r.stdout) == (0, f.read()), f'python assets/task_costs.py assets/{study} > assets/{study}/costs.md'
 
 
 def test_task_costs_tables_each_runs_wall_seconds_and_their_median_and_largest(tmp_path):
