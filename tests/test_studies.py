@@ -96,7 +96,7 @@ STUDIES = {
                'logs/prepare.log']),
     'parity/seeds': (dict(CONDITIONS='norm-il raw', PREP_ARGS='--seed=2001 --train_rows=512 --val_rows=64 --test_rows=64 '
                                                              '--probe_rows=16 --probe_lengths=3',
-                          TASK_ARGS='--rows=16', LOOPS='2,4'), False,
+                          TASK_ARGS='--rows=16', LOOPS='2,4', TRAIN_ARGS=TRAIN + ' --inits=1'), False,  # (its pins replaced)
                      ['accuracy.md', 'results.json', 'accuracy.png', 'evals.md', 'rules.md', 'scores/norm-il-32/results.json',
                       'scores/raw-64/results.json', 'logs/parity-norm-il-s1.log', 'logs/parity-raw-s1.jsonl',
                       'logs/score-norm-il-32.log', 'logs/prepare.log', 'logs/timed.seconds']),
@@ -716,6 +716,19 @@ def logged_training(study, design='norm-il'):
     return found.pop()
 
 
+def logged_iterations(study, design='norm-il'):
+    """(the iterations, the stop_score) a study's stored runs of design trained with, one for all: the iterations
+    each run's train.py output announces, and -1 (never stopped) where none says the kept score ended it."""
+    found = set()
+    for log in glob.glob(os.path.join(ASSETS, study, 'logs', f'parity-{design}-s*.log')):
+        with open(log) as f:
+            out = f.read()
+        found |= {(int(n.replace(',', '')), '-1' if 'the run ends here' not in out else '?')
+                  for n in re.findall(r'([\d,]+) iterations\n', out)}
+    assert len(found) == 1, (study, design, found)
+    return found.pop()
+
+
 def logged_probe(study):
     """(the probe's string length its prepare.log wrote, the steps between the evaluations of its norm-il runs, the
     select that logged them: beyond.tasks.screened_probe logs a screen_error, probe does not), one for all."""
@@ -751,13 +764,16 @@ def test_each_parity_study_script_makes_the_probe_evaluations_and_training_its_r
     for study in ('parity/new-seeds', 'parity/screen', 'parity/inits'):
         assert 'probe_lengths' not in run_sh(study, r'PREP_ARGS:-([^}]*)\}')[0], study
     # the training: one initialization at a cosine rate before the recipe's two, as each script pins it
-    pinned = {'parity/seeds': r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+)\}',
-              'parity/new-seeds': r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) ',
-              'parity/screen': r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+)"',
-              'parity/screen-tuning': r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+)',
-              'parity/designs': r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+)\}'}
+    # and the 3,000 steps they ran (config/parity.py's max_iters since is 6,000), to the end (no stop_score)
+    pinned = {'parity/seeds': r'--select=beyond.tasks.probe --inits=(\d+) --lr_decay=(\w+) --max_iters=(\d+) --stop_score=(\S+)\}',
+              'parity/new-seeds': r'TRAIN_ARGS="[^"]*--inits=(\d+) --lr_decay=(\w+) --max_iters=(\d+) --stop_score=(\S+) ',
+              'parity/screen': r'RECIPE="[^"]*--inits=(\d+) --lr_decay=(\w+) --max_iters=(\d+) --stop_score=(\S+)"',
+              'parity/screen-tuning': r'screened_probe --eval_interval=25 --inits=(\d+) --lr_decay=(\w+) --max_iters=(\d+) '
+                                      r'--stop_score=(\S+) ',
+              'parity/designs': r'RULE:---select= --eval_interval=250 --inits=(\d+) --lr_decay=(\w+) --max_iters=(\d+) '
+                                r'--stop_score=(\S+)\}'}
     for study, pattern in pinned.items():
-        assert logged_training(study) == run_sh(study, pattern) == (1, 'cosine'), study
+        assert (*logged_training(study), *logged_iterations(study)) == run_sh(study, pattern) == (1, 'cosine', 3000, '-1'), study
     assert logged_training('parity/late', 'norm-il-late') == (1, 'cosine')  # (it reruns only at its commit: its logs)
     # the recipe as it ran, pinned (config/parity.py reads further since): two initializations, the config's rate
     with open(os.path.join(ASSETS, 'parity', 'inits', 'run.sh')) as f:

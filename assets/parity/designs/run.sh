@@ -29,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity} PREP_ARGS=${PREP_ARGS:-}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il norm-pen norm-damp alpha-il alpha norm-il-noinj norm-il-fixed} SEEDS=${SEEDS:-1 2 3} RUNS=${RUNS:-.}
-RULE=${RULE:---select= --eval_interval=250 --inits=1 --lr_decay=cosine} TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
+RULE=${RULE:---select= --eval_interval=250 --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1} TRAIN_ARGS=${TRAIN_ARGS:-} TASK_ARGS=${TASK_ARGS:---lengths=8,16,32 --loops=4,8,12,16,24,32,48,64,96,128,256,512 --interventions=clamp,direction,cap}
 DATASET=$TASK_DATASET
 . assets/study.sh  # study_out, train
 study_out parity/designs

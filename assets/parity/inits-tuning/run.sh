@@ -28,7 +28,7 @@ VARIANTS=("const 1 constant" "i3cos 3 cosine" "i3con 3 constant" "i2con 2 consta
 for v in "${VARIANTS[@]}"; do
   read -r name inits decay <<< "$v"
   for s in $SEEDS; do
-    lane train "parity-$name-s$s" config/parity.py --inits="$inits" --lr_decay="$decay" --eval_interval=50 \
+    lane train "parity-$name-s$s" config/parity.py --inits="$inits" --lr_decay="$decay" --max_iters=3000 --stop_score=-1 --eval_interval=50 \
         --select=beyond.tasks.screened_probe --seed="$s"
   done
 done

@@ -16,4 +16,4 @@ cd "$(dirname "$0")/../../.."
 study_out parity/new-seeds
 CONDITIONS=${CONDITIONS:-norm-il} SEEDS=${SEEDS:-1011 1012 1013 1014 1015 1016 1017 1018 1019 1020} \
     TASK_DATASET=${TASK_DATASET:-parity-2002} PREP_ARGS=${PREP_ARGS:---seed=2002} TEST_SEED=${TEST_SEED:-3002} \
-    OUT=$OUT STORE= TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine ${TRAIN_ARGS:-}" bash assets/parity/seeds/run.sh
+    OUT=$OUT STORE= TRAIN_ARGS="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1 ${TRAIN_ARGS:-}" bash assets/parity/seeds/run.sh

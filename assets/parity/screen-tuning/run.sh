@@ -24,7 +24,7 @@ mkdir -p "$OUT/logs"
 [ -f "$DATA_DIR/$TASK_DATASET/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/$TASK_DATASET" $PREP_ARGS \
     > "$OUT/logs/prepare.log"
 for s in $SEEDS; do
-  lane train "parity-norm-il-s$s" config/parity.py --select=beyond.tasks.screened_probe --eval_interval=25 --inits=1 --lr_decay=cosine \
+  lane train "parity-norm-il-s$s" config/parity.py --select=beyond.tasks.screened_probe --eval_interval=25 --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1 \
       --seed="$s" --keep_checkpoints=True
 done
 wait_lanes

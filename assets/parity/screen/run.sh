@@ -17,8 +17,8 @@ cd "$(dirname "$0")/../../.."
 CONDITIONS=${CONDITIONS:-norm-il} SEEDS=${SEEDS:-1021 1022 1023 1024 1025 1026 1027 1028 1029 1030}
 TASK_DATASET=${TASK_DATASET:-parity-2003} PREP_ARGS=${PREP_ARGS:---seed=2003} TEST_SEED=${TEST_SEED:-3003}
 RULES_BITS=${RULES_BITS:-32 64} RULES_ARGS=${RULES_ARGS:---every=100}
-RECIPE="--eval_interval=50 --select=beyond.tasks.screened_probe --inits=1 --lr_decay=cosine"
-WHOLE="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine"
+RECIPE="--eval_interval=50 --select=beyond.tasks.screened_probe --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1"
+WHOLE="--eval_interval=100 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1"
 . assets/study.sh  # study_out, lane, timed_train
 study_out parity/screen
 CONDITIONS=$CONDITIONS SEEDS=$SEEDS TASK_DATASET=$TASK_DATASET PREP_ARGS=$PREP_ARGS TEST_SEED=$TEST_SEED OUT=$OUT STORE= \

@@ -17,7 +17,7 @@
 #   OUT          where accuracy.md, results.json, accuracy.png, evals.md, scores/ and logs/ go
 #                (a fresh out-study-parity/seeds in RUNS, refused if it holds anything)
 #   STORE        1: OUT is this folder, and the stored results the pages quote are written over
-#   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine: the
+#   TRAIN_ARGS   extra settings for every train.py run (--eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1: the
 #                probe read whole and one initialization at a cosine learning rate, as this study was run; each run keeps every evaluation's checkpoint, for rules.py's
 #                comparison of the checkpoint rules on the first design's runs); TASK_ARGS for each scoring (--rows=256)
 #   RULES_BITS   the bars rules.py scores the first design's checkpoint rules against (32: rules.md; 64: rules-64.md)
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../../.."
 DATA_DIR=${DATA_DIR:-data} TASK_DATASET=${TASK_DATASET:-parity-2001} PREP_ARGS=${PREP_ARGS:---seed=2001 --probe_lengths=24}
 CONDITIONS=${CONDITIONS:-norm-il norm raw raw-il} SEEDS=${SEEDS:-1001 1002 1003 1004 1005 1006 1007 1008 1009 1010}
 TEST_SEED=${TEST_SEED:-3001} RUNS=${RUNS:-.}
-TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine} TASK_ARGS=${TASK_ARGS:---rows=256}
+TRAIN_ARGS=${TRAIN_ARGS:---eval_interval=50 --select=beyond.tasks.probe --inits=1 --lr_decay=cosine --max_iters=3000 --stop_score=-1} TASK_ARGS=${TASK_ARGS:---rows=256}
 LOOPS=${LOOPS:-16,24,32,48,64,96,128,192,256,384} RULES_BITS=${RULES_BITS:-32} RULES_ARGS=${RULES_ARGS:-}
 DATASET=$TASK_DATASET
 . assets/study.sh  # study_out, train, lane, parity_design, parity_rules, timed_train
