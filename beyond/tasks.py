@@ -163,6 +163,18 @@ def halt_arg(name, threshold):
     return criterion, threshold
 
 
+def halt_note(halt, threshold, dtype):
+    """A line on stderr's worth where --halt asks a relative change finer than --dtype resolves (None where it does
+    not): under bfloat16 autocast each loop's output carries rounding of about the dtype's eps, so a state may never
+    change by less than 1 - threshold, nothing settles, and every position runs every loop (the scores are right)."""
+    eps = torch.finfo(getattr(torch, dtype)).eps
+    if halt and 1 - threshold < eps:
+        return (f"beyond.tasks: note: --halt_threshold {threshold} asks a relative change under {1 - threshold:.0e}, "
+                f"finer than {dtype}'s resolution ({eps:.0e}): a state may never settle, so every position may run "
+                f"every loop (a coarser --halt_threshold, or --dtype=float32, halts)")
+    return None
+
+
 def loop_step(model, compile=False):
     """One loop as settling runs it, step(h, e, k); compiled (torch.compile, dynamic shapes: the unsettled positions
     shrink loop by loop) where compile is on."""
@@ -682,6 +694,9 @@ def main(argv=None):
             seeds, rows = args.seed, args.rows
     except UserError as e:
         sys.exit(error_line('beyond.tasks', e))
+    note = None if args.merge else halt_note(args.halt, args.halt_threshold, args.dtype)
+    if note:
+        print(note, file=sys.stderr)
     groups, passing = designs(results), shares(results)
     extra = [t for t in (render_design_shares(passing), render_rescues(passing), render_pivots(groups)) if t]
     extra += [t for t in (render_halting(results), render_costs(results)) if t]

@@ -133,7 +133,7 @@ def test_one_row_a_length_is_enough(parity_data, tmp_path, capsys):
         tasks.main([f'--runs={path}', '--rows=0', f'--out={tmp_path / "none"}'])
 
 
-def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch):
+def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_results_json(tmp_path, monkeypatch, capsys):
     asked = []
 
     def evaluate(runs, lengths, loops, seed, rows, interventions, device, dtype, compile, halt):  # (no model: rows of 50 %)
@@ -148,6 +148,17 @@ def test_beyond_tasks_evaluates_on_the_device_asked_and_lists_the_runs_in_result
     tasks.main(['--runs=out/a', '--lengths=4', '--loops=1', '--dtype=bfloat16', '--compile=on', '--halt=angular',
                 '--halt_threshold=0.9', f'--out={tmp_path / "fast"}'])
     assert asked[1] == ('cpu', 'bfloat16', True, (exits.CRITERIA['angular'], 0.9))
+    assert capsys.readouterr().err == ''  # (a threshold bfloat16 resolves: no note)
+    # the default threshold (a relative change under 1e-6) under bfloat16, which resolves about 8e-3: a note, one line
+    tasks.main(['--runs=out/a', '--lengths=4', '--loops=1', '--dtype=bfloat16', '--halt=latent', f'--out={tmp_path / "b"}'])
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and err.startswith("beyond.tasks: note: --halt_threshold 0.999999 asks a relative change "
+                                                   "under 1e-06, finer than bfloat16's resolution (8e-03)")
+    # float32 resolves 1e-6; 1e-2 is coarser than 8e-3; without --halt nothing settles anyway
+    for dtype, halt, threshold in (('float32', 'latent', '0.999999'), ('bfloat16', 'latent', '0.99'), ('bfloat16', '', '0.999999')):
+        tasks.main(['--runs=out/a', '--lengths=4', '--loops=1', f'--dtype={dtype}', f'--halt={halt}',
+                    f'--halt_threshold={threshold}', f'--out={tmp_path / "c"}'])
+        assert capsys.readouterr().err == '', (dtype, halt)
     results = json.loads((tmp_path / 'results.json').read_text())
     assert results['runs'] == ['out/b-s2', 'out/a', 'out/b-s1']  # each run once, in the order given
     assert (results['seed'], results['rows'], len(results['results'])) == (1, 256, 3 * 2 * 2)
