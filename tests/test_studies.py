@@ -601,8 +601,8 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
 @pytest.mark.parametrize('study,runs', [(study, 'parity-s*' if study == 'parity/reach' else 'parity-norm-il-s*') for study in EVALS]
                          + [('addition/retries', 'addition-s*'), ('addition/reach', 'addition-s*')])
 def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
-    assert len(EVALS) == 5 and len(PARITY) == 10  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
-                                                  # late, deep)
+    assert len(EVALS) == 5 and len(PARITY) == 11  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
+                                                  # late, deep, reach's bf16)
     logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
     assert len(logs) == 10
     with open(os.path.join(ASSETS, study, 'evals.md')) as f:
