@@ -63,7 +63,8 @@ task_seed() {
   { time DATASET=$task-$d train "$task-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$task-s$s.wall"
   # shellcheck disable=SC2086
   { time python -m beyond.tasks --runs="$RUNS/out-$task-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
-      > "$OUT/logs/score-s$s.log"; } 2> "$OUT/logs/score-s$s.wall"
+      > "$OUT/logs/score-s$s.log" 2>&1; } 2> "$OUT/logs/score-s$s.wall" \
+      || { tail -n 20 "$OUT/logs/score-s$s.log" >&2; return 1; }  # (its notes in its log: the .wall holds the time alone)
 }
 
 # task_study STUDY TASK CONFIG: a task study (assets/parity/deep, assets/addition): OUT (study_out STUDY), then

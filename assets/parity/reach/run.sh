@@ -36,7 +36,8 @@ bf16_score() {  # bf16_score SEED: the run's scoring under BF16_ARGS
   local TIMEFORMAT=%R
   # shellcheck disable=SC2086  # each word a setting
   { time python -m beyond.tasks --runs="$RUNS/out-parity-s$1" --seed="$TEST_SEED" --out="$OUT/bf16/s$1" $BF16_ARGS \
-      > "$OUT/logs/score-bf16-s$1.log"; } 2> "$OUT/logs/score-bf16-s$1.wall"
+      > "$OUT/logs/score-bf16-s$1.log" 2>&1; } 2> "$OUT/logs/score-bf16-s$1.wall" \
+      || { tail -n 20 "$OUT/logs/score-bf16-s$1.log" >&2; return 1; }  # (its note in its log, the time alone in .wall)
 }
 for s in "${seeds[@]}"; do
   if [ "${STORE:-}" = 1 ] || ! [ -s "$OUT/bf16/s$s/results.json" ]; then lane bf16_score "$s"; fi
