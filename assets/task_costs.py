@@ -38,7 +38,7 @@ def seconds(path):
 def table(out):
     logs = os.path.join(out, 'logs')
     runs = sorted((m[1], m[2]) for p in glob.glob(os.path.join(logs, '*-s*.wall'))
-                  if (m := re.fullmatch(r'(\w+)-s(\d+)\.wall', os.path.basename(p))) and m[1] not in ('score', 'bf16'))
+                  if (m := re.fullmatch(r'(\w+)-s(\d+)\.wall', os.path.basename(p))) and m[1] != 'score')  # (score-bf16-s*: no match)
     if not runs:
         raise UserError(f"{logs} holds no <task>-s<seed>.wall: not a task study's OUT (study.sh's task_seed times them)")
     rows = {(t, s): [seconds(os.path.join(logs, name.format(task=t, seed=s))) for _, name in COLUMNS] for t, s in runs}

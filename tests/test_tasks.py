@@ -527,6 +527,10 @@ def test_the_reach_read_is_exact_match_at_one_and_a_quarter_and_twice_the_length
     (loops, kwargs), = calls  # one pass for both K
     assert sorted(loops) == [math.ceil(1.25 * 2), 4] == [3, 4]
     assert kwargs['halt'] == (exits.get('latent'), tasks.HALT_THRESHOLD)
+    for n, ks in ((8, [10, 16]), (5, [7, 10]), (48, [60, 96])):  # (factors near 1.25 and rounding told apart: 1.5 x 8
+        calls.clear()                                             # is 12, floor(6.25) 6, round(60.0) the same as ceil)
+        tasks.reach_read(model, *tasks.test_strings(7, n, 2))
+        assert sorted(calls[0][0]) == ks, n
 
 
 def test_the_long_probe_reads_fast_and_long_only_where_the_screened_probe_passes(monkeypatch):
