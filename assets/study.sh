@@ -61,17 +61,31 @@ task_seed() {
   [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
       $PREP_ARGS > "$OUT/logs/prepare-$d.log"
   { time DATASET=$task-$d train "$task-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$task-s$s.wall"
-  # shellcheck disable=SC2086
-  { time python -m beyond.tasks --runs="$RUNS/out-$task-s$s" --seed="$TEST_SEED" --out="$OUT/scores/s$s" $TASK_ARGS \
-      > "$OUT/logs/score-s$s.log" 2>&1; } 2> "$OUT/logs/score-s$s.wall" \
-      || { tail -n 20 "$OUT/logs/score-s$s.log" >&2; return 1; }  # (its notes in its log: the .wall holds the time alone)
+  # shellcheck disable=SC2086  # each word a setting
+  score_run "$RUNS/out-$task-s$s" "$OUT/scores/s$s" "score-s$s" $TASK_ARGS
+}
+
+# score_run RUN DIR NAME SETTINGS...: python -m beyond.tasks on RUN ($TEST_SEED's strings, SETTINGS) into DIR, its
+# tables and notes in $OUT/logs/NAME.log and its wall seconds alone in $OUT/logs/NAME.wall; a failure shows the log's tail
+score_run() {
+  local run=$1 dir=$2 name=$3 TIMEFORMAT=%R; shift 3
+  { time python -m beyond.tasks --runs="$run" --seed="$TEST_SEED" --out="$dir" "$@" > "$OUT/logs/$name.log" 2>&1; } \
+      2> "$OUT/logs/$name.wall" || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
+}
+
+# merge_scores SCORES INTO: each seed's SCORES/s<seed>/results.json (the array seeds) tabled together into
+# INTO/accuracy.md (results.json, accuracy.png beside it)
+merge_scores() {
+  local merge s
+  merge=$(for s in "${seeds[@]}"; do printf '%s,' "$1/s$s/results.json"; done)
+  python -m beyond.tasks --merge="${merge%,}" --out="$2" > "$2/accuracy.md"
 }
 
 # task_study STUDY TASK CONFIG: a task study (assets/parity/deep, assets/addition): OUT (study_out STUDY), then
 # task_seed for each seed of $SEEDS with its data seed of $DATA_SEEDS (the arrays seeds and data), two at once, and the
 # scorings merged into $OUT/accuracy.md (results.json, accuracy.png beside it)
 task_study() {
-  local study=$1 task=$2 config=$3 i s merge
+  local study=$1 task=$2 config=$3 i
   study_out "$study"
   read -ra seeds <<< "$SEEDS"
   read -ra data <<< "$DATA_SEEDS"
@@ -82,8 +96,7 @@ task_study() {
   mkdir -p "$OUT/logs" "$OUT/scores"
   for i in "${!seeds[@]}"; do lane task_seed "$task" "$config" "${seeds[$i]}" "${data[$i]}"; done
   wait_lanes
-  merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/scores/s$s/results.json"; done)
-  python -m beyond.tasks --merge="${merge%,}" --out="$OUT" > "$OUT/accuracy.md"
+  merge_scores "$OUT/scores" "$OUT"
 }
 
 lanes=()

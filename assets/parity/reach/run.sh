@@ -32,19 +32,14 @@ TEST_SEED=${TEST_SEED:-3201} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARG
 TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
 BF16_ARGS=${BF16_ARGS:-${PARITY_SCORING/--lengths=64,512,2048/--lengths=2048} --dtype=bfloat16}
 task_study parity/reach parity config/parity.py
-bf16_score() {  # bf16_score SEED: the run's scoring under BF16_ARGS
-  local TIMEFORMAT=%R
-  # shellcheck disable=SC2086  # each word a setting
-  { time python -m beyond.tasks --runs="$RUNS/out-parity-s$1" --seed="$TEST_SEED" --out="$OUT/bf16/s$1" $BF16_ARGS \
-      > "$OUT/logs/score-bf16-s$1.log" 2>&1; } 2> "$OUT/logs/score-bf16-s$1.wall" \
-      || { tail -n 20 "$OUT/logs/score-bf16-s$1.log" >&2; return 1; }  # (its note in its log, the time alone in .wall)
-}
 for s in "${seeds[@]}"; do
-  if [ "${STORE:-}" = 1 ] || ! [ -s "$OUT/bf16/s$s/results.json" ]; then lane bf16_score "$s"; fi
+  if [ "${STORE:-}" = 1 ] || ! [ -s "$OUT/bf16/s$s/results.json" ]; then
+    # shellcheck disable=SC2086  # each word a setting
+    lane score_run "$RUNS/out-parity-s$s" "$OUT/bf16/s$s" "score-bf16-s$s" $BF16_ARGS
+  fi
 done
 wait_lanes
-merge=$(for s in "${seeds[@]}"; do printf '%s,' "$OUT/bf16/s$s/results.json"; done)
-python -m beyond.tasks --merge="${merge%,}" --out="$OUT/bf16" > "$OUT/bf16/accuracy.md"
+merge_scores "$OUT/bf16" "$OUT/bf16"
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/parity-s*.jsonl > "$OUT/evals.md"
 # what each run cost: its training, its scoring and its scoring in bfloat16, in wall seconds (assets/task_costs.py)
