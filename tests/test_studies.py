@@ -303,7 +303,7 @@ def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_o
         return subprocess.run(['bash', '-c', f'set -euo pipefail\n. assets/study.sh\n{script}'], cwd=HERE,
                               capture_output=True, text=True, timeout=60)
     # the first lane sleeps; the third, started when the second ends, finds the first still running
-    r = lanes(f'lane bash -c "sleep 3; touch {tmp_path}/first"\nlane true\n'
+    r = lanes(f'lane bash -c "sleep 1.5; touch {tmp_path}/first"\nlane true\n'
               f'lane bash -c "[ -e {tmp_path}/first ] || touch {tmp_path}/third_before_first"\nwait_lanes\necho done')
     assert r.returncode == 0 and r.stdout == 'done\n', r.stderr
     assert (tmp_path / 'first').exists() and (tmp_path / 'third_before_first').exists()
