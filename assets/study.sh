@@ -48,21 +48,22 @@ PARITY_SCORING="--lengths=64,512,2048 --loops=$(seq -s, 64 64 3200) --rows=64 --
 ADDITION_SCORING="--lengths=64,1024 --loops=$(seq -s, 64 64 1536) --rows=64 --halt=latent --compile=on"
 
 # task_seed TASK CONFIG SEED DATA_SEED: a seed of a task study (assets/parity/deep, assets/addition): python -m
-# beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS; kept if there), the run $RUNS/out-TASK-sSEED from
-# CONFIG, and its scoring on $TEST_SEED's strings with $TASK_ARGS into $OUT/scores/sSEED; each part's wall seconds in
-# logs/TASK-sSEED.wall and logs/score-sSEED.wall. A seed already scored in an OUT given is kept as it is: a study
-# stopped part way, run again into its OUT, goes on from the seeds it had not finished (STORE=1 makes every seed anew)
+# beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS; kept if there), the run $RUNS/out-NAME-sSEED from
+# CONFIG (NAME: $RUN_NAME, or TASK), and its scoring on $TEST_SEED's strings with $TASK_ARGS into $OUT/scores/sSEED;
+# each part's wall seconds in logs/NAME-sSEED.wall and logs/score-sSEED.wall. A seed already scored in an OUT given is
+# kept as it is: a study stopped part way, run again into its OUT, goes on from the seeds it had not finished
+# (STORE=1 makes every seed anew)
 task_seed() {
-  local task=$1 config=$2 s=$3 d=$4 TIMEFORMAT=%R
+  local task=$1 config=$2 s=$3 d=$4 name=${RUN_NAME:-$1} TIMEFORMAT=%R
   if [ "${STORE:-}" != 1 ] && [ -s "$OUT/scores/s$s/results.json" ] && [ -s "$OUT/scores/s$s/accuracy.png" ]; then
     return
   fi
   # shellcheck disable=SC2086  # each word a setting
   [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
       $PREP_ARGS > "$OUT/logs/prepare-$d.log"
-  { time DATASET=$task-$d train "$task-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$task-s$s.wall"
+  { time DATASET=$task-$d train "$name-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$name-s$s.wall"
   # shellcheck disable=SC2086  # each word a setting
-  score_run "$RUNS/out-$task-s$s" "$OUT/scores/s$s" "score-s$s" $TASK_ARGS
+  score_run "$RUNS/out-$name-s$s" "$OUT/scores/s$s" "score-s$s" $TASK_ARGS
 }
 
 # score_run RUN DIR NAME SETTINGS...: python -m beyond.tasks on RUN ($TEST_SEED's strings, SETTINGS) into DIR, its

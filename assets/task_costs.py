@@ -3,7 +3,7 @@ task_seed timed, from OUT/logs alone, a markdown table on stdout, one row a run.
 
     python assets/task_costs.py assets/parity/reach > assets/parity/reach/costs.md
 
-Each run's logs/<task>-s<seed>.wall (its training: train.py's whole run, evaluations and the select's reads included)
+Each run's logs/<name>-s<seed>.wall (its training: train.py's whole run, evaluations and the select's reads included)
 and logs/score-s<seed>.wall (its scoring by python -m beyond.tasks), and, where the study scored it again in
 bfloat16, logs/score-bf16-s<seed>.wall; then a row of the median and the largest of each column. Each is one process
 on one thread, beside the study's other lane.
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 
 from configurator import UserError, error_line  # noqa: E402
 
-COLUMNS = (('training', '{task}-s{seed}.wall'), ('scoring', 'score-s{seed}.wall'),
+COLUMNS = (('training', '{name}-s{seed}.wall'), ('scoring', 'score-s{seed}.wall'),
            ('scoring in bfloat16', 'score-bf16-s{seed}.wall'))
 
 
@@ -38,10 +38,11 @@ def seconds(path):
 def table(out):
     logs = os.path.join(out, 'logs')
     runs = sorted((m[1], m[2]) for p in glob.glob(os.path.join(logs, '*-s*.wall'))
-                  if (m := re.fullmatch(r'(\w+)-s(\d+)\.wall', os.path.basename(p))) and m[1] != 'score')  # (score-bf16-s*: no match)
+                  if (m := re.fullmatch(r'([\w-]+)-s(\d+)\.wall', os.path.basename(p)))
+                  and m[1] != 'score' and not m[1].startswith('score-'))  # (the scorings': score-s*, score-bf16-s*)
     if not runs:
-        raise UserError(f"{logs} holds no <task>-s<seed>.wall: not a task study's OUT (study.sh's task_seed times them)")
-    rows = {(t, s): [seconds(os.path.join(logs, name.format(task=t, seed=s))) for _, name in COLUMNS] for t, s in runs}
+        raise UserError(f"{logs} holds no <name>-s<seed>.wall: not a task study's OUT (study.sh's task_seed times them)")
+    rows = {(t, s): [seconds(os.path.join(logs, name.format(name=t, seed=s))) for _, name in COLUMNS] for t, s in runs}
     shown = [i for i in range(len(COLUMNS)) if any(r[i] is not None for r in rows.values())]
     cell = lambda v: '-' if v is None else f'{v:.1f}'  # noqa: E731
     lines = ['| run | ' + ' | '.join(f'{COLUMNS[i][0]}, s' for i in shown) + ' |', '|---|' + '---|' * len(shown)]
