@@ -100,6 +100,46 @@ task_study() {
   merge_scores "$OUT/scores" "$OUT"
 }
 
+# design_study STUDY TASK CONFIG: the blind-spot designs in a task's recipe (assets/parity/reach-designs,
+# assets/addition/reach-designs): OUT (study_out STUDY); the data of each seed of $DATA_SEEDS; for each seed of $SEEDS
+# (the outer loop: a study stopped part way has every design on its first seeds) and design of $CONDITIONS (each
+# READOUT[-il]... of parity_design), task_seed with that design's settings into OUT/DESIGN, the run
+# $RUNS/out-TASK-DESIGN-sSEED, two at once; then each design's scorings merged, what its select read (evals.md) and
+# what each run cost (costs.md) in OUT/DESIGN, and every design's scorings, with the recipe's in $RECIPE/s<seed> where
+# given, merged into OUT/accuracy.md (results.json, accuracy.png beside it)
+design_study() {
+  local study=$1 task=$2 config=$3 i c d s merge=()
+  study_out "$study"
+  read -ra seeds <<< "$SEEDS"
+  read -ra data <<< "$DATA_SEEDS"
+  if [ ${#seeds[@]} != ${#data[@]} ]; then
+    echo "assets/$study/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
+    exit 1
+  fi
+  for c in $CONDITIONS; do parity_design "$c" > /dev/null; mkdir -p "$OUT/$c/logs" "$OUT/$c/scores"; done  # (a bad name stops here)
+  mkdir -p "$OUT/logs"
+  for d in "${data[@]}"; do  # each seed's data before any run: two lanes never make one folder at once
+    # shellcheck disable=SC2086  # each word a setting
+    [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
+        $PREP_ARGS > "$OUT/logs/prepare-$d.log"
+  done
+  for i in "${!seeds[@]}"; do
+    for c in $CONDITIONS; do lane design_seed "$task" "$config" "$c" "${seeds[$i]}" "${data[$i]}"; done
+  done
+  wait_lanes
+  for c in $CONDITIONS; do
+    merge_scores "$OUT/$c/scores" "$OUT/$c"
+    python assets/parity/evals.py --results="$OUT/$c/results.json" "$OUT/$c"/logs/"$task-$c"-s*.jsonl > "$OUT/$c/evals.md"
+    python assets/task_costs.py "$OUT/$c" > "$OUT/$c/costs.md"
+    for s in "${seeds[@]}"; do merge+=("$OUT/$c/scores/s$s/results.json"); done
+  done
+  if [ -n "${RECIPE:-}" ]; then for s in "${seeds[@]}"; do merge+=("$RECIPE/s$s/results.json"); done; fi
+  python -m beyond.tasks --merge="$(IFS=,; echo "${merge[*]}")" --out="$OUT" > "$OUT/accuracy.md"
+}
+design_seed() {  # design_seed TASK CONFIG DESIGN SEED DATA_SEED: task_seed with DESIGN's settings, into OUT/DESIGN
+  OUT=$OUT/$3 RUN_NAME=$1-$3 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$3")" task_seed "$1" "$2" "$4" "$5"
+}
+
 lanes=()
 lane() {  # lane COMMAND...: in the background with one thread; at most two at once (a 2-core machine): with two
   OMP_NUM_THREADS=1 "$@" & lanes+=($!)  # running, it returns when either ends (the other runs on), a failure its status

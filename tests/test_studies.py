@@ -167,6 +167,14 @@ STUDIES = {
                               'raw/results.json', 'raw/accuracy.png', 'raw/evals.md', 'raw/costs.md',
                               'raw/scores/s1/results.json', 'raw/logs/parity-raw-s1.log', 'raw/logs/parity-raw-s1.jsonl',
                               'raw/logs/parity-raw-s1.wall', 'raw/logs/score-s1.log', 'raw/logs/score-s1.wall']),
+    'addition/reach-designs': (dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='',
+                                    PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
+                                              '--probe_lengths=3 --long_rows=4 --long_lengths=6',
+                                    TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
+                                    TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
+                               ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
+                                'raw/results.json', 'raw/evals.md', 'raw/costs.md', 'raw/scores/s1/results.json',
+                                'raw/logs/addition-raw-s1.jsonl', 'raw/logs/addition-raw-s1.wall', 'raw/logs/score-s1.wall']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '

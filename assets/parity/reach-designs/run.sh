@@ -33,39 +33,6 @@ SEEDS=${SEEDS:-2501 2502 2503 2504 2505 2506 2507 2508 2509 2510}
 DATA_SEEDS=${DATA_SEEDS:-2601 2602 2603 2604 2605 2606 2607 2608 2609 2610}
 TEST_SEED=${TEST_SEED:-3201} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARGS=${PREP_ARGS:-} TRAIN_ARGS=${TRAIN_ARGS:-}
 RECIPE=${RECIPE-assets/parity/reach/scores}
-. assets/study.sh  # study_out, lane, task_seed, merge_scores, parity_design, PARITY_SCORING
+. assets/study.sh  # design_study (study_out, lane, task_seed, merge_scores, parity_design), PARITY_SCORING
 TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
-study_out parity/reach-designs
-read -ra seeds <<< "$SEEDS"
-read -ra data <<< "$DATA_SEEDS"
-if [ ${#seeds[@]} != ${#data[@]} ]; then
-  echo "assets/parity/reach-designs/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
-  exit 1
-fi
-for c in $CONDITIONS; do parity_design "$c" > /dev/null; mkdir -p "$OUT/$c/logs" "$OUT/$c/scores"; done  # (a bad name stops here)
-mkdir -p "$OUT/logs"
-for d in "${data[@]}"; do  # each seed's data before any run: two lanes never make one folder at once
-  # shellcheck disable=SC2086  # each word a setting
-  [ -f "$DATA_DIR/parity-$d/meta.json" ] || python -m beyond.parity --out_dir "$DATA_DIR/parity-$d" --seed="$d" \
-      $PREP_ARGS > "$OUT/logs/prepare-$d.log"
-done
-
-design_seed() {  # design_seed DESIGN SEED DATA_SEED: task_seed with DESIGN's settings, into OUT/DESIGN
-  OUT=$OUT/$1 RUN_NAME=parity-$1 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$1")" \
-      task_seed parity config/parity.py "$2" "$3"
-}
-for i in "${!seeds[@]}"; do
-  for c in $CONDITIONS; do lane design_seed "$c" "${seeds[$i]}" "${data[$i]}"; done
-done
-wait_lanes
-
-merge=()
-for c in $CONDITIONS; do
-  merge_scores "$OUT/$c/scores" "$OUT/$c"
-  # what the select read in each run and what each run cost (assets/parity/evals.py, assets/task_costs.py)
-  python assets/parity/evals.py --results="$OUT/$c/results.json" "$OUT/$c"/logs/parity-"$c"-s*.jsonl > "$OUT/$c/evals.md"
-  python assets/task_costs.py "$OUT/$c" > "$OUT/$c/costs.md"
-  for s in "${seeds[@]}"; do merge+=("$OUT/$c/scores/s$s/results.json"); done
-done
-if [ -n "$RECIPE" ]; then for s in "${seeds[@]}"; do merge+=("$RECIPE/s$s/results.json"); done; fi
-python -m beyond.tasks --merge="$(IFS=,; echo "${merge[*]}")" --out="$OUT" > "$OUT/accuracy.md"
+design_study parity/reach-designs parity config/parity.py
