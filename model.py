@@ -334,7 +334,7 @@ class LoopedGPT(nn.Module):
             model = model_class(model_class.config_class(**args))
             model.load_state_dict(ckpt['model'])
         except Exception as e:
-            raise ValueError(f"cannot load the checkpoint {path} ({type(e).__name__}: {str(e)[:200]})")
+            raise ValueError(f"cannot load the checkpoint {path} ({type(e).__name__}: {' '.join(str(e).split())[:200]})")
         return model.to(device), ckpt
 
 

@@ -7,6 +7,7 @@ beyond/ (.ci/paper-alone runs it in a tree without it).
 """
 
 import math
+import re
 from dataclasses import asdict
 
 import pytest
@@ -614,6 +615,21 @@ def test_from_checkpoint_rebuilds_the_model(tmp_path):
         assert loaded.config == model.config
     with pytest.raises(FileNotFoundError, match='no checkpoint'):
         LoopedGPT.from_checkpoint(str(tmp_path / 'nowhere'))
+
+
+def test_a_checkpoint_whose_weights_or_fields_do_not_fit_its_model_is_one_error_naming_it(tmp_path):
+    # weights of another shape, a weight missing, a field the config refuses: a ValueError naming the file and what
+    # went wrong, never a model built with weights it did not load
+    model = tiny()
+    state, args = model.state_dict(), asdict(model.config)
+    missing = {k: v for k, v in state.items() if k != 'lm_head.weight' and k != 'transformer.wte.weight'}
+    for name, ckpt in (('shape', {'model_args': {**args, 'n_embd': 2 * args['n_embd']}, 'model': state}),
+                       ('missing', {'model_args': args, 'model': missing}),
+                       ('field', {'model_args': {**args, 'readout': 'rms'}, 'model': state})):
+        torch.save(ckpt, tmp_path / f'{name}.pt')
+        with pytest.raises(ValueError, match=f'cannot load the checkpoint {re.escape(str(tmp_path / name))}.pt') as e:
+            LoopedGPT.from_checkpoint(str(tmp_path / f'{name}.pt'))
+        assert '\n' not in str(e.value), name
 
 
 def test_bad_config_is_refused():

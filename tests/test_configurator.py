@@ -161,6 +161,18 @@ def test_configurators_help_heads_each_sources_settings_where_there_are_two(tmp_
         '', f'[{name(script)}]', '  --steps=3  iterations', '', f'[{name(more)}]', '  --width=8  the width']
 
 
+def test_configurators_help_keeps_the_blocks_headings_in_place_and_lists_only_the_scripts_settings(tmp_path):
+    # a comment line of its own in the block is a heading, shown where it stands; a setting of the block that is not
+    # one of the script's settings (here 'old') is not listed
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\n# I/O\nsteps = 3  # iterations\nold = 1  # gone\n'
+                      '# the model\nwidth = 8  # the width\n# ---\n')
+    assert configurator.help_text({'steps': 3, 'width': 8}, [str(script)]).splitlines() == [
+        'usage: python toy.py [config.py ...] [--key=value ...]', '', 'A toy script.', '',
+        'Settings, with their defaults; config files and --key=value override them, in order:',
+        '# I/O', '  --steps=3  iterations', '# the model', '  --width=8  the width']
+
+
 def test_configurators_help_passes_over_a_block_line_that_sets_no_one_setting(tmp_path):
     # in a settings block only `name = value` and `name: type = value` are settings; a declaration without
     # a value, a tuple or a chain of assignments, an attribute's assignment are passed over, not a crash

@@ -139,6 +139,37 @@ def test_a_split_of_many_chunks_is_written_in_the_order_of_its_lines(tmp_path, m
     assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == text
 
 
+@pytest.mark.parametrize('threads', [1, 2, 3])
+def test_chunks_are_tokenized_by_num_threads_threads_at_once(tmp_path, monkeypatch, threads):
+    # write_bin's promise: chunks tokenized in threads (--num_threads of them, at least one), appended in order; each
+    # chunk's tokenization here takes 10 ms, long enough for the pool's threads to overlap, and counts those in flight
+    import threading
+    import time
+    lock, now, most, encode = threading.Lock(), [0], [0], ByteTokenizer.encode_lines
+
+    def slow(self, lines):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.01)
+        with lock:
+            now[0] -= 1
+        return encode(self, lines)
+    monkeypatch.setattr(ByteTokenizer, 'encode_lines', slow)
+    monkeypatch.setattr(prepare, 'LINES_PER_CHUNK', 3)
+    text = ''.join(f'line {i}\n' for i in range(60))
+    write_texts(tmp_path / 't')
+    (tmp_path / 't' / 'train.txt').write_text(text)
+    prepare_in_process('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out',
+                       '--num_threads', threads)
+    assert most[0] == threads  # (one thread: one chunk at a time; more: as many at once, not one after another)
+    assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == text
+    most[0] = 0
+    prepare_in_process('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'zero',
+                       '--num_threads', 0)
+    assert most[0] == 1  # (--num_threads 0: one thread)
+
+
 @pytest.mark.parametrize('existing', [False, True])
 def test_an_interruption_leaves_no_complete_looking_output(tmp_path, monkeypatch, existing):
     write_texts(tmp_path / 't')

@@ -311,9 +311,9 @@ def test_the_perplexity_axis_is_cut_only_past_twice_the_best(plt):
         assert ax.get_ylim() == pytest.approx((0.97 * 3, 6.0)) if cut else ax.get_ylim()[1] > worst
 
 
-def test_each_lemma_groups_dotted_fit_is_in_its_groups_colour_in_a_style_of_more_colours(plt):
-    # the Lemma-2 figure colours a group C0..C9 (the 11th again C0); its dotted c / s_k line must take the
-    # colour of its group's solid line, also where the style's colour cycle is longer than ten (tab20 here)
+def test_each_lemma_group_is_in_its_colour_in_every_panel_in_a_style_of_more_colours(plt):
+    # the Lemma-2 figure colours a group C0..C9 (the 11th again C0) in all three panels; its dotted c / s_k line must
+    # take the colour of its group's solid line, also where the style's colour cycle is longer than ten (tab20 here)
     import copy
 
     from cycler import cycler
@@ -326,6 +326,8 @@ def test_each_lemma_groups_dotted_fit_is_in_its_groups_colour_in_a_style_of_more
         assert len(solid) == len(dotted) == 11 and {l.get_linestyle() for l in dotted} == {':'}
         assert hexes([l.get_color() for l in dotted]) == hexes([l.get_color() for l in solid])
         assert hexes([solid[10].get_color()]) == hexes(['C0'])  # (the 11th group: C0 again)
+        for ax in fig.axes[:2]:  # the scale and the radial increment: each group's line in the same colour too
+            assert hexes([l.get_color() for l in ax.lines]) == hexes([l.get_color() for l in solid])
 
 
 

@@ -213,3 +213,14 @@ def test_under_torchrun_a_rank_leaves_by_os_exit_with_its_status_and_its_output_
     with pytest.raises(SystemExit) as e:
         runtime.exit_process(3)
     assert e.value.code == 3 and len(left) == 1
+
+
+def test_sync_waits_for_the_device_it_is_named_and_nothing_on_the_cpu(monkeypatch):
+    """sync(device): a CUDA device's synchronize (that device), MPS's, nothing on the CPU (each faked: no GPU here),
+    so a timer reads finished work wherever it runs."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda device=None: waited.append(('cuda', device)))
+    monkeypatch.setattr(torch.mps, 'synchronize', lambda: waited.append(('mps',)))
+    for device in ('cuda', 'cuda:1', 'mps', 'cpu'):
+        runtime.sync(device)
+    assert waited == [('cuda', 'cuda'), ('cuda', 'cuda:1'), ('mps',)]

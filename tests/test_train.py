@@ -1308,3 +1308,39 @@ def test_eval_only_evaluates_the_resumed_checkpoint_once_and_trains_nothing(tiny
     after = torch.load(tmp_path / 'ckpt.pt', weights_only=True)
     assert after['iter_num'] == 4 and all(torch.equal(before['model'][k], after['model'][k]) for k in before['model'])
 
+
+
+def test_a_model_class_is_named_by_its_module_and_a_script_run_as_main_by_the_module_it_was_run_as(monkeypatch):
+    """class_name, as a config names a model class and a checkpoint records it: 'module.Class'; a class of a script run
+    as python -m beyond.x (module '__main__'), that module's name; a class whose module is not imported as one (no
+    module in sys.modules, so no spec), its own module name."""
+    assert train_module.class_name(LoopedGPT) == 'model.LoopedGPT'
+    assert train_module.class_name(FieldGPT) == 'beyond.additions.FieldGPT'
+    main = type('Main', (), {'__module__': '__main__'})
+    monkeypatch.setitem(sys.modules, '__main__', SimpleNamespace(__spec__=SimpleNamespace(name='beyond.sample')))
+    assert train_module.class_name(main) == 'beyond.sample.Main'
+    monkeypatch.setitem(sys.modules, '__main__', SimpleNamespace(__spec__=None))  # (python script.py: no spec)
+    assert train_module.class_name(main) == '__main__.Main'
+    assert train_module.class_name(type('Loose', (), {'__module__': 'not_imported'})) == 'not_imported.Loose'
+
+
+def test_under_torchrun_a_rank_ends_by_exit_process_after_the_barrier_and_the_groups_end(tiny_data, tmp_path, monkeypatch):
+    """main under torchrun (one rank, in this process): at the end, the process group ended and then the rank leaves by
+    runtime.exit_process(0) (os._exit: freeing the DDP model can hang), not by returning."""
+    class Left(BaseException):
+        pass
+    left = []
+
+    def leave(status):
+        left.append((status, torch.distributed.is_initialized()))
+        raise Left
+    monkeypatch.setattr(train_module, 'exit_process', leave)
+    torchrun_environment(monkeypatch, 0, 1)
+    try:
+        with pytest.raises(Left):
+            train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--eval_interval=1')
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert left == [(0, False)]
+    assert torch.load(tmp_path / 'run' / 'ckpt.pt', weights_only=True)['iter_num'] == 1
