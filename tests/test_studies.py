@@ -157,12 +157,12 @@ STUDIES = {
                        ['accuracy.md', 'results.json', 'accuracy.png', 'scores/s1/results.json', 'logs/addition-s1.log',
                         'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                         'logs/prepare-4.log', 'evals.md', 'costs.md']),
-    # (data seed 5: parity/reach makes 4; one design, none of the recipe's stored scorings beside it)
+    # (data seed 5: parity/reach makes 4; one design, one initialization, none of the recipe's stored scorings beside it)
     'parity/reach-designs': (dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='',
                                   PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                             '--probe_lengths=3 --long_rows=4 --long_lengths=6',
                                   TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
-                                  TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
+                                  TRAIN_ARGS=TRAIN + ' --inits=1'), False,
                              ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                               'raw/results.json', 'raw/accuracy.png', 'raw/evals.md', 'raw/costs.md',
                               'raw/scores/s1/results.json', 'raw/logs/parity-raw-s1.log', 'raw/logs/parity-raw-s1.jsonl',
@@ -171,7 +171,7 @@ STUDIES = {
                                     PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
                                               '--probe_lengths=3 --long_rows=4 --long_lengths=6',
                                     TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
-                                    TRAIN_ARGS=TRAIN.replace('--max_iters=2', '--max_iters=4')), False,
+                                    TRAIN_ARGS=TRAIN + ' --inits=1'), False,
                                ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                                 'raw/results.json', 'raw/evals.md', 'raw/costs.md', 'raw/scores/s1/results.json',
                                 'raw/logs/addition-raw-s1.jsonl', 'raw/logs/addition-raw-s1.wall', 'raw/logs/score-s1.wall']),

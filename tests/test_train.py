@@ -1187,7 +1187,7 @@ def test_a_compiler_that_cannot_build_the_training_step_is_one_clear_line(tiny_d
         with torch._inductor.config.patch({'cpp.cxx': (None, str(tmp_path / 'no-such-g++')),
                                            'force_disable_caches': True}):
             with pytest.raises(UserError) as e:
-                train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--compile=on')
+                train_in_process(tiny_data, tmp_path / 'run', '--max_iters=1', '--compile=on', '--n_loops=1')
     finally:
         torch._dynamo.reset()
     message = str(e.value)
