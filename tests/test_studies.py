@@ -616,13 +616,21 @@ def test_a_parity_accuracy_md_is_its_results_tabled(study, tmp_path, monkeypatch
                                                     f'--out=/tmp/x > assets/{study}/accuracy.md'
 
 
+DESIGNS = sorted(os.path.relpath(os.path.dirname(p), ASSETS)  # (each design's folder of a design_study: study.sh)
+                 for p in glob.glob(os.path.join(ASSETS, '*', 'reach-designs', '*', 'evals.md')))
+
+
 @pytest.mark.parametrize('study,runs', [(study, 'parity-s*' if study == 'parity/reach' else 'parity-norm-il-s*') for study in EVALS]
-                         + [('addition/retries', 'addition-s*'), ('addition/reach', 'addition-s*')])
+                         + [('addition/retries', 'addition-s*'), ('addition/reach', 'addition-s*')]
+                         + [(d, f"{d.split('/')[0]}-{d.split('/')[-1]}-s*") for d in DESIGNS])
 def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
-    assert len(EVALS) == 5 and len(PARITY) == 11  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
-                                                  # late, deep, reach's bf16)
+    assert len(EVALS) == 5 and len(PARITY) == 16  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
+                                                  # late, deep, reach's bf16, reach-designs and its four designs)
+    assert len(DESIGNS) == 4  # (parity/reach-designs' norm, raw, raw-il, alpha-il)
     logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
-    assert len(logs) == 10
+    with open(os.path.join(ASSETS, study, 'results.json')) as f:
+        scored = {r['run'] for r in json.load(f)['results']}
+    assert len(logs) == (len(scored) if 'reach-designs' in study else 10) and len(logs) >= 2  # (every run scored)
     with open(os.path.join(ASSETS, study, 'evals.md')) as f:
         assert evals('table', logs, os.path.join(ASSETS, study, 'results.json')) == f.read(), (
             f'python assets/parity/evals.py --results=assets/{study}/results.json assets/{study}/logs/{runs}.jsonl '
@@ -678,7 +686,7 @@ def test_evals_of_long_probe_runs_count_the_whole_probe_apart_and_name_the_read_
     assert lines[6].startswith('| **4 runs** | **11** | **6** | **3** | **1/4 runs, 1/4 initializations** | **400** | **1/4 at 0.0%** |')
 
 
-@pytest.mark.parametrize('study', ['parity/reach', 'addition/reach'])
+@pytest.mark.parametrize('study', ['parity/reach', 'addition/reach'] + DESIGNS)
 def test_a_task_studys_costs_md_is_what_task_costs_py_prints_on_its_stored_logs(study):
     r = subprocess.run([sys.executable, 'assets/task_costs.py', f'assets/{study}'], cwd=HERE, capture_output=True,
                        text=True, timeout=60)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The blind-spot designs on binary addition (docs/tasks.md#the-designs-on-addition): config/addition.py's recipe as it
+# The blind-spot designs on binary addition (docs/tasks.md#what-is-not-known): config/addition.py's recipe as it
 # stands (assets/addition/reach: initializations one after another, at most four, until a checkpoint passes every read
 # of beyond.tasks.long_probe) with each design of CONDITIONS in place of its readout and inter-loop norm, on the seeds,
 # data and test strings of assets/addition/reach, each run scored as that study scores its runs (64 fresh additions
