@@ -58,12 +58,17 @@ task_seed() {
   if [ "${STORE:-}" != 1 ] && [ -s "$OUT/scores/s$s/results.json" ] && [ -s "$OUT/scores/s$s/accuracy.png" ]; then
     return
   fi
-  # shellcheck disable=SC2086  # each word a setting
-  [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
-      $PREP_ARGS > "$OUT/logs/prepare-$d.log"
+  task_data "$task" "$d"
   { time DATASET=$task-$d train "$name-s$s" "$config" --seed="$s"; } 2> "$OUT/logs/$name-s$s.wall"
   # shellcheck disable=SC2086  # each word a setting
   score_run "$RUNS/out-$name-s$s" "$OUT/scores/s$s" "score-s$s" $TASK_ARGS
+}
+
+# task_data TASK DATA_SEED: python -m beyond.TASK's data into DATA_DIR/TASK-DATA_SEED (with $PREP_ARGS), unless there
+task_data() {
+  # shellcheck disable=SC2086  # each word a setting
+  [ -f "$DATA_DIR/$1-$2/meta.json" ] || python -m "beyond.$1" --out_dir "$DATA_DIR/$1-$2" --seed="$2" \
+      $PREP_ARGS > "$OUT/logs/prepare-$2.log"
 }
 
 # score_run RUN DIR NAME SETTINGS...: python -m beyond.tasks on RUN ($TEST_SEED's strings, SETTINGS) into DIR, its
@@ -74,12 +79,22 @@ score_run() {
       2> "$OUT/logs/$name.wall" || { tail -n 20 "$OUT/logs/$name.log" >&2; return 1; }
 }
 
-# merge_scores SCORES INTO: each seed's SCORES/s<seed>/results.json (the array seeds) tabled together into
-# INTO/accuracy.md (results.json, accuracy.png beside it)
+# merge_scores INTO SCORES...: each seed's SCORES/s<seed>/results.json (the array seeds) of each SCORES tabled together
+# into INTO/accuracy.md (results.json, accuracy.png beside it)
 merge_scores() {
-  local merge s
-  merge=$(for s in "${seeds[@]}"; do printf '%s,' "$1/s$s/results.json"; done)
-  python -m beyond.tasks --merge="${merge%,}" --out="$2" > "$2/accuracy.md"
+  local into=$1 merge scores s; shift
+  merge=$(for scores in "$@"; do for s in "${seeds[@]}"; do printf '%s,' "$scores/s$s/results.json"; done; done)
+  python -m beyond.tasks --merge="${merge%,}" --out="$into" > "$into/accuracy.md"
+}
+
+# task_seeds STUDY: the arrays seeds ($SEEDS) and data ($DATA_SEEDS), one data seed a run, else one error line
+task_seeds() {
+  read -ra seeds <<< "$SEEDS"
+  read -ra data <<< "$DATA_SEEDS"
+  if [ ${#seeds[@]} != ${#data[@]} ]; then
+    echo "assets/$1/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
+    exit 1
+  fi
 }
 
 # task_study STUDY TASK CONFIG: a task study (assets/parity/deep, assets/addition): OUT (study_out STUDY), then
@@ -88,16 +103,11 @@ merge_scores() {
 task_study() {
   local study=$1 task=$2 config=$3 i
   study_out "$study"
-  read -ra seeds <<< "$SEEDS"
-  read -ra data <<< "$DATA_SEEDS"
-  if [ ${#seeds[@]} != ${#data[@]} ]; then
-    echo "assets/$study/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
-    exit 1
-  fi
+  task_seeds "$study"
   mkdir -p "$OUT/logs" "$OUT/scores"
   for i in "${!seeds[@]}"; do lane task_seed "$task" "$config" "${seeds[$i]}" "${data[$i]}"; done
   wait_lanes
-  merge_scores "$OUT/scores" "$OUT"
+  merge_scores "$OUT" "$OUT/scores"
 }
 
 # design_study STUDY TASK CONFIG: the blind-spot designs in a task's recipe (assets/parity/reach-designs,
@@ -108,33 +118,25 @@ task_study() {
 # what each run cost (costs.md) in OUT/DESIGN, and every design's scorings, with the recipe's in $RECIPE/s<seed> where
 # given, merged into OUT/accuracy.md (results.json, accuracy.png beside it)
 design_study() {
-  local study=$1 task=$2 config=$3 i c d s merge=()
+  local study=$1 task=$2 config=$3 i c d s all=() logs
   study_out "$study"
-  read -ra seeds <<< "$SEEDS"
-  read -ra data <<< "$DATA_SEEDS"
-  if [ ${#seeds[@]} != ${#data[@]} ]; then
-    echo "assets/$study/run.sh: error: SEEDS has ${#seeds[@]} seeds and DATA_SEEDS ${#data[@]}: give one data seed a run" >&2
-    exit 1
-  fi
+  task_seeds "$study"
   for c in $CONDITIONS; do parity_design "$c" > /dev/null; mkdir -p "$OUT/$c/logs" "$OUT/$c/scores"; done  # (a bad name stops here)
   mkdir -p "$OUT/logs"
-  for d in "${data[@]}"; do  # each seed's data before any run: two lanes never make one folder at once
-    # shellcheck disable=SC2086  # each word a setting
-    [ -f "$DATA_DIR/$task-$d/meta.json" ] || python -m "beyond.$task" --out_dir "$DATA_DIR/$task-$d" --seed="$d" \
-        $PREP_ARGS > "$OUT/logs/prepare-$d.log"
-  done
+  for d in "${data[@]}"; do task_data "$task" "$d"; done  # each seed's data before any run: two lanes never make one folder at once
   for i in "${!seeds[@]}"; do
     for c in $CONDITIONS; do lane design_seed "$task" "$config" "$c" "${seeds[$i]}" "${data[$i]}"; done
   done
   wait_lanes
   for c in $CONDITIONS; do
-    merge_scores "$OUT/$c/scores" "$OUT/$c"
-    python assets/parity/evals.py --results="$OUT/$c/results.json" "$OUT/$c"/logs/"$task-$c"-s*.jsonl > "$OUT/$c/evals.md"
+    merge_scores "$OUT/$c" "$OUT/$c/scores"
+    # the seeds merged alone: a run of another seed in OUT is in no results.json, and would read as failing each bar
+    logs=(); for s in "${seeds[@]}"; do logs+=("$OUT/$c/logs/$task-$c-s$s.jsonl"); done
+    python assets/parity/evals.py --results="$OUT/$c/results.json" "${logs[@]}" > "$OUT/$c/evals.md"
     python assets/task_costs.py "$OUT/$c" > "$OUT/$c/costs.md"
-    for s in "${seeds[@]}"; do merge+=("$OUT/$c/scores/s$s/results.json"); done
+    all+=("$OUT/$c/scores")
   done
-  if [ -n "${RECIPE:-}" ]; then for s in "${seeds[@]}"; do merge+=("$RECIPE/s$s/results.json"); done; fi
-  python -m beyond.tasks --merge="$(IFS=,; echo "${merge[*]}")" --out="$OUT" > "$OUT/accuracy.md"
+  merge_scores "$OUT" "${all[@]}" ${RECIPE:+"$RECIPE"}
 }
 design_seed() {  # design_seed TASK CONFIG DESIGN SEED DATA_SEED: task_seed with DESIGN's settings, into OUT/DESIGN
   OUT=$OUT/$3 RUN_NAME=$1-$3 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$3")" task_seed "$1" "$2" "$4" "$5"

@@ -45,6 +45,10 @@ SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes th
     COST_ARGS='--prompt 16 --reps 2 --new_tokens 4 --accept_tokens 128',
     BENCH_ARGS='--peak_size=128 --device=cpu --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 --vocab_size=256 '
                '--steps=1 --warmup=0')
+# a design study's (study.sh's design_study) tiny settings, both tasks'
+DESIGN_STUDY = dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='', TRAIN_ARGS=TRAIN + ' --inits=1',
+                    PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 --probe_lengths=3 '
+                              '--long_rows=4 --long_lengths=6', TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent')
 # study: (its settings here, whether it reads the shared runs, what its README says run.sh writes); they
 # run two at a time, the longest first, but speed first of all: it reads no shared runs, so it runs
 # while they train
@@ -158,20 +162,12 @@ STUDIES = {
                         'logs/addition-s1.jsonl', 'logs/addition-s1.wall', 'logs/score-s1.log', 'logs/score-s1.wall',
                         'logs/prepare-4.log', 'evals.md', 'costs.md']),
     # (data seed 5: parity/reach makes 4; one design, one initialization, none of the recipe's stored scorings beside it)
-    'parity/reach-designs': (dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='',
-                                  PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
-                                            '--probe_lengths=3 --long_rows=4 --long_lengths=6',
-                                  TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
-                                  TRAIN_ARGS=TRAIN + ' --inits=1'), False,
+    'parity/reach-designs': (DESIGN_STUDY, False,
                              ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                               'raw/results.json', 'raw/accuracy.png', 'raw/evals.md', 'raw/costs.md',
                               'raw/scores/s1/results.json', 'raw/logs/parity-raw-s1.log', 'raw/logs/parity-raw-s1.jsonl',
                               'raw/logs/parity-raw-s1.wall', 'raw/logs/score-s1.log', 'raw/logs/score-s1.wall']),
-    'addition/reach-designs': (dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='',
-                                    PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
-                                              '--probe_lengths=3 --long_rows=4 --long_lengths=6',
-                                    TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
-                                    TRAIN_ARGS=TRAIN + ' --inits=1'), False,
+    'addition/reach-designs': (DESIGN_STUDY, False,
                                ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                                 'raw/results.json', 'raw/evals.md', 'raw/costs.md', 'raw/scores/s1/results.json',
                                 'raw/logs/addition-raw-s1.jsonl', 'raw/logs/addition-raw-s1.wall', 'raw/logs/score-s1.wall']),
@@ -329,6 +325,46 @@ def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_o
                    'lane sh -c "exit 3"\nlane true\nlane true\nwait_lanes\necho on'):
         r = lanes(script)
         assert (r.returncode, r.stdout) == (3, ''), script
+
+
+def test_a_design_study_trains_each_design_of_each_seed_and_reads_and_merges_the_seeds_it_was_given(tmp_path):
+    """study.sh's design_study (assets/parity/reach-designs): each seed's data before any run, then for each seed each
+    design's run with its settings; each design's scorings merged, its evals.md read from the logs of the seeds given
+    alone (a run of another seed left in OUT would read as failing each bar: it is in no results.json), and every
+    design's scorings and the recipe's merged together. Its python is a stand-in that logs each command."""
+    log = tmp_path / 'commands'
+    (tmp_path / 'python').write_text(f"""#!/bin/bash
+echo "$*" >> {log}
+for a in "$@"; do
+  case $a in
+    --out_dir=*) mkdir -p "${{a#--out_dir=}}"; echo '{{}}' > "${{a#--out_dir=}}/log.jsonl" ;;
+    --out=*) mkdir -p "${{a#--out=}}"; echo '{{}}' > "${{a#--out=}}/results.json"; echo png > "${{a#--out=}}/accuracy.png" ;;
+  esac
+done
+""")
+    (tmp_path / 'python').chmod(0o755)
+    out = tmp_path / 'out'
+    (out / 'raw' / 'logs').mkdir(parents=True)
+    (out / 'raw' / 'logs' / 'parity-raw-s9.jsonl').write_text('{}\n')  # (another seed's run, left in OUT)
+    env = {'PATH': f"{tmp_path}{os.pathsep}{os.environ['PATH']}", 'SEEDS': '1 2', 'DATA_SEEDS': '3 4', 'OUT': str(out),
+           'DATA_DIR': str(tmp_path / 'data'), 'RUNS': str(tmp_path), 'CONDITIONS': 'raw alpha-il', 'RECIPE': 'R'}
+    r = subprocess.run(['bash', 'assets/parity/reach-designs/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = log.read_text().splitlines()
+    assert [l.split()[-1] for l in lines[:2]] == ['--seed=3', '--seed=4']  # (the data, before any run)
+    trained = [(re.search(r'--out_dir=\S+/out-(\S+)', l)[1], re.search(r'--readout=(\w+)', l)[1],
+                re.search(r'--interloop_norm=(\w+)', l)[1]) for l in lines if l.startswith('train.py ')]
+    assert sorted(trained) == [('parity-alpha-il-s1', 'alpha', 'True'), ('parity-alpha-il-s2', 'alpha', 'True'),
+                               ('parity-raw-s1', 'raw', 'False'), ('parity-raw-s2', 'raw', 'False')]
+    assert all(t[0].endswith('-s1') for t in trained[:2])  # (the seeds the outer loop: two lanes, seed 1's runs first)
+    evals = [l for l in lines if l.startswith('assets/parity/evals.py')]
+    assert evals[0] == (f'assets/parity/evals.py --results={out}/raw/results.json {out}/raw/logs/parity-raw-s1.jsonl '
+                        f'{out}/raw/logs/parity-raw-s2.jsonl')
+    merged = [l.split('--merge=')[1].split()[0].split(',') for l in lines if '--merge=' in l]
+    scores = lambda *folders: [f'{f}/s{s}/results.json' for f in folders for s in (1, 2)]  # noqa: E731
+    assert merged == [scores(f'{out}/raw/scores'), scores(f'{out}/alpha-il/scores'),
+                      scores(f'{out}/raw/scores', f'{out}/alpha-il/scores', 'R')]
 
 
 def test_a_task_study_run_again_into_its_out_keeps_the_seeds_it_scored_and_merges_them_all(tmp_path):
