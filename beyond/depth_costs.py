@@ -108,9 +108,9 @@ def measure(args):
                   for j in range(1, K)}
         fixed = {}
         for k in range(1, K + 1):
-            generate(model, prompt, 8, n_loops=k)  # warm-up
+            generate(model, prompt, 8, n_loops=k, stepper=stepper)  # warm-up (the weights cast once, as the parts')
             t0 = time.perf_counter()
-            generate(model, prompt, args.new_tokens, n_loops=k)
+            generate(model, prompt, args.new_tokens, n_loops=k, stepper=stepper)
             fixed[k] = args.new_tokens / (time.perf_counter() - t0)
         # acceptance of loop j's readout by loop K's, on the first accept_tokens validation tokens
         agree, accept = torch.zeros(K - 1), torch.zeros(K - 1)

@@ -181,10 +181,11 @@ def decode_speed(model, prompt, n_new, K, device, ctx, seed=0, **kw):
     and the speculative stats (passes, drafted, accepted)."""
     torch.manual_seed(seed)
     with ctx:
-        generate(model, prompt, 8, n_loops=K, **kw)  # warm-up
+        stepper = Stepper(model)  # (its weights cast once, before the clock, as beyond/sample.py keeps one for its samples)
+        generate(model, prompt, 8, n_loops=K, stepper=stepper, **kw)  # warm-up
         sync(device)
         t0 = time.perf_counter()
-        _, used, stats = generate(model, prompt, n_new, n_loops=K, **kw)
+        _, used, stats = generate(model, prompt, n_new, n_loops=K, stepper=stepper, **kw)
         sync(device)
     return n_new / (time.perf_counter() - t0), used.float().mean().item(), stats
 

@@ -348,8 +348,9 @@ def speculative_frequencies(model, prompt, n):
     the first comes from the prefill, the next two from one pass (one draft and the verify's
     token, or a rejected draft's resampled token and one more pass). Also counts the rejections."""
     got, rejected = torch.zeros((model.config.vocab_size,) * 3), 0
+    stepper = decoder.Stepper(model)  # (one for every run, as beyond/sample.py keeps one: its cast weights made once)
     for _ in range(n):
-        out, _, stats = generate(model, prompt, 3, temperature=1.0, draft_loops=1, draft_tokens=2)
+        out, _, stats = generate(model, prompt, 3, temperature=1.0, draft_loops=1, draft_tokens=2, stepper=stepper)
         got[tuple(out[0, -3:])] += 1 / n
         rejected += stats['drafted'] - stats['accepted']
     return got, rejected
