@@ -7,18 +7,18 @@ The rule, for each study: a folder with a run.sh or a README.md (a folder of stu
 run.sh, as assets/parity/, is its subfolders: a row each, named parity/<step>); the first of these that finds a record:
 1. its logs' `[N s wall]` lines (logs/*.log: the quick start's commands, each timed whole, one after the other):
    their sum, the time itself.
-2. the runs its run.sh trains: each run's training time from its logs/<run>.jsonl (every train record's ms_per_iter,
-   the mean over the iterations since the record before, times those iterations), summed over the runs and divided by
-   the runs run.sh trains at once; plus logs/*.seconds, the wall seconds of runs timed on their own (a file of several
-   lines holds runs timed side by side: the longest counts). A lower bound (≥): evaluations, start-up and the data's
-   preparation are in no record.
+2. the runs its run.sh trains: each run's training time from its logs/<run>.jsonl (<design>/logs/<run>.jsonl in a design
+   study; every train record's ms_per_iter, the mean over the iterations since the record before, times those
+   iterations), summed over the runs and divided by the runs run.sh trains at once; plus logs/*.seconds, the wall
+   seconds of runs timed on their own (a file of several lines holds runs timed side by side: the longest counts). A
+   lower bound (≥): evaluations, start-up and the data's preparation are in no record.
 3. otherwise: not recorded.
 From run.sh, not typed here: which runs it trains (the names it gives study.sh's train and train_grid, their variables
-as wildcards, and task_study's TASK-s*) and how many at once (its own LANES where it sets one; study.sh's lane width
-where it trains in lanes; else one). A run.sh that runs another study's (bash assets/<study>/run.sh) trains what that
-one trains too; one that says its study ran at another commit (AT=<commit>, and WAS=<its folder there> where it has
-moved since) is read as it was there, from git. Times are in minutes to one decimal (and hours past two), a lower bound
-rounded down (so that ≥ stays true as shown).
+as wildcards, task_study's TASK-s* and design_study's TASK-DESIGN-s*) and how many at once (its own LANES where it sets
+one; study.sh's lane width where it trains in lanes; else one). A run.sh that runs another study's (bash
+assets/<study>/run.sh) trains what that one trains too; one that says its study ran at another commit (AT=<commit>, and
+WAS=<its folder there> where it has moved since) is read as it was there, from git. Times are in minutes to one decimal
+(and hours past two), a lower bound rounded down (so that ≥ stays true as shown).
 """
 import argparse
 import glob
@@ -67,10 +67,13 @@ def run_sh(folder, study, at=None):
 
 
 def trained(code):
-    """The names of the runs a run.sh trains, as glob patterns: `train_grid '{c}-cpu-s{s}'` gives *-cpu-s*."""
+    """The logs of the runs a run.sh trains, as glob patterns from the study's folder: `train_grid '{c}-cpu-s{s}'` gives
+    logs/*-cpu-s*; study.sh's task_study logs/TASK-s*, its design_study each design's */logs/TASK-*-s*."""
     names = re.findall(r'''\btrain(?:_grid)? +['"]([^'"]+)['"]''', code)  # (timed_train keeps no log.jsonl)
     names += [f'{task}-s$s' for task in re.findall(r'\btask_study \S+ (\w+) ', code)]  # (study.sh's: TASK-sSEED)
-    return sorted({re.sub(r'\{\w\}|\$\{[^}]*\}|\$\w+', '*', name) for name in names})
+    names = ['logs/' + re.sub(r'\{\w\}|\$\{[^}]*\}|\$\w+', '*', name) for name in names]
+    names += [f'*/logs/{task}-*-s*' for task in re.findall(r'\bdesign_study \S+ (\w+) ', code)]  # (OUT/DESIGN/logs)
+    return sorted(set(names))
 
 
 def at_once(code, folder, at):
@@ -78,7 +81,8 @@ def at_once(code, folder, at):
     own = re.search(r'\bLANES=\$\{LANES:-(\d+)\}', code)  # lanes of its own (assets/depth)
     if own:
         return int(own[1])
-    if re.search(r'RUN_WITH=lane\b|\blane train |\btask_study ', code):  # study.sh's lanes, `if [ ${#lanes[@]} = 2 ]` (task_study: a run a lane)
+    # study.sh's lanes, `if [ ${#lanes[@]} = 2 ]` (task_study and design_study: a run a lane)
+    if re.search(r'RUN_WITH=lane\b|\blane train |\b(task|design)_study ', code):
         return int(re.search(r'\$\{#lanes\[@\]\} = (\d+)', read(folder, 'study.sh', at))[1])
     return 1
 
@@ -124,7 +128,7 @@ def row(folder, study):
     if os.path.isfile(os.path.join(folder, study, 'run.sh')):  # rule 2
         code, at = run_sh(folder, study)
         patterns = trained(code)
-        runs = sorted({p for pattern in patterns for p in glob.glob(os.path.join(logs, f'{pattern}.jsonl'))})
+        runs = sorted({p for pattern in patterns for p in glob.glob(os.path.join(folder, study, f'{pattern}.jsonl'))})
         timed = sorted(glob.glob(os.path.join(logs, '*.seconds')))
         if runs or timed:
             n = at_once(code, folder, at)

@@ -899,7 +899,27 @@ def test_a_study_time_is_its_runs_training_over_the_runs_at_once_plus_its_timed_
     r = study_times('--assets', str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[2].split(' | ')[:2] == ['| fake', f'≥ {minutes:.1f} min'] == ['| fake', '≥ 1.4 min']
-    assert 'the 2 runs run.sh trains (`fake-s*`), 2 at a time; plus `logs/timed.seconds`' in r.stdout
+    assert 'the 2 runs run.sh trains (`logs/fake-s*`), 2 at a time; plus `logs/timed.seconds`' in r.stdout
+
+
+def test_a_design_study_time_is_its_designs_runs_training_over_the_two_lanes(tmp_path):
+    # study.sh's design_study writes each design's runs into OUT/<design>/logs/<task>-<design>-s<seed>.jsonl, a run a
+    # lane; a log of another task in a design's folder is not one run.sh trains
+    (tmp_path / 'study.sh').write_text('lane() { "$@" & lanes+=($!); if [ ${#lanes[@]} = 2 ]; then wait_lanes; fi; }\n')
+    study = tmp_path / 'designs'
+    study.mkdir()
+    (study / 'run.sh').write_text('. assets/study.sh\ndesign_study designs parity config/parity.py\n')
+    for design, ms in (('raw', 600.0), ('alpha-il', 300.0), ('raw', 900.0)):
+        (study / design / 'logs').mkdir(parents=True, exist_ok=True)
+        seed = len(list((study / design / 'logs').iterdir())) + 1
+        (study / design / 'logs' / f'parity-{design}-s{seed}.jsonl').write_text(
+            json.dumps(dict(kind='train', iter=100, ms_per_iter=ms)) + '\n')
+    (study / 'raw' / 'logs' / 'addition-raw-s1.jsonl').write_text(json.dumps(dict(kind='train', iter=100, ms_per_iter=9e4)) + '\n')
+    seconds = (60 + 30 + 90) / 2  # 100 iterations each at 0.6, 0.3 and 0.9 s, two at once: 90 s, 1.5 min
+    r = study_times('--assets', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2].split(' | ')[:2] == ['| designs', f'≥ {seconds / 60:.1f} min'] == ['| designs', '≥ 1.5 min']
+    assert 'the 3 runs run.sh trains (`*/logs/parity-*-s*`), 2 at a time' in r.stdout
 
 
 def test_study_times_given_a_missing_folder_is_one_error_line(tmp_path):
