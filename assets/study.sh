@@ -133,7 +133,7 @@ design_study() {
     # the seeds merged alone: a run of another seed in OUT is in no results.json, and would read as failing each bar
     logs=(); for s in "${seeds[@]}"; do logs+=("$OUT/$c/logs/$task-$c-s$s.jsonl"); done
     python assets/parity/evals.py --results="$OUT/$c/results.json" "${logs[@]}" > "$OUT/$c/evals.md"
-    python assets/task_costs.py "$OUT/$c" > "$OUT/$c/costs.md"
+    python assets/task_costs.py "$OUT/$c" --seeds="${seeds[*]}" > "$OUT/$c/costs.md"
     all+=("$OUT/$c/scores")
   done
   merge_scores "$OUT" "${all[@]}" ${RECIPE:+"$RECIPE"}

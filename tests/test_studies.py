@@ -361,6 +361,8 @@ done
     evals = [l for l in lines if l.startswith('assets/parity/evals.py')]
     assert evals[0] == (f'assets/parity/evals.py --results={out}/raw/results.json {out}/raw/logs/parity-raw-s1.jsonl '
                         f'{out}/raw/logs/parity-raw-s2.jsonl')
+    costs = [l for l in lines if l.startswith('assets/task_costs.py')]  # (its costs.md: those seeds' runs too)
+    assert costs == [f'assets/task_costs.py {out}/raw --seeds=1 2', f'assets/task_costs.py {out}/alpha-il --seeds=1 2']
     merged = [l.split('--merge=')[1].split()[0].split(',') for l in lines if '--merge=' in l]
     scores = lambda *folders: [f'{f}/s{s}/results.json' for f in folders for s in (1, 2)]  # noqa: E731
     assert merged == [scores(f'{out}/raw/scores'), scores(f'{out}/alpha-il/scores'),
@@ -747,6 +749,15 @@ def test_task_costs_tables_each_runs_wall_seconds_and_their_median_and_largest(t
         '| run | training, s | scoring, s | scoring in bfloat16, s |', '|---|---|---|---|',
         '| out-parity-s1 | 30.0 | 5.0 | - |', '| out-parity-s2 | 20.0 | 7.0 | - |', '| out-parity-s3 | 10.0 | - | 1.2 |',
         '| **3 runs** | **median 20.0, largest 30.0** | **median 6.0, largest 7.0** | **median 1.2, largest 1.2** |']
+    # --seeds: those seeds' runs alone (study.sh passes the seeds it merged: a run of another seed banked in OUT is not
+    # in its results), the summary over them; comma or space between; a seed with no run, or not a number: one line
+    for seeds in ('3,1', '1 3', ' 3, 1 '):
+        assert run(str(tmp_path), f'--seeds={seeds}').stdout.splitlines()[2:] == [
+            '| out-parity-s1 | 30.0 | 5.0 | - |', '| out-parity-s3 | 10.0 | - | 1.2 |',
+            '| **2 runs** | **median 20.0, largest 30.0** | **median 5.0, largest 5.0** | **median 1.2, largest 1.2** |']
+    assert run(str(tmp_path), '--seeds=2').stdout.splitlines()[0] == '| run | training, s | scoring, s |'  # (s3's bf16 out)
+    assert_one_line_error(run(str(tmp_path), '--seeds=1,4'), 'task_costs.py', 'no run of seed 4')
+    assert_one_line_error(run(str(tmp_path), '--seeds=1,x'), 'task_costs.py', '--seeds')
     (logs / 'score-bf16-s3.wall').unlink()  # (no run scored in bfloat16: no column)
     assert run(str(tmp_path)).stdout.splitlines()[0] == '| run | training, s | scoring, s |'
     (logs / 'score-s2.wall').write_text('')  # a timer that never wrote: one line, no table

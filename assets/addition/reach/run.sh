@@ -30,4 +30,4 @@ task_study addition/reach addition config/addition.py
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/addition-s*.jsonl > "$OUT/evals.md"
 # what each run cost: its training and its scoring, in wall seconds (assets/task_costs.py)
-python assets/task_costs.py "$OUT" > "$OUT/costs.md"
+python assets/task_costs.py "$OUT" --seeds="${seeds[*]}" > "$OUT/costs.md"

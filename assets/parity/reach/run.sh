@@ -43,4 +43,4 @@ merge_scores "$OUT/bf16" "$OUT/bf16"
 # what the select read in each run, initialization by initialization, against the bars (assets/parity/evals.py)
 python assets/parity/evals.py --results="$OUT/results.json" "$OUT"/logs/parity-s*.jsonl > "$OUT/evals.md"
 # what each run cost: its training, its scoring and its scoring in bfloat16, in wall seconds (assets/task_costs.py)
-python assets/task_costs.py "$OUT" > "$OUT/costs.md"
+python assets/task_costs.py "$OUT" --seeds="${seeds[*]}" > "$OUT/costs.md"
