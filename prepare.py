@@ -211,8 +211,7 @@ def prepare(sources, tokenizer, out_dir, meta_base, force, num_threads):
 # -----------------------------------------------------------------------------
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])  # (one line: the docstring's first paragraph)
     p.add_argument('--dataset', default='wikitext-103',
                    help=f"{' | '.join(DATASETS)} (through `datasets`), or a folder saved with save_to_disk")
     p.add_argument('--text_dir', help='offline input: a folder with train/valid(/test) text files '

@@ -148,6 +148,17 @@ def test_configurators_help_lists_a_setting_no_source_block_names_after_a_blank_
         '  --steps=3  iterations', '', "  --extra='x'"]
 
 
+def test_help_and_h_each_print_the_help_and_exit_0_wherever_they_stand(tmp_path, capsys):
+    # as argparse's: -h is --help, after a config file or a setting too; it exits 0 before anything is applied
+    script = tmp_path / 'toy.py'
+    script.write_text('"""\nA toy script.\n"""\n\n# ---\nsteps = 3  # iterations\n# ---\n')
+    want = configurator.help_text({'steps': 3}, [str(script)]) + '\n'
+    for argv in (['--help'], ['-h'], ['--steps=4', '-h'], ['-h', '--no_such=1']):
+        with pytest.raises(SystemExit) as e:
+            configure({'steps': 3}, argv, [str(script)])
+        assert e.value.code == 0 and capsys.readouterr().out == want, argv
+
+
 def test_configurators_help_heads_each_sources_settings_where_there_are_two(tmp_path):
     """help_text: one source, no header (above); two (a script and a model's config, say), each one's settings under
     its path from the root, a setting both name shown once, under the first."""

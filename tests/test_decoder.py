@@ -254,20 +254,21 @@ def test_generate_exits_each_token_where_its_criterion_by_hand_first_exceeds_the
 # ---------------------------------------------------------------------------------------
 # the verify pass and rollback
 
-@pytest.mark.parametrize('readout', ['norm', 'raw', 'final_norm'])
-def test_several_tokens_on_a_filled_cache_equal_one_at_a_time(readout):
+@pytest.mark.parametrize('readout,cached', [('norm', 5), ('raw', 5), ('final_norm', 5), ('raw', 1)])
+def test_several_tokens_on_a_filled_cache_equal_one_at_a_time(readout, cached):
+    # (one cached token: the verify pass right after a one-token prompt, the causal mask offset by one)
     model = tiny(readout=readout, interloop_norm=(readout == 'norm'))
     x = tokens()
     with torch.no_grad():
         a, b = new_cache(model, 2), new_cache(model, 2)
-        decode(model, x[:, :5], a)
-        decode(model, x[:, :5], b)
-        together, _ = decode(model, x[:, 5:11], a)  # six new tokens at once on 5 cached ones
-        apart = torch.cat([decode(model, x[:, t:t + 1], b)[0] for t in range(5, 11)], 1)
+        decode(model, x[:, :cached], a)
+        decode(model, x[:, :cached], b)
+        together, _ = decode(model, x[:, cached:cached + 6], a)  # six new tokens at once on those cached
+        apart = torch.cat([decode(model, x[:, t:t + 1], b)[0] for t in range(cached, cached + 6)], 1)
         assert torch.allclose(together, apart, atol=1e-5)
-        assert torch.allclose(together, model(x[:, :11])[0][:, 5:], atol=1e-4)
+        assert torch.allclose(together, model(x[:, :cached + 6])[0][:, cached:], atol=1e-4)
         for k in range(K):
-            assert torch.allclose(a.kv[k][:, 0, ..., :11, :], b.kv[k][:, 0, ..., :11, :], atol=1e-5)  # keys
+            assert torch.allclose(a.kv[k][:, 0, ..., :cached + 6, :], b.kv[k][:, 0, ..., :cached + 6, :], atol=1e-5)  # keys
 
 
 def test_a_rejected_draft_leaves_the_cache_of_the_accepted_tokens():
@@ -679,15 +680,16 @@ def test_the_compiled_step_run_as_python_decodes_as_the_eager_step(monkeypatch):
         assert torch.equal(eager[0], static[0]) and torch.equal(eager[1], static[1]), kw
         if 'exit_threshold' in kw:  # tokens that exit and tokens that run on, through static_loop
             assert (static[1] < K).any() and (static[1] == K).any()
-    with torch.inference_mode():
-        stepper = decoder.Stepper(model, compile=True)
-        a, b = new_cache(model, 1), new_cache(model, 1)
-        decode(model, prompt, a)
-        decode(model, prompt, b)
-        want = decode(model, prompt[:, -1:], a)[0]
-        got = decode(model, prompt[:, -1:], b, stepper=stepper)[0]
-    assert torch.allclose(want, got, atol=1e-5)
-    assert torch.allclose(a.all[..., :5, :], b.all[..., :5, :], atol=1e-5)  # the same keys and values cached
+    for model in (model, tiny(readout='final_norm', init_std=0.5, n_layer=3)):  # (3 layers: each its own slot, in order)
+        with torch.inference_mode():
+            stepper = decoder.Stepper(model, compile=True)
+            a, b = new_cache(model, 1), new_cache(model, 1)
+            decode(model, prompt, a)
+            decode(model, prompt, b)
+            want = decode(model, prompt[:, -1:], a)[0]
+            got = decode(model, prompt[:, -1:], b, stepper=stepper)[0]
+        assert torch.allclose(want, got, atol=1e-5)
+        assert torch.allclose(a.all[..., :5, :], b.all[..., :5, :], atol=1e-5)  # the same keys and values cached
 
 
 class HostReads(TorchFunctionMode):

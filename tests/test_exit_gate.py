@@ -9,6 +9,7 @@ folder goes gets the gate beside it.
     python -m pytest -q tests/test_exit_gate.py
 """
 
+import copy
 import json
 import math
 import os
@@ -150,10 +151,13 @@ def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
     assert '--criteria' in str(e.value.code) and '\n' not in str(e.value.code)
     assert 'exit_criterion' in pytest.raises(UserError, sample_py.check_settings,
                                              dict(sample_py.SETTINGS, exit_criterion='margin')).value.args[0]
-    other = LoopedGPT(model.config)  # another checkpoint of the same shape
     exits.save_gate(str(tmp_path / 'gate.pt'), exits.ExitGate(32), model, {})
-    with pytest.raises(UserError, match='another checkpoint'):
-        exits.load_gate(str(tmp_path), 'gate', other)
+    assert exits.load_gate(str(tmp_path), 'gate', model) is not None
+    later = copy.deepcopy(model)  # the same run a little further on: its head's sum 0.1% from the one the gate read
+    later.lm_head.weight.data.mul_(1.001)
+    for other in (LoopedGPT(model.config), later):  # another checkpoint of the same shape, and that one
+        with pytest.raises(UserError, match='another checkpoint'):
+            exits.load_gate(str(tmp_path), 'gate', other)
     for settings, needle in ((dict(reads='scale'), 'reads'), (dict(target='loss'), 'target'),
                              (dict(name='exit'), 'name'), (dict(holdout=1.0), 'holdout'), (dict(tokens=0), 'tokens')):
         with pytest.raises(UserError, match=needle):

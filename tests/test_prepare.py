@@ -77,6 +77,8 @@ def test_bins_decode_back_to_the_text_and_meta_matches(tmp_path):
         assert meta['sha256'][split] == hashlib.sha256((out / f'{split}.bin').read_bytes()).hexdigest()
     assert meta['dtype'] == 'uint16' and meta['vocab_size'] == 256 and meta['tokenizer'] == 'bytes'
     assert sorted(os.listdir(out)) == ['meta.json', 'test.bin', 'train.bin', 'val.bin']  # no .tmp left
+    # and meta.json says how the text became the tokens above: lines in order, each on its own, nothing added
+    assert 'each line tokenized on its own' in meta['text'] and 'no separator or end-of-text token' in meta['text']
 
 
 def test_wikitext_file_names_and_missing_test_split(tmp_path):
@@ -366,6 +368,16 @@ def test_prepares_progress_bar_counts_a_files_bytes_in_scaled_units(tmp_path, ca
     assert '6.00k/6.00k' in bar and 'B/s' in bar, bar  # (not 6000/6000)
 
 
+def test_a_datasets_progress_bar_counts_its_rows(tmp_path, capsys):
+    # a `datasets` source is counted in rows (its total known), a file in bytes (above)
+    rows = ['hello world\n'] * 1500
+    source = ('train', len(rows), lambda: iter([(rows, len(rows))]))  # (label, total_rows, chunks), as hf_sources gives
+    n, _ = prepare.write_bin(str(tmp_path / 'train.bin'), ByteTokenizer(), np.uint16, source, 'train', 1)
+    assert n == 12 * 1500
+    bar = capsys.readouterr().err
+    assert '1.50k/1.50k' in bar and 'row/s' in bar and 'B/s' not in bar, bar
+
+
 def test_each_splits_progress_bar_is_named_by_its_split(tmp_path, capsys):
     """prepare: each split's bin is written under a progress bar named by the split (train:, val:, test:)."""
     from tqdm import tqdm
@@ -424,6 +436,9 @@ def test_each_split_prints_its_tokens_its_source_and_its_rate(tmp_path, monkeypa
         assert m[2].endswith(name)
         assert seconds == 10.0  # (the clock read before the split and after it: one step of it, whatever came before)
         assert abs(rate - tokens / seconds) <= 0.5
+    # and last, where it wrote, the dtype and vocabulary, and the rate over every split: all tokens over all seconds
+    overall = sum(meta['tokens'].values()) / 30.0
+    assert out.rstrip('\n').splitlines()[-1] == f"wrote {tmp_path / 'o'} (uint16, vocab 256); {overall:,.0f} tokens/s overall"
 
 
 def test_a_text_dir_holding_several_accepted_names_for_a_split_reads_the_first_in_order_of_preference(tmp_path):
