@@ -696,13 +696,13 @@ def serve(path, private=False):
     save = matplotlib.figure.Figure.savefig
 
     def savefig(fig, path, **kw):
-        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (STUDY_KEEPS, its OUT, set by
-        tests/test_studies.py's run_study) draw only the figures the study keeps, those in its OUT: one they write
-        elsewhere (a run's own evaluation, merged and drawn again into OUT) has every plotting call made and is left an
-        empty file, undrawn."""
+        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (STUDY_KEEPS, set by
+        tests/test_studies.py's run_study: the paths of the figures its test reads, os.pathsep between) draw only
+        those: any other (a run's own evaluation, merged and drawn again; a figure no test of the study reads) has
+        every plotting call made and is left an empty file, undrawn."""
         keeps = os.environ.get('STUDY_KEEPS')
-        if keeps and isinstance(path, (str, os.PathLike)) and not os.path.realpath(path).startswith(
-                os.path.realpath(keeps) + os.sep):
+        if keeps is not None and isinstance(path, (str, os.PathLike)) and os.path.realpath(path) not in {
+                os.path.realpath(k) for k in keeps.split(os.pathsep) if k}:
             open(path, 'wb').close()
             return None
         return save(fig, path, **{**kw, 'dpi': 20, 'bbox_inches': None})

@@ -193,12 +193,13 @@ STUDIES = {
 def run_study(study, data_dir, runs, **given):
     """assets/<study>/run.sh as a user runs it, at its tiny size here: SETTINGS, one seed, the tiny data, RUNS, the
     study's own settings and the variables given, with the stand-in python first on the PATH (and no OUT or STORE
-    of this shell's; STUDY_KEEPS, the OUT given: the stand-in draws only the figures in it, tests/conftest.py)."""
+    of this shell's; STUDY_KEEPS, with an OUT given: the stand-in draws only the figures of OUT that STUDIES names,
+    the ones the tiny-size test reads, tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ('OUT', 'STORE', 'STUDY_KEEPS')}
     env.update({**SETTINGS, 'SEEDS': '1', 'DATA_DIR': str(data_dir), 'RUNS': str(runs), **STUDIES[study][0], **given,
                 'PATH': f"{stand_in_python().parent}{os.pathsep}{os.environ['PATH']}"})
     if 'OUT' in given:
-        env['STUDY_KEEPS'] = str(given['OUT'])
+        env['STUDY_KEEPS'] = os.pathsep.join(os.path.join(given['OUT'], n) for n in STUDIES[study][2] if n.endswith('.png'))
     return subprocess.run(['bash', f'assets/{study}/run.sh'], cwd=HERE, env=env, capture_output=True, text=True,
                           timeout=600)
 
