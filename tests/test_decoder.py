@@ -964,6 +964,28 @@ def test_the_exponential_race_samples_the_distribution():
     assert torch.allclose(freq, p, atol=0.01) and freq[3] == 0  # a zero-probability token is never drawn
 
 
+def test_a_steppers_copy_of_the_stack_is_called_without_nn_modules_dispatch(monkeypatch):
+    # Weights: the copy's modules are called as their forward (called_as_forward), not through nn.Module.__call__ (its
+    # hooks and tracing state: about a quarter of a decoded token's Python calls at the demo shape); the model's own
+    # modules keep it, as the control shows
+    model = tiny()
+    called, call = [], torch.nn.Module.__call__
+
+    def counted(self, *args, **kwargs):
+        called.append(type(self).__name__)
+        return call(self, *args, **kwargs)
+    monkeypatch.setattr(torch.nn.Module, '__call__', counted)
+    x = tokens(B=1, n=4)
+    with torch.no_grad():
+        model(x)
+        assert {'Block', 'CausalSelfAttention', 'MLP'} <= set(called)  # (the count sees the model's own modules)
+        stepper, cache = decoder.Stepper(model), new_cache(model, 1)
+        decode(model, x[:, :3], cache, stepper=stepper)
+        called.clear()
+        decode(model, x[:, 3:], cache, stepper=stepper)
+    assert not {'Block', 'CausalSelfAttention', 'MLP', 'Linear', 'RMSNorm'} & set(called), called
+
+
 def test_a_reused_stepper_keeps_its_cache_and_decodes_the_same_text():
     # sample.py and gpu_check.py hand generate one Stepper for every call: the weights are cast, the
     # loop compiled and the KV cache allocated once (a CUDA graph recorded on the cache then replays

@@ -446,6 +446,9 @@ def test_the_summary_is_each_runs_depth_table_row_read_again(evaluated):
     assert [eval_depth.short(*a) for a in ((5.443, 0.092), (54.21, 2.4), (17360.4, 18913.2), (1330.3, None),
                                            (2.7e9, 3.3e8), (float('nan'), None))] == [
         '5.44 ± 0.09', '54.21 ± 2.40', '17,360 ± 18,913', '1,330', '2.7e+09 ± 3.3e+08', '-']
+    # at the edges: 100 and 100,000 already the next form, just below them not
+    assert [eval_depth.short(x) for x in (99.994, 100.0, -100.0, 99999.4, 1e5)] == [
+        '99.99', '100', '-100', '99,999', '1.0e+05']
     # sig: three significant digits, thousands split from 1,000, e-notation below 1e-3, each at its edge
     assert [eval_depth.sig(x) for x in (1000.0, 999.4, 1e-3, 0.000999, 0.0, -2.5e-5, float('inf'))] == [
         '1,000', '999', '0.001', '1.0e-03', '0', '-2.5e-05', 'inf']

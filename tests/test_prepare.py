@@ -77,6 +77,7 @@ def test_bins_decode_back_to_the_text_and_meta_matches(tmp_path):
         assert meta['sha256'][split] == hashlib.sha256((out / f'{split}.bin').read_bytes()).hexdigest()
     assert meta['dtype'] == 'uint16' and meta['vocab_size'] == 256 and meta['tokenizer'] == 'bytes'
     assert sorted(os.listdir(out)) == ['meta.json', 'test.bin', 'train.bin', 'val.bin']  # no .tmp left
+    assert (out / 'meta.json').read_text() == json.dumps(meta, indent=2)  # (two spaces a level, as written)
     # and meta.json says how the text became the tokens above: lines in order, each on its own, nothing added
     assert 'each line tokenized on its own' in meta['text'] and 'no separator or end-of-text token' in meta['text']
 
@@ -138,7 +139,9 @@ def test_a_split_of_many_chunks_is_written_in_the_order_of_its_lines(tmp_path, m
     monkeypatch.setattr(prepare, 'LINES_PER_CHUNK', 3)
     prepare_in_process('--text_dir', tmp_path / 't', '--tokenizer', 'bytes', '--out_dir', tmp_path / 'out',
                        '--num_threads', threads)
-    assert ByteTokenizer().decode(read_split(tmp_path / 'out', 'train')[0]) == text
+    ids, meta = read_split(tmp_path / 'out', 'train')
+    assert ByteTokenizer().decode(ids) == text
+    assert meta['tokens']['train'] == len(text.encode()) == len(ids)  # (every chunk's tokens counted, not the last's)
 
 
 @pytest.mark.parametrize('threads', [1, 2, 3])

@@ -654,6 +654,9 @@ def test_a_256x_bar_holds_within_1_point_to_a_quarter_past_the_k_it_is_first_rea
     assert passes({1000: 0.5, 2500: 0.985, 2560: 1.0, 3200: 1.0}, bar)  # 98.5% is under 99%: the K that reaches it
     assert not passes({2000: 0.989, 2500: 1.0}, bar)  # (0.989 < 0.99; 2,500 not held to 3,125)
     assert bar.text() == '≥99% by K=2560, held within 1 to 1.25x that K' and BARS[0].text() == '≥95% by K=96, held to 384'
+    # the points within, as a percentage of exact matches (0.07 is 7 points, 0.7 seventy)
+    assert [bar._replace(within=w).text() for w in (0.07, 0.7)] == [
+        '≥99% by K=2560, held within 7 to 1.25x that K', '≥99% by K=2560, held within 70 to 1.25x that K']
 
 
 def test_the_share_of_seeds_passing_is_k_of_n_with_wilsons_interval():
