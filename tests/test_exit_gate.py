@@ -184,6 +184,16 @@ def test_the_gate_records_its_settings_and_its_seed_decides_its_minibatches(run,
     assert torch.equal(gates[0], gates[2]) and not torch.equal(gates[0], gates[1])
 
 
+def test_the_fit_starts_its_bias_at_the_base_rates_logit_clamped_off_0_and_1():
+    # fit's docstring: the bias starts at log(r / (1 - r)), r the labels' mean (clamped to [1e-4, 1 - 1e-4]), so a gate
+    # of zero iterations predicts the base rate; the weights are the gate's own
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(0))
+    for y, rate in ((torch.tensor([1.0] * 10 + [0.0] * 30), 0.25), (torch.ones(40), 1 - 1e-4), (torch.zeros(40), 1e-4)):
+        gate = exit_gate.fit(exits.ExitGate(8, 'norm'), x, y, 0, 0.05, 16)
+        assert gate.linear.bias.item() == pytest.approx(math.log(rate / (1 - rate)), rel=1e-4)  # (r in float32)
+        assert torch.sigmoid(gate.linear.bias).item() == pytest.approx(rate, rel=1e-4)
+
+
 def test_the_fit_draws_its_minibatches_from_its_seed_alone():
     # the fit's own generator, seeded by `seed`: the global RNG's state neither changes the gate nor is advanced
     x = torch.randn(200, 8, generator=torch.Generator().manual_seed(0))

@@ -293,12 +293,21 @@ def test_settling_computes_the_unsettled_positions_as_the_whole_loop_does(window
     # and the w - 1 before them (a window's keys), or on all of them with full attention (window 0)
     model, x = settling_model(window)
     criterion, threshold = SETTLE
+    step, widths, want = tasks.loop_step(model), [], []
+
+    def recorded(h, e, k):  # (the positions each loop is run on)
+        widths.append(h.size(1))
+        return step(h, e, k)
+    T = x.size(1)
     with torch.no_grad():
-        got = list(tasks.settling(model, x, 30, SETTLE, tasks.loop_step(model)))
+        got = list(tasks.settling(model, x, 30, SETTLE, recorded))
         h = e = model.embed(x)
         lo, sliced = torch.zeros(x.size(0), dtype=torch.long), 0
         for k in range(30):
-            sliced += 0 < int(lo.min()) < x.size(1)
+            first = int(lo.min())
+            sliced += 0 < first < T
+            if first < T:  # the unsettled positions and the w - 1 before them (at least w + 1 wide); all with window 0
+                want.append(T - max(0, min(first - (window - 1), T - window - 1)) if window else T)
             new = model.loop(model.loop_input(h, k, e))
             held = torch.arange(x.size(1)) < lo[:, None]
             new[held] = h[held]
@@ -308,6 +317,7 @@ def test_settling_computes_the_unsettled_positions_as_the_whole_loop_does(window
             torch.testing.assert_close(got[k + 1][0], h, rtol=1e-5, atol=1e-5)
             assert torch.equal(got[k + 1][1], lo), k
     assert sliced > 0  # (loops with some positions settled, not all: a slice taken and still computed)
+    assert widths == want and (min(widths) < T if window else set(widths) == {T})
 
 
 def test_score_halts_each_string_at_the_loop_its_last_position_settles_whatever_the_chunk():

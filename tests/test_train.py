@@ -1193,6 +1193,7 @@ def test_a_compiler_that_cannot_build_the_training_step_is_one_clear_line(tiny_d
     message = str(e.value)
     assert message.startswith('compile is on but torch.compile could not build the training step here')
     assert 'C++ compiler' in message and message.endswith('--compile=off') and '\n' not in message
+    assert 'no-such-g++' in message  # (the cause: the compiler's own error, which names the compiler it tried)
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['ddp_wrap_checks']:  # the DDP test's process (above)
