@@ -558,29 +558,31 @@ def test_the_long_probe_reads_fast_and_long_only_where_the_screened_probe_passes
 
     zeros = strings(*[[0] * 8] * 4)
     split = {}
-    monkeypatch.setattr(tasks, 'probe_rows', lambda settings, name='probe': split[name])
+    run, asked = dict(data_dir='data', dataset='parity-7'), []  # (the run's settings: the splits are read from its data)
+    monkeypatch.setattr(tasks, 'probe_rows', lambda settings, name='probe': asked.append((settings, name)) or split[name])
     reads = []
     reach = tasks.reach_read
     monkeypatch.setattr(tasks, 'reach_read', lambda m, x, y: reads.append(x.shape[1]) or reach(m, x, y))
     long_ones = strings(*[[0] * 12] * 3, [0] * 11 + [1])  # 1 of 4 long strings with a 1: a reach error of 0.25
     # the screen fails (1 first half in 4 with a 1): nothing past it is read
     split.update(probe=strings([0, 1, 0, 0, 0, 0, 0, 0], *[[0] * 8] * 3), long=long_ones)
-    got = tasks.long_probe(model, {})
+    got = tasks.long_probe(model, run)
     assert reads == [] and got['probe_error'] == pytest.approx(2.25) and got['whole_error'] == pytest.approx(1.25)
     assert got['screen_error'] == pytest.approx(0.25) and 'reach_error' not in got
     # the screen passes and the whole probe fails (2 of 4 strings with a 1 in their second half): still not read
     split['probe'] = strings([0] * 8, [0, 0, 0, 0, 0, 1, 0, 0], [0] * 8, [0, 0, 0, 0, 0, 0, 0, 1])
-    got = tasks.long_probe(model, {})
+    got = tasks.long_probe(model, run)
     assert reads == [] and got['probe_error'] == pytest.approx(1.5) and got['whole_error'] == pytest.approx(0.5)
     # the whole probe passes: the reach read on the probe's strings (9 tokens) and the long split's (13)
     split['probe'] = zeros
-    got = tasks.long_probe(model, {})
+    got = tasks.long_probe(model, run)
     assert reads == [9, 13] and got['probe_error'] == got['reach_error'] == pytest.approx(0.25) and got['whole_error'] == 0
     assert list(got) == ['probe_error', 'screen_error', 'probe_disagreement', 'probe_turn', 'whole_error', 'reach_error']
     # every read right: 0, the score train.py's stop_score = 0 ends a run at
     reads.clear()
     split['long'] = strings(*[[0] * 12] * 4)
-    assert tasks.long_probe(model, {})['probe_error'] == 0 and reads == [9, 13]
+    assert tasks.long_probe(model, run)['probe_error'] == 0 and reads == [9, 13]
+    assert asked[-2:] == [(run, 'probe'), (run, 'long')] and all(settings is run for settings, _ in asked)
 
 
 def test_a_data_folder_without_the_long_split_is_one_line_naming_what_writes_one(parity_data, tmp_path):
@@ -688,6 +690,10 @@ def test_the_share_of_seeds_passing_is_k_of_n_with_wilsons_interval():
     assert (a['low'], a['high']) == wilson(2, 3) and a['passed_runs'] == ['r/out-parity-a-s1', 'r/out-parity-a-s3']
     assert (got['out-parity-b', 32, 'none']['passed'], got['out-parity-b', 32, 'none']['h_norm_pass']) == (0, None)
     assert (got['out-parity-a', 32, 'cap']['passed'], got['out-parity-b', 64, 'none']['h_norm_fail']) == (0, None)
+    # each row records its bar (results.json's shares): the 32-bit one's K and the K it holds to, and its text
+    bar32, bar64 = (next(b for b in tasks.BARS if b.length == n) for n in (32, 64))
+    assert [(a[k], got['out-parity-b', 64, 'none'][k]) for k in ('by_K', 'held_to', 'bar')] == [
+        (bar32.by_k, bar64.by_k), (bar32.held_to, bar64.held_to), (bar32.text(), bar64.text())]
 
 
 def test_merged_scorings_table_together_and_must_share_their_test_strings(tmp_path, capsys):
@@ -701,7 +707,13 @@ def test_merged_scorings_table_together_and_must_share_their_test_strings(tmp_pa
     saved = json.loads((tmp_path / 'all' / 'results.json').read_text())
     assert (saved['seed'], saved['rows'], saved['runs']) == (5, 8, ['r/out-parity-a-s1', 'r/out-parity-a-s2'])
     assert [(g['design'], g['seeds']) for g in saved['designs']] == [('out-parity-a', 2)]
+    capsys.readouterr()
     tasks.main([f'--merge={tmp_path}/odd/results.json', f'--out={tmp_path / "alone"}'])  # one file is a merge too
+    # a merge scores nothing: no halting note, even with settings that would give a scoring one
+    halting = ['--halt=latent', '--halt_threshold=0.9999', '--dtype=bfloat16']
+    assert tasks.halt_note('latent', 0.9999, 'bfloat16') and 'note:' not in capsys.readouterr().err
+    tasks.main([f'--merge={tmp_path}/odd/results.json', *halting, f'--out={tmp_path / "alone"}'])
+    assert 'note:' not in capsys.readouterr().err
     assert json.loads((tmp_path / 'alone' / 'results.json').read_text())['seed'] == 6
     for bad, says in ((f'{tmp_path}/one/results.json,{tmp_path}/odd/results.json', 'different --seed ([5, 6])'),
                       (f'{tmp_path}/none.json', 'No such file')):

@@ -1005,6 +1005,9 @@ def test_a_parity_run_trains_on_rows_with_the_progressive_loss(parity_data, tmp_
     # learned positions cannot read rows longer than block_size: one line, before any training
     with pytest.raises(train_module.UserError, match='block_size 8'):
         train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=8', '--max_iters=1'))
+    # the longest row of the splits it reads: train's 9 tokens fit block_size 9, val's 13 (strings of up to 12 bits) do not
+    with pytest.raises(train_module.UserError, match="parity's rows are up to 13 tokens, more than block_size 9"):
+        train_module.main(parity_args(parity_data, tmp_path / 'x', '--positions=learned', '--block_size=9', '--max_iters=1'))
 
 
 # -----------------------------------------------------------------------------
