@@ -145,13 +145,18 @@ def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
     assert math.isfinite(run['per_K'][0]['radial'])
 
 
-def test_several_results_files_are_grouped_together(evaluated):
+def test_several_results_files_are_grouped_together(evaluated, tmp_path):
     _, out, _ = evaluated
     one = str(out / 'results.json')
     runs, groups, _ = eval_depth.from_results(f"{one},{one}", [])  # the same two runs, twice
     assert len(runs) == 4 and sorted(g['n'] for g in groups) == [2, 2]
     with pytest.raises(eval_depth.UserError, match='cannot read'):
         eval_depth.from_results(f"{one},{out / 'missing.json'}", [])
+    # one file: its groups and the notes it recorded, as they were
+    saved = json.loads((out / 'results.json').read_text())
+    noted = tmp_path / 'noted.json'
+    noted.write_text(json.dumps(dict(saved, notes=['a note on these groups'])))
+    assert eval_depth.from_results(str(noted), [])[2] == ['a note on these groups']
 
 
 def test_a_diverged_run_is_redrawn(evaluated, tmp_path):

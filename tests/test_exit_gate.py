@@ -166,6 +166,24 @@ def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
         exit_gate.main([f'--out_dir={tmp_path / "nowhere"}', '--device=cpu'])
 
 
+class Touch:
+    """A pickle that, loaded with weights_only=False, creates its file: a gate file must not run code."""
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+def test_a_gate_file_is_loaded_as_weights_only_and_runs_no_code(run, tmp_path):
+    folder, model = run
+    touched = tmp_path / 'touched'
+    torch.save(dict(weight=Touch(str(touched))), tmp_path / 'gate-x.pt')
+    with pytest.raises(UserError, match='is not a gate written by beyond/exit_gate.py'):
+        exits.load_gate(str(tmp_path), 'gate-x', model)
+    assert not touched.exists()
+
+
 def test_the_gate_records_its_settings_and_its_seed_decides_its_minibatches(run, tmp_path):
     # the saved gate says what it was fitted with (the eps and tokens given, not the defaults), and the seed
     # setting is the fit's: the gate starts from zero weights, so only its minibatches' draw can differ, and

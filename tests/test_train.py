@@ -1042,6 +1042,7 @@ def step_once(model, dtype, scaler):
     xs, ys = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1)).unbind(0)
     before = [p.detach().clone() for p in model.parameters()]
     out = train_module.train_step(model, optimizer, scaler, xs[None], ys[None], ctx=autocast('cpu', dtype), grad_clip=1.0)
+    assert all(p.grad is None for p in model.parameters())  # (the step's gradients freed after it, not kept as zeros)
     return out, torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
 
 
