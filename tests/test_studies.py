@@ -328,13 +328,11 @@ def test_a_lane_that_ends_frees_its_place_while_the_other_runs_on_and_a_failed_o
         assert (r.returncode, r.stdout) == (3, ''), script
 
 
-def test_a_design_study_trains_each_design_of_each_seed_and_reads_and_merges_the_seeds_it_was_given(tmp_path):
-    """study.sh's design_study (assets/parity/reach-designs): each seed's data before any run, then for each seed each
-    design's run with its settings; each design's scorings merged, its evals.md read from the logs of the seeds given
-    alone (a run of another seed left in OUT would read as failing each bar: it is in no results.json), and every
-    design's scorings and the recipe's merged together. Its python is a stand-in that logs each command."""
-    log = tmp_path / 'commands'
-    (tmp_path / 'python').write_text(f"""#!/bin/bash
+def logging_python(folder):
+    """A stand-in python in folder that logs each command line into folder/commands (returned) and writes what a study
+    reads after it: a run's log.jsonl (--out_dir), a scoring's results.json and accuracy.png (--out)."""
+    log = folder / 'commands'
+    (folder / 'python').write_text(f"""#!/bin/bash
 echo "$*" >> {log}
 for a in "$@"; do
   case $a in
@@ -343,7 +341,16 @@ for a in "$@"; do
   esac
 done
 """)
-    (tmp_path / 'python').chmod(0o755)
+    (folder / 'python').chmod(0o755)
+    return log
+
+
+def test_a_design_study_trains_each_design_of_each_seed_and_reads_and_merges_the_seeds_it_was_given(tmp_path):
+    """study.sh's design_study (assets/parity/reach-designs): each seed's data before any run, then for each seed each
+    design's run with its settings; each design's scorings merged, its evals.md read from the logs of the seeds given
+    alone (a run of another seed left in OUT would read as failing each bar: it is in no results.json), and every
+    design's scorings and the recipe's merged together. Its python is a stand-in that logs each command."""
+    log = logging_python(tmp_path)
     out = tmp_path / 'out'
     (out / 'raw' / 'logs').mkdir(parents=True)
     (out / 'raw' / 'logs' / 'parity-raw-s9.jsonl').write_text('{}\n')  # (another seed's run, left in OUT)
@@ -374,17 +381,7 @@ def test_a_task_study_run_again_into_its_out_keeps_the_seeds_it_scored_and_merge
     """study.sh's task_seed: a study stopped part way (seed 2's scoring never written), run again into the same OUT,
     trains and scores seed 2 alone and merges both; with STORE=1 a seed scored is made anew. Its python is a stand-in
     that logs each command and writes what the study reads after it (a run's log.jsonl, a scoring's files)."""
-    log = tmp_path / 'commands'
-    (tmp_path / 'python').write_text(f"""#!/bin/bash
-echo "$*" >> {log}
-for a in "$@"; do
-  case $a in
-    --out_dir=*) mkdir -p "${{a#--out_dir=}}"; echo '{{}}' > "${{a#--out_dir=}}/log.jsonl" ;;
-    --out=*) mkdir -p "${{a#--out=}}"; echo '{{}}' > "${{a#--out=}}/results.json"; echo png > "${{a#--out=}}/accuracy.png" ;;
-  esac
-done
-""")
-    (tmp_path / 'python').chmod(0o755)
+    log = logging_python(tmp_path)
     env = {'PATH': f"{tmp_path}{os.pathsep}{os.environ['PATH']}", 'SEEDS': '1 2', 'DATA_SEEDS': '3 4',
            'OUT': str(tmp_path / 'out'), 'DATA_DIR': str(tmp_path / 'data'), 'RUNS': str(tmp_path)}
 
