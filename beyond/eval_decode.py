@@ -114,6 +114,19 @@ def exit_frontiers(per_token, K, targets=(0.01, 0.05), grid=FRONTIER_GRID):
     return dict(full_ppl=full, oracle=oracle, teacher_forced=tf, at=at)
 
 
+STEPPER = []  # the Stepper of the model evaluated last (stepper_of)
+
+
+def stepper_of(model):
+    """The eager Stepper of the model being evaluated, one for its whole evaluation: a Stepper copies the shared
+    stack and casts its weights (once per precision), which each of an evaluation's hundreds of exit passes and
+    timed decodes would otherwise repeat (at the tiny test shape, a sixth of its time). An evaluation never
+    changes its model's weights; the Stepper of the model asked about last is kept (it holds that model)."""
+    if not STEPPER or STEPPER[0].model is not model:
+        STEPPER[:] = [Stepper(model)]
+    return STEPPER[0]
+
+
 @torch.no_grad()
 def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     """The split scored as the decoder runs it (decoder.decode on each window): a token that
@@ -124,7 +137,7 @@ def causal_exit(sc, K, criterion, threshold, stand_in, windows=None, desc=''):
     windows = sc.windows if windows is None else windows
     ce, loops = [], []
     with sc.ctx:
-        stepper = Stepper(model)  # (its weights read once for the whole pass)
+        stepper = stepper_of(model)  # (its weights cast once)
     with sc.progress(windows, desc) as bar:
         for x, y in sc.batches(windows):
             with sc.ctx:
@@ -159,7 +172,7 @@ def stand_in_error(sc, K):
     x, _ = sc.first_batch()
     cache = new_cache(model, x.size(0), K, sc.device)
     with sc.ctx:
-        T, stepper = x.size(1), Stepper(model)
+        T, stepper = x.size(1), stepper_of(model)
         decode(model, x, cache, stepper=stepper)
         states = model.hidden_states(x, K)  # H_0 .. H_K
     true = cache.kv[K - 1][..., :T, :].float()  # (n_layer, 2, B, nh, T, hs)
@@ -181,8 +194,8 @@ def decode_speed(model, prompt, n_new, K, device, ctx, seed=0, **kw):
     and the speculative stats (passes, drafted, accepted)."""
     torch.manual_seed(seed)
     with ctx:
-        stepper = Stepper(model)  # (its weights cast once, before the clock, as beyond/sample.py keeps one for its samples)
-        generate(model, prompt, 8, n_loops=K, stepper=stepper, **kw)  # warm-up
+        stepper = stepper_of(model)  # (its weights cast before the clock, as beyond/sample.py keeps one for its samples)
+        generate(model, prompt, min(8, n_new), n_loops=K, stepper=stepper, **kw)  # warm-up
         sync(device)
         t0 = time.perf_counter()
         _, used, stats = generate(model, prompt, n_new, n_loops=K, stepper=stepper, **kw)
@@ -293,7 +306,7 @@ def step_costs(model, prompt, K, j, g, device, ctx, reps=20):
     cache = new_cache(model, 1, K, device)
     t = prompt.size(1)
     with ctx:
-        stepper = Stepper(model)
+        stepper = stepper_of(model)
         decode(model, prompt, cache, stepper=stepper)
         tok = prompt[:, -1:]
 

@@ -170,6 +170,43 @@ def test_stand_in_error_is_the_distance_between_loop_keys():
         assert len(got[stand_in]['keys']) == 2 and len(got[stand_in]['values'][0]) == 2
 
 
+def test_an_evaluation_copies_its_models_stack_once_and_a_new_model_gets_its_own(monkeypatch):
+    # stepper_of: one Stepper (a copy of the stack, its weights cast) serves every exit pass and timed decode of
+    # the model being evaluated; another model gets its own, and each model's exits are those a fresh Stepper gives
+    from beyond import decoder
+    from model import LoopedGPTConfig
+    made = []
+
+    class Counted(decoder.Stepper):
+        def __init__(self, model, *a, **kw):
+            made.append(model)
+            super().__init__(model, *a, **kw)
+    monkeypatch.setattr(eval_decode, 'Stepper', Counted)
+    monkeypatch.setattr(eval_decode, 'STEPPER', [])
+    data = np.arange(400) % 50
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = LoopedGPT(LoopedGPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, n_loops=3,
+                                          dropout=0.0, init_std=0.5)).eval()
+        sc = Scoring(model, data, score_windows(len(data), 16), 2, 'cpu', torch.no_grad())
+        prompt = sc.first_batch()[0][:1, :8]
+        for threshold in (0.2, 0.4):
+            ce, loops = eval_decode.causal_exit(sc, 3, exits.CRITERIA['max_prob'], threshold, 'copy')
+            want_ce, want_loops = [], []
+            for x, y in sc.batches(sc.windows):  # by hand, with a Stepper of its own
+                with torch.no_grad():
+                    logits, used = decoder.decode(model, x, decoder.new_cache(model, x.size(0), 3, 'cpu'),
+                                                  exit_threshold=threshold, criterion=exits.CRITERIA['max_prob'],
+                                                  stand_in='copy', stepper=decoder.Stepper(model))
+                want_ce.append(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
+                                                                 reduction='none'))
+                want_loops.append(used.flatten())
+            assert torch.allclose(ce, torch.cat(want_ce), atol=1e-5) and torch.equal(loops, torch.cat(want_loops))
+            assert 1 < loops.float().mean() < 3  # (tokens exit at different loops: the stand-ins are read)
+            eval_decode.decode_speed(model, prompt, 3, 3, 'cpu', torch.no_grad(), exit_threshold=threshold)
+        assert len(made) == seed + 1 and made[seed] is model  # (one for each model's every pass and decode)
+
+
 # -----------------------------------------------------------------------------
 # speculative decoding: the acceptance and its predicted speed-up by hand, and the timed bench
 
