@@ -502,15 +502,18 @@ PINNED = ['--device=cpu']
 
 def evaluate(*argv, main=None):
     """python -m beyond.eval_decode's main (eval_depth.main with the decoding studies) in this
-    process, as the script runs it, or eval_depth.py's (main=eval_depth.main), on the CPU (PINNED):
-    (stdout, stderr)."""
+    process, as the script runs it, or eval_depth.py's (main=eval_depth.main), on the CPU (PINNED), its figures
+    saved as quick_savefig saves them: (stdout, stderr)."""
     import io
     from types import SimpleNamespace
     if main is None:
         from beyond import eval_decode
         main = eval_decode.main
+    import matplotlib.figure
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.figure.Figure, 'savefig', quick_savefig(matplotlib.figure.Figure.savefig))
+        mp.setattr(matplotlib.figure.Figure, 'tight_layout', quick_tight_layout)
         main([str(a) for a in (*PINNED, *argv)])
     return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
 
@@ -676,6 +679,19 @@ sys.exit(int(code) if code else 1)  # (no code: the child died)
 '''
 
 
+def quick_savefig(save):
+    """Figure.savefig at 20 dpi without the tight box's second drawing: how the scripts' stand-in and the
+    evaluations run in this process (evaluate) save figures, every plotting call made. The tests that read a
+    figure's pixels or its dpi call the plotting in their own way (tests/test_report.py, test_tasks.py)."""
+    def savefig(fig, path, **kw):
+        return save(fig, path, **{**kw, 'dpi': 20, 'bbox_inches': None})
+    return savefig
+
+
+def quick_tight_layout(fig, *args, **kw):
+    """Figure.tight_layout where quick_savefig saves: the same figure, unarranged (half a task plot's time)."""
+
+
 def serve(path, private=False):
     """Takes the shims' commands on the socket at path, each run in a child of its own (child); never
     returns. private (a server of one process, not of a pytest-xdist run): it dies with that process,
@@ -693,10 +709,10 @@ def serve(path, private=False):
     import torch._inductor.compile_fx  # noqa: F401  (a process's first compile: ~0.8 s)
     from torch._inductor import cpu_vec_isa
     cpu_vec_isa.valid_vec_isa_list()  # (its first compile probes each ISA in a process of its own: ~0.9 s)
-    save = matplotlib.figure.Figure.savefig
+    save = quick_savefig(matplotlib.figure.Figure.savefig)
 
     def savefig(fig, path, **kw):
-        """Figures at 20 dpi, without a second drawing for a tight box. A study's scripts (STUDY_KEEPS, set by
+        """Figures as quick_savefig saves them. A study's scripts (STUDY_KEEPS, set by
         tests/test_studies.py's run_study: the paths of the figures its test reads, os.pathsep between) draw only
         those: any other (a run's own evaluation, merged and drawn again; a figure no test of the study reads) has
         every plotting call made and is left an empty file, undrawn."""
@@ -705,9 +721,9 @@ def serve(path, private=False):
                 os.path.realpath(k) for k in keeps.split(os.pathsep) if k}:
             open(path, 'wb').close()
             return None
-        return save(fig, path, **{**kw, 'dpi': 20, 'bbox_inches': None})
+        return save(fig, path, **kw)
     matplotlib.figure.Figure.savefig = savefig
-    matplotlib.figure.Figure.tight_layout = lambda fig, *a, **kw: None  # (the same figure, unarranged: half a task plot's time)
+    matplotlib.figure.Figure.tight_layout = quick_tight_layout
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)

@@ -469,24 +469,41 @@ def block_problem(page, n, command, rel, body):
 def sections(page, text=None):
     """[(heading, prose, the numbers of its sources)] of a page: its prose cut at its headings, each section's lines
     joined, with the numbers (absolute values, sorted) of its printed blocks, as the page shows them, and of the
-    assets/ text files its prose links."""
-    out, head, prose, values = [], '', [], []
+    assets/ text files its prose links. (Each section is read once: a page's copies with one number changed share
+    all sections but one.)"""
+    chunks = [[]]
+    for line, kind in page_lines(page, text):
+        if kind == 'prose' and line.startswith('#') and chunks[-1]:
+            chunks.append([])
+        chunks[-1].append((line, kind))
+    return [s for s in (section(page, tuple(c)) for c in chunks) if s[1]]
+
+
+@lru_cache(maxsize=None)
+def section(page, lines):
+    """sections' (heading, prose, values) of one section's (line, kind) lines, its heading first if it has one."""
+    head, prose, values = '', [], []
     base = (ROOT / page).parent
-    for line, kind in page_lines(page, text) + [('# (end)', 'prose')]:
+    for line, kind in lines:
         if kind == 'block' and not (BLOCK.fullmatch(line.strip()) or line.strip() == END):
-            values += [abs(s.value) for s in shown(line)]
+            values += line_values(line)
         if kind != 'prose':
             continue
         if line.startswith('#'):
-            out.append((head, ' '.join(' '.join(prose).split()), sorted(values)))
-            head, prose, values = line.strip('# '), [line.lstrip('#')], []
+            head, prose = line.strip('# '), [line.lstrip('#')]
             continue
         prose.append(line)
         for target in re.findall(r'\]\(([^)#\s]+)', line):
             path = (base / target).resolve()
             if path.is_file() and path.suffix in TEXT_FILES and ASSETS in path.parents:
                 values += file_values(str(path.relative_to(ROOT)))
-    return [s for s in out if s[1]]
+    return head, ' '.join(' '.join(prose).split()), tuple(sorted(values))
+
+
+@lru_cache(maxsize=None)
+def line_values(line):
+    """The numbers of a line as shown there (their absolute values): a page's copies share all lines but one."""
+    return [abs(s.value) for s in shown(line)]
 
 
 @lru_cache(maxsize=None)
@@ -511,7 +528,7 @@ def in_values(s, values):
 
 def unsourced_numbers(page, text=None):
     """Every number of a page's prose that is neither a number of its section's sources nor a setting, in context."""
-    return [n for head, prose_, values in sections(page, text) for n in section_unsourced(page, head, prose_, tuple(values))]
+    return [n for head, prose_, values in sections(page, text) for n in section_unsourced(page, head, prose_, values)]
 
 
 @lru_cache(maxsize=None)
