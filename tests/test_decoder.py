@@ -1093,3 +1093,16 @@ def test_stand_ins_fill_every_later_loop_of_the_stopped_tokens_only():
     cache = SimpleNamespace(all=before.clone())
     decoder.fill_stand_ins(cache, src, t0, loop)  # every token's
     assert torch.equal(cache.all[loop + 1:, ..., t0:t0 + T, :], src.bfloat16().expand(K - loop - 1, *src.shape))
+
+
+def test_a_stepper_casts_its_weights_when_made_in_the_precision_of_the_context_it_is_made_in():
+    # "cast now, in the precision of the caller's context": a Stepper made under bf16 autocast holds the bf16 copy of
+    # the stack's matrices before its first token (a timed decode that makes its Stepper first casts before the
+    # clock); one made outside autocast holds the model's own precision's
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=32, block_size=16, n_layer=1, n_head=2, n_embd=16, n_loops=2,
+                                      dropout=0.0)).eval()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        made = decoder.Stepper(model)
+    assert list(made.cast) == [torch.bfloat16] and made.cast[torch.bfloat16].head.dtype == torch.bfloat16
+    assert list(decoder.Stepper(model).cast) == [None]

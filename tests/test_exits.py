@@ -233,3 +233,9 @@ def test_python_m_beyond_exits_lists_each_registered_criterion_by_name_with_what
     for name, c in exits.CRITERIA.items():  # (each Criterion's own name: test_a_resolved_name_is_the_criterion_...)
         assert listed[name] == ('H_k, H_k-1' if not c.readout else
                                 'the readout' + (", and the previous loop's" if c.previous else ''))
+
+
+def test_a_gate_is_named_gate_or_gate_dash_and_a_name_of_its_own_of_any_length():
+    # is_gate: 'gate', or 'gate-' followed by at least one character (a one-letter name included); nothing else
+    assert exits.is_gate('gate') and exits.is_gate('gate-r') and exits.is_gate('gate-raw')
+    assert not any(exits.is_gate(n) for n in ('gate-', 'gates', 'gater', 'max_prob', 'agate', ''))

@@ -533,3 +533,15 @@ def test_the_gradients_matmuls_run_in_autocasts_dtype_except_float32_under_float
             assert _dtypes(x, w) == want, dtype
     assert _dtypes(x, w) == (torch.float32, torch.float32)
     assert _dtypes(x.double(), w) == (torch.float64, torch.float64)
+
+
+@pytest.mark.parametrize('grad', [True, False])
+def test_the_chunk_is_chunk_rows_of_the_rows_the_vocabulary_and_the_device(monkeypatch, grad):
+    # the chunking is exact, so a wrong chunk size shows only in memory and speed: the rows per chunk asked for are
+    # chunk_rows(rows, vocabulary (the head's first dimension, not its width), device type), with and without gradients
+    asked = []
+    monkeypatch.setattr(linear_ce, 'chunk_rows', lambda *a: asked.append(a) or chunk_rows(*a))
+    x = torch.randn(300, 8, requires_grad=grad)
+    weight = torch.randn(40, 8, requires_grad=grad)
+    linear_cross_entropy(x, weight, torch.randint(0, 40, (300,)))
+    assert asked == [(300, 40, 'cpu')]

@@ -350,6 +350,21 @@ def test_a_legend_below_its_axes_is_in_the_written_png(plt, tmp_path):
     for edge in (img[:3], img[-3:], img[:, :3], img[:, -3:]):
         assert (edge == 1).all()  # (white)
 
+def test_all_plots_writes_each_png_at_110_dpi_whatever_the_figures_own(plt, tmp_path):
+    # the pages' figures are 110 dpi: the resolution the PNG records (its pHYs chunk), and its size in pixels that
+    # of the drawn area at that dpi (the box cut to what is drawn: no wider than the figure's 4 inches at 110)
+    from PIL import Image
+
+    def figure(plt, groups, runs):
+        fig, ax = plt.subplots(figsize=(4, 3), dpi=50)
+        ax.plot([1, 2], [3, 4])
+        return fig, 'a.png'
+    path, = report.all_plots([], [], str(tmp_path), figures=(figure,))
+    with Image.open(path) as im:
+        assert [round(d) for d in im.info['dpi']] == [110, 110]
+        assert 0.8 * 4 * 110 < im.size[0] <= 4 * 110 + 2 and 0.8 * 3 * 110 < im.size[1] <= 3 * 110 + 2
+
+
 def test_all_plots_closes_each_figure_it_writes(plt, tmp_path):
     # a study of many runs draws many figures (one a run, as a figure function may make them): each is closed once
     # written, so none holds its memory open past all_plots (and pyplot's warning at 20 open figures never comes)

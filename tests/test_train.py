@@ -1096,6 +1096,30 @@ def test_the_folded_clip_serves_its_own_step_only():
     assert not hasattr(optimizer, 'grad_scale')
 
 
+def test_grad_clip_0_is_off_the_step_that_of_a_clip_too_large_to_bite():
+    # "grad_clip 0: off": no clip is made and the step is the unclipped one (here that of a clip at 1e9, which scales
+    # nothing); a clip at 0 made all the same would zero every gradient and leave the weights where they were
+    import copy
+    torch.manual_seed(0)
+    model = tiny_model()
+    xs, ys = torch.randint(0, 64, (2, 1, 2, 16), generator=torch.Generator().manual_seed(1))
+    after, calls = {}, []
+    for grad_clip in (0.0, 1e9):
+        m = copy.deepcopy(model)
+        optimizer = train_module.make_optimizer(m, learning_rate=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
+        scaler = torch.amp.GradScaler('cpu', enabled=False)
+        real = train_module.clip
+        train_module.clip = lambda *a, **kw: (calls.append(grad_clip), real(*a, **kw))
+        try:
+            train_module.train_step(m, optimizer, scaler, xs, ys, ctx=autocast('cpu', 'float32'), grad_clip=grad_clip)
+        finally:
+            train_module.clip = real
+        after[grad_clip] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    assert calls == [1e9]
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.allclose(after[0.0], after[1e9], atol=1e-6) and not torch.allclose(after[0.0], before, atol=1e-4)
+
+
 def test_adamw_decays_every_parameter_by_the_weight_decay_asked_for():
     # "weight decay on every parameter": with every gradient zero, AdamW's step is the decay alone,
     # p <- p (1 - lr wd), on the norms' gains and the biases as on the matrices
