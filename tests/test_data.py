@@ -303,3 +303,11 @@ def test_a_checkpoint_without_its_config_loads_on_the_data_folder_named(bare_che
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match=r"no prepared data in data/ \(meta.json missing\)"):
         load_run(str(bare_checkpoint), 'cpu', 'val')
+
+
+@pytest.mark.parametrize('tokens, batches', [(2 * 2 * 4 + 1, 2), (2 * 2 * 4, 1)])
+def test_eval_batches_are_no_more_than_the_split_holds_windows_for_to_the_token(tokens, batches):
+    # B x T x n + 1 tokens hold n batches of B windows of T inputs (and their targets, one token on); one token fewer
+    # holds n - 1
+    x, y = eval_batches(np.arange(tokens) % 7, eval_iters=5, batch_size=2, block_size=4, device='cpu')
+    assert x.shape == y.shape == (batches, 2, 4)

@@ -114,3 +114,23 @@ def test_each_task_registers_itself_under_its_own_name():
         assert (registered.name, registered.vocab, registered.splits, registered.extra) == (
             module.TASK.name, module.TASK.vocab, module.TASK.splits, module.TASK.extra)
     assert parity.TASK.row_len([8]) == 9 and addition.TASK.row_len([16]) == 18  # (addition: the carry-out position)
+
+
+def test_a_write_that_fails_part_way_leaves_no_meta_json_of_an_earlier_one(copy_task, tmp_path):
+    """write: meta.json is written last and an earlier write's is removed first, so a folder whose write failed part
+    way never looks complete (the old meta.json beside new splits)."""
+    splits = dict(train=(16, [6]), val=(16, [6]))
+    settings = {split: dict(flip=0) for split in splits}
+    task_rows.write(copy_task, str(tmp_path), 5, splits, settings)
+    assert (tmp_path / 'meta.json').is_file()
+    rows, calls = copy_task.rows, []
+
+    def fails_at_the_second_split(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError('the disk filled')
+        return rows(*args)
+    import dataclasses
+    with pytest.raises(RuntimeError):
+        task_rows.write(dataclasses.replace(copy_task, rows=fails_at_the_second_split), str(tmp_path), 6, splits, settings)
+    assert len(calls) == 2 and not (tmp_path / 'meta.json').exists() and not (tmp_path / 'meta.json.tmp').exists()
