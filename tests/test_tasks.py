@@ -488,6 +488,18 @@ def test_the_probe_reads_its_own_split_at_twice_and_four_times_its_length(parity
         tasks.probe(model, dict(data_dir=str(tmp_path), dataset='old', select='beyond.tasks.probe'))
 
 
+def test_the_screened_probe_is_the_screened_read_of_the_runs_own_probe_split(parity_data):
+    # config/parity.py's select: screened_read on the strings of the run's probe split, read here with load_rows
+    # (not the test or the long split: their strings read differently)
+    torch.manual_seed(2)
+    model = FieldGPT(FieldGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=32, n_loops=1, dropout=0.0,
+                                    init_std=0.3, interloop_norm=True, inject=True)).eval()
+    split = {name: tuple(torch.from_numpy(a.astype(np.int64)) for a in load_rows(str(parity_data / 'parity'), name))
+             for name in ('probe', 'test')}
+    got = tasks.screened_probe(model, dict(data_dir=str(parity_data), dataset='parity'))
+    assert got == tasks.screened_read(model, *split['probe']) != tasks.screened_read(model, *split['test'])
+
+
 def test_the_screened_probe_reads_the_whole_strings_only_past_its_screen(monkeypatch):
     # config/parity.py's select: the first halves at K = n and 2n first; the whole strings (K = 2n and 4n) only where
     # every half is right, else 1 + the screen's error. A model whose head is zero reads every bit as 0 (argmax's
