@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import time
 from contextlib import nullcontext
 from types import SimpleNamespace
 
@@ -260,11 +261,13 @@ def test_exit_gate_given_a_checkpoint_file_writes_the_gate_beside_it_and_reports
     loaded, load_run = [], exit_gate.load_run  # (the device the run is loaded on: on a GPU, the gate's)
     monkeypatch.setattr(exit_gate, 'load_run', lambda path, device, *a, **kw: loaded.append(device) or
                         load_run(path, device, *a, **kw))
+    t0 = time.perf_counter()
     try:
         exit_gate.main([f'--out_dir={bare_checkpoint}', f'--data_dir={tiny_data / "tiny-bytes"}', '--device=cpu',
                         '--tokens=512', '--iters=5'])
     finally:
         torch.set_flush_denormal(False)  # (setup_device turns it on process-wide)
+    took = time.perf_counter() - t0
     assert loaded == ['cpu']  # the device asked for
     gate = bare_checkpoint.parent / 'gate.pt'
     info = torch.load(gate, weights_only=True)['info']
@@ -274,6 +277,7 @@ def test_exit_gate_given_a_checkpoint_file_writes_the_gate_beside_it_and_reports
     got = re.search(r'base_rate=(\S+) heldout_bce=(\S+) -> (\S+) seconds=', line).groups()
     assert info['heldout_pairs'] > 0
     assert got == (f"{info['base_rate']:.3f}", f"{info['heldout_bce_base']:.4f}", f"{info['heldout_bce']:.4f}")
+    assert 0 <= float(re.search(r' seconds=(\S+)$', line.strip()).group(1)) <= took + 0.05  # (the run's own time)
 
 
 # -----------------------------------------------------------------------------
