@@ -173,6 +173,28 @@ def test_main_samples_at_the_n_loops_asked_not_the_trained_k(monkeypatch, capsys
     assert printed == texts[5] + '\n---------------\n'
 
 
+def test_main_samples_at_the_temperature_and_top_k_asked(monkeypatch, capsys):
+    # the text printed is what generate draws from the seed at the temperature and top_k given (top_k 0: every
+    # token): top_k 3 at temperature 2 draws other text than every token at 2 and than top_k 3 at 0.5
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=2, n_embd=32, n_loops=2,
+                                      dropout=0.0)).eval()
+    monkeypatch.setattr(sample, 'load', lambda config, device: (model, ByteTokenizer()))
+    texts = {}
+    for temperature, top_k in ((2.0, 3), (2.0, 0), (0.5, 3)):
+        try:
+            sample.main(['--device=cpu', '--dtype=float32', '--start=the norm', '--num_samples=1', '--max_new_tokens=20',
+                         f'--temperature={temperature}', f'--top_k={top_k}', '--seed=3'])
+        finally:
+            torch.set_flush_denormal(False)  # (setup_device turns flushing on, process-wide)
+        torch.manual_seed(3)
+        with torch.no_grad():
+            y = sample.generate(model, torch.tensor([list(b'the norm')]), 20, 2, temperature, top_k or None)
+        texts[temperature, top_k] = ByteTokenizer().decode(y[0].tolist(), errors='replace')
+        assert capsys.readouterr().out == texts[temperature, top_k] + '\n---------------\n'
+    assert len(set(texts.values())) == 3
+
+
 def test_the_model_is_loaded_onto_the_device_it_samples_on(run, monkeypatch):
     """load() hands the device to the one loader (a CUDA sampler must not read the model onto the CPU)."""
     asked = []
