@@ -967,10 +967,10 @@ LONGEST_FIRST = ('tests/test_studies.py', 'tests/test_train.py', 'tests/test_dec
 
 
 def pytest_collection_modifyitems(config, items):
-    """The suite: the LONGEST_FIRST files' tests first. mutmut's run of a mutant takes the tests that call the mutated function in no fixed order, which would make
-    each file's shared fixtures again at each switch of file: its tests go file by file, in each file's
-    own order, the files whose tests took least time in mutmut's stats run first (at the first failure
-    the run stops)."""
+    """The suite: the LONGEST_FIRST files' tests first. mutmut's run of a mutant takes the tests that call the mutated
+    function in no fixed order, which would make each file's shared fixtures again at each switch of file: its tests
+    go file by file, in each file's own order, the files whose tests took least time in mutmut's stats run first (at
+    the first failure the run stops)."""
     if 'MUTANT_UNDER_TEST' not in os.environ:  # (mutmut's runs of a mutant, and its clean run: '')
         items.sort(key=lambda item: item.nodeid.split('::')[0] not in LONGEST_FIRST)  # (stable: the rest keep their order)
         return

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from beyond import addition, parity, task_rows, tasks
 from configurator import UserError
@@ -130,7 +130,6 @@ def test_a_write_that_fails_part_way_leaves_no_meta_json_of_an_earlier_one(copy_
         if len(calls) == 2:
             raise RuntimeError('the disk filled')
         return rows(*args)
-    import dataclasses
     with pytest.raises(RuntimeError):
-        task_rows.write(dataclasses.replace(copy_task, rows=fails_at_the_second_split), str(tmp_path), 6, splits, settings)
+        task_rows.write(replace(copy_task, rows=fails_at_the_second_split), str(tmp_path), 6, splits, settings)
     assert len(calls) == 2 and not (tmp_path / 'meta.json').exists() and not (tmp_path / 'meta.json.tmp').exists()
