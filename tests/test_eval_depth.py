@@ -32,7 +32,7 @@ from configurator import UserError
 from conftest import (B, BPTT, FIELDS, HERE, MAX_K, MEAN_K, PEAK, PINNED, SCORED, SEED, SHORT, STILL_SCORED, T, another,
                       assert_close, assert_one_line_error, assert_options_documented, ce_by_hand, evaluate, load, norm_stats,
                       one_minus_cos, radial_by_hand, run_script, states_by_hand, train_in_process)
-from data import load_tokens
+from data import Scoring, load_tokens
 from model import LoopedGPT
 
 
@@ -137,9 +137,12 @@ def test_the_timing_forward_is_compiled_as_each_run_was_trained(runs, tmp_path, 
     assert len(compiled) == 1
 
 
-def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path):
+def test_fewer_loops_than_trained_and_a_radial_subset(runs, tmp_path, monkeypatch):
+    bars, real = [], Scoring.progress  # (each scoring pass's progress bar: what it is labelled)
+    monkeypatch.setattr(Scoring, 'progress', lambda self, windows, desc: bars.append(desc) or real(self, windows, desc))
     evaluate(runs[0], '--max_loops=1', '--exit', '0.5', '--diag_tokens=64', '--bench_iters=1', '--out', tmp_path)
     run = json.loads((tmp_path / 'results.json').read_text())['runs'][0]
+    assert f"{run['name']}: K=1..1" in bars  # the depth pass names its run and the loops it scores
     assert [row['K'] for row in run['per_K']] == [1] and run['final_norm_hist']['loop'] == 1
     assert all(e['mean_loops'] == 1 for e in run['early_exit'])
     assert math.isfinite(run['per_K'][0]['radial'])
@@ -471,6 +474,11 @@ def test_the_summarys_lemma_cells_are_written_as_the_pages_write_small_numbers()
     (cells,) = table_rows(eval_depth.summary_table([group]), '| run | K=1 |')
     assert (cells['s_2'], cells['step, loop 2']) == ('1.23e+03', '8.5e-05')
     assert (cells['radial frac'], cells['1 − cos, loop 2']) == ('1.2e-17', '3.5e-05')  # (the same notation)
+    # a group measured no deeper than its trained K (or not at all) beside one that was: a dash in both lemma cells
+    short = dict(group, name='h', mean=dict(group['mean'], lemma=dict(lemma, loops=2)))
+    bare = dict(group, name='i', mean={k: v for k, v in group['mean'].items() if k != 'lemma'})
+    _, *others = table_rows(eval_depth.summary_table([group, short, bare]), '| run | K=1 |')
+    assert [(c['s_2'], c['step, loop 2']) for c in others] == [('-', '-'), ('-', '-')]
 
 
 
@@ -686,6 +694,7 @@ def test_a_compiler_that_cannot_build_is_one_line_before_any_scoring(runs, tmp_p
             message = fails(runs[0], '--device=cpu', '--compile', 'on', '--out', tmp_path / 'x')
     finally:
         torch._dynamo.reset()
+    assert str(tmp_path / 'no-such-g++') in message  # (the cause: the compiler's own error, its first line)
     assert 'torch.compile could not build the timing forward' in message and message.endswith('--compile=off')
     assert not scored and not (tmp_path / 'x' / 'results.json').exists()
 

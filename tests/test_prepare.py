@@ -341,17 +341,18 @@ def test_a_named_wikitext_is_loaded_with_its_config_and_recorded_in_meta(tmp_pat
             for i in range(0, len(self.lines), batch_size):
                 yield {'text': self.lines[i:i + batch_size]}
 
-    calls = []
+    calls, quieted = [], []
 
     def load_dataset(*args, **kwargs):
         calls.append((args, kwargs))
         return {'train': Split(['a b\n', 'c\n']), 'validation': Split(['d\n'])}
     fake = types.SimpleNamespace(load_dataset=load_dataset, load_from_disk=None,
-                                 logging=types.SimpleNamespace(set_verbosity_error=lambda: None))
+                                 logging=types.SimpleNamespace(set_verbosity_error=lambda: quieted.append(calls[:])))
     monkeypatch.setitem(sys.modules, 'datasets', fake)
     monkeypatch.chdir(tmp_path)
     prepare_in_process('--dataset', 'wikitext-2', '--tokenizer', 'bytes')
     assert calls == [(('Salesforce/wikitext', 'wikitext-2-raw-v1'), {})]
+    assert quieted == [[]]  # the hub's own logging set to errors only, once, before it loads (prepare prints its lines)
     ids, meta = read_split(tmp_path / 'data' / 'wikitext-2-bytes', 'train')
     assert ByteTokenizer().decode(ids) == 'a b\nc\n'
     assert {k: meta[k] for k in ('dataset', 'config', 'source')} == {

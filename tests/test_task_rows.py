@@ -82,6 +82,11 @@ def test_each_split_is_drawn_on_a_stream_of_its_own_from_the_seed_and_its_place(
         assert np.array_equal(read('a', split), want)
         assert not np.array_equal(read('a', split), read('b', split))
     assert not np.array_equal(read('a', 'val'), read('a', 'test')) and not np.array_equal(read('a', 'train'), read('a', 'val'))
+    asked = []  # and task.rows is told which split it draws (the interface's `split`: a task may draw each its own way)
+    told = replace(copy_task, rows=lambda rng, n, lengths, row_len, split, s: asked.append(split)
+                   or copy_rows(rng, n, lengths, row_len, split, s))
+    task_rows.write(told, str(tmp_path / 'c'), 5, splits, settings)
+    assert asked == list(splits)
 
 
 def test_a_split_is_the_lengths_given_train_from_one_and_the_others_one_length():

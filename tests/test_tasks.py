@@ -256,6 +256,21 @@ def settling_model(window=2):
 SETTLE = (exits.get('latent'), 0.85)  # (the random model's relative changes fall under 0.16 from about loop 5 on)
 
 
+def test_a_states_bits_are_what_the_model_run_for_that_many_loops_predicts_final_norm_included():
+    # bits reads H_k as the last loop of a k-loop call: a final_norm model's normalized readout, not its raw one
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=4, block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.0,
+                                      readout='final_norm')).eval()
+    with torch.no_grad():
+        model.readout_norm.weight.uniform_(-1, 1)  # a gain that is not all ones: the norm moves the argmax
+        x = torch.randint(0, 4, (8, 16))
+        states = list(model.loop_states(x, 5))
+        for k in (1, 3, 5):
+            assert torch.equal(tasks.bits(model, states[k]), model(x, n_loops=k)[0].argmax(-1))
+        assert not torch.equal(model.lm_head(model.readout(states[3], last=False)).argmax(-1),
+                               model(x, n_loops=3)[0].argmax(-1))  # (the raw readout would read other bits)
+
+
 def test_settling_without_a_halt_is_the_models_own_loop_at_every_position():
     model, x = settling_model()
     with torch.no_grad():
@@ -358,12 +373,15 @@ def test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop(tmp_path
     model, _ = settling_model()
     torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=dict(data_dir=str(tmp_path)),
                     model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
-    clock, passes = iter(range(0, 1000, 5)), []  # (a clock of 5 s a reading: each pass 5 s)
+    clock, passes, steps = iter(range(0, 1000, 5)), [], []  # (a clock of 5 s a reading: each pass 5 s)
     monkeypatch.setattr(tasks, 'time', SimpleNamespace(perf_counter=lambda: next(clock)))  # (tasks' clock alone)
     real = tasks.score
-    monkeypatch.setattr(tasks, 'score', lambda *a, **kw: passes.append(a[4] if len(a) > 4 else None) or real(*a, **kw))
+    monkeypatch.setattr(tasks, 'score', lambda *a, **kw: passes.append(a[4] if len(a) > 4 else None)
+                        or steps.append(kw.get('step')) or real(*a, **kw))
     rows = tasks.evaluate([str(tmp_path)], [10, 20], [3, 6], seed=3, rows=4, interventions=['cap'], halt=SETTLE)
     assert passes == [None, 'cap', None, 'cap']  # one pass a length (and one an intervention), every K read in it
+    # one loop step made for the model (compiled once, where asked) runs every pass, the interventions' too
+    assert steps[0] is not None and all(step is steps[0] for step in steps)
     for r in rows:
         timed = r['intervention'] == 'none'
         assert (r.get('seconds'), r.get('strings')) == ((5, 4) if timed else (None, None))
@@ -960,6 +978,9 @@ def test_the_shares_table_gives_each_bar_the_runs_passing_their_interval_and_the
     low, high = tasks.wilson(1, 1)
     assert table[3] == f"| q | 32 | ≥95% by K=96, held to 384 | none | 1/1 | {100 * low:.0f}–{100 * high:.0f}% | 5, - |"
     assert len(table) == 4  # (no 64-bit rows: none scored)
+    # rows of a results.json from before the bar's text was kept: the bar told again from its length, K and hold
+    older = [{k: v for k, v in r.items() if k != 'bar'} for r in tasks.shares(results)]
+    assert tasks.render_shares(older).splitlines() == table
 
 
 def test_the_pages_tables_a_design_a_row_the_rescues_and_exact_match_by_k():
