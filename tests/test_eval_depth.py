@@ -32,8 +32,8 @@ from configurator import UserError
 from conftest import (B, BPTT, FIELDS, HERE, MAX_K, MEAN_K, PEAK, PINNED, SCORED, SEED, SHORT, STILL_SCORED, T, another,
                       assert_close, assert_one_line_error, assert_options_documented, ce_by_hand, evaluate, load, norm_stats,
                       one_minus_cos, radial_by_hand, run_script, states_by_hand, train_in_process)
-from data import Scoring, load_tokens
-from model import LoopedGPT
+from data import Scoring, load_tokens, score_windows
+from model import LoopedGPT, LoopedGPTConfig
 
 
 # -----------------------------------------------------------------------------
@@ -298,6 +298,19 @@ def test_every_ks_loss_norms_radial_and_angular_are_recomputed_from_the_states(s
         assert row['tok_per_s'] == pytest.approx(B * T / 0.5, rel=1e-9)
         assert row['mfu'] == pytest.approx(model.flops_per_token(K, training=False, T=T) * B * T / 0.5 / PEAK, rel=1e-9)
     assert abs(result['per_K'][3]['clamp']['loss'] - result['per_K'][3]['loss']) > 1e-4  # (the clamp matters here)
+
+
+def test_the_radial_fraction_is_measured_on_the_batches_that_start_before_diag_tokens_and_no_others():
+    """--diag_tokens N: a batch gets the radial fraction while fewer than N tokens were scored before it (NaN past it;
+    0: every batch). Three batches of 16 tokens: N = 16 is the first alone, 17 the first two, 0 and 48 all three."""
+    torch.manual_seed(0)
+    model = LoopedGPT(LoopedGPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.0)).eval()
+    data = np.random.default_rng(0).integers(0, 16, 6 * 8 + 1)
+    sc = Scoring(model, data, score_windows(len(data), 8), 2, 'cpu', contextlib.nullcontext())
+    for diag, batches in ((16, 1), (17, 2), (0, 3), (48, 3), (1, 1)):
+        radial = eval_depth.score_depths(sc, 2, False, diag, 'radial')['radial']  # (K, tokens), in batch order
+        assert radial.shape == (2, 48)
+        assert radial.isfinite().all(0).tolist() == [True] * 16 * batches + [False] * 16 * (3 - batches), diag
 
 
 def test_the_mfu_counts_attention_over_the_timed_windows_length_not_the_block(still_run, tmp_path):
