@@ -233,6 +233,24 @@ def test_training_drops_the_mlp_output_and_rescales_the_rest():
     assert torch.allclose(got[~dropped], want[~dropped] / (1 - p), rtol=1e-5, atol=1e-6)
 
 
+def test_training_drops_attention_probabilities_at_the_configs_rate():
+    # the attention's dropout is on its probabilities (dropout_p), in training only: the module under a seed is
+    # F.scaled_dot_product_attention with that dropout_p under the same seed, and in eval mode nothing is dropped
+    p = 0.5
+    attn = tiny_block(dropout=p).attn
+    x = torch.randn(2, 8, D)
+    B, T, _ = x.shape
+    with torch.no_grad():
+        q, k, v = (t.view(B, T, 2, D // 2).transpose(1, 2) for t in attn.c_attn(x).split(D, -1))
+        torch.manual_seed(1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p).transpose(1, 2).reshape(B, T, D)
+        want, kept = attn.c_proj(y), attn.c_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                                                  .transpose(1, 2).reshape(B, T, D))
+        torch.manual_seed(1)
+        assert torch.allclose(attn.train()(x), want, atol=1e-6)
+        assert torch.allclose(attn.eval()(x), kept, atol=1e-6) and not torch.allclose(want, kept, atol=1e-3)
+
+
 def reference_block(blk, x):
     """x + attn(ln_1(x)), then x + mlp(ln_2(x)), through the layer's own modules (their eps included)."""
     B, T, _ = x.shape

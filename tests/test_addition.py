@@ -62,6 +62,9 @@ def test_a_carry_runs_the_whole_length_in_exactly_the_share_asked_and_its_mirror
     for bit in (1, 2):
         share = ((other & bit) > 0).mean()
         assert abs(share - 0.5) < 0.03, (bit, share)
+    # a chain's propagating positions: one operand 1, which one at random (half each; all one way would be 0 or 1)
+    chained = x[np.isin(kinds, ('carry', 'stop'))][:, 2:n + 1]
+    assert abs((chained == V['1+0']).mean() - 0.5) < 0.03 and np.isin(chained, (V['1+0'], V['0+1'])).all()
     # the mirror and the carry need the first position: change it and every sum bit past it changes (bit 0 is
     # a_0 XOR b_0, 0 both ways), the carry out among them
     carry = x[np.array(kinds) == 'carry'][:1].copy()

@@ -26,7 +26,7 @@ from conftest import HERE, settings
     (['--batch_size=big'], ["'batch_size'", 'an int']),
     (['--max_iters=1.5'], ["'max_iters'"]),
     (['--readout=rms'], ["'readout'", 'raw']),
-    (['config/nope.py'], ['config/nope.py']),
+    (['config/nope.py'], ['cannot read config file config/nope.py: No such file or directory']),
     (['--out_dir'], ['--out_dir=VALUE']),
     (['--out_dir', '--n_loops=2'], ['--out_dir=VALUE']),
     (['-o'], ["'-o'", '--help']),

@@ -495,6 +495,19 @@ def test_the_summarys_lemma_cells_are_written_as_the_pages_write_small_numbers()
 
 
 
+def test_the_lemma_table_gives_each_measured_group_its_loops_at_powers_of_two_and_passes_over_the_others():
+    """lemma_table: a row a group and loop k = 1, 2, 4, .. below the loops measured (s_k, a_k, the angular step, their
+    product, as written); a group that measured no lemma has no row, and the groups after it keep theirs."""
+    a = dict(loops=5, s=[10, 20, 30, 40, 50], radial_increment=[.5, 1, 1.5, 2, 2.5],
+             angular_step=[1e-3, 2e-3, 3e-3, 4e-3, 5e-3], s_times_angular=[2, 4, 6, 8, 10])
+    c = dict(loops=3, s=[7, 8, 9], radial_increment=[1, 2, 3], angular_step=[1e-2, 2e-2, 3e-2], s_times_angular=[3, 5, 7])
+    groups = [dict(name='a', n=1, mean=dict(lemma=a)), dict(name='b', n=1, mean=dict()),
+              dict(name='c', n=2, mean=dict(lemma=c))]
+    assert eval_depth.lemma_table(groups).splitlines()[4:] == [
+        '| a | 1 | 10 | 0.5 | 1.000e-03 | 2 |', '| a | 2 | 20 | 1 | 2.000e-03 | 4 |', '| a | 4 | 40 | 2 | 4.000e-03 | 8 |',
+        '| c (2 seeds) | 1 | 7 | 1 | 1.000e-02 | 3 |', '| c (2 seeds) | 2 | 8 | 2 | 2.000e-02 | 5 |']
+
+
 def test_the_loss_table_is_the_log_of_each_perplexity_and_only_where_the_summary_needs_e_notation():
     """Where a perplexity reaches 100,000 (the summary's e-notation), the loss table shows each group's loss at every
     K, which is the log of its perplexity (mean ± std over seeds); a K a group lacks is '-'. Below that: no table."""

@@ -9,6 +9,7 @@ folder goes gets the gate beside it.
     python -m pytest -q tests/test_exit_gate.py
 """
 
+import contextlib
 import copy
 import json
 import math
@@ -159,6 +160,17 @@ def test_a_missing_or_foreign_gate_and_bad_settings_are_one_line(run, tmp_path):
     for other in (LoopedGPT(model.config), later):  # another checkpoint of the same shape, and that one
         with pytest.raises(UserError, match='another checkpoint'):
             exits.load_gate(str(tmp_path), 'gate', other)
+    # a head whose weights sum to about 0: the same checkpoint's sum, rounded otherwise elsewhere, is within 1e-6
+    # absolute (no relative tolerance of a sum near 0 allows it); 1e-5 off is another checkpoint
+    centred = copy.deepcopy(model)
+    centred.lm_head.weight.data -= centred.lm_head.weight.data.mean()
+    assert abs(exits.fingerprint(centred)) < 1e-3
+    for off, same in ((5e-7, True), (1e-5, False)):
+        exits.save_gate(str(tmp_path / 'gate-c.pt'), exits.ExitGate(32), centred, {})
+        saved = torch.load(tmp_path / 'gate-c.pt', weights_only=True)
+        torch.save(dict(saved, fingerprint=saved['fingerprint'] + off), tmp_path / 'gate-c.pt')
+        with (contextlib.nullcontext() if same else pytest.raises(UserError, match='another checkpoint')):
+            exits.load_gate(str(tmp_path), 'gate-c', centred)
     for settings, needle in ((dict(reads='scale'), 'reads'), (dict(target='loss'), 'target'),
                              (dict(name='exit'), 'name'), (dict(holdout=1.0), 'holdout'), (dict(tokens=0), 'tokens')):
         with pytest.raises(UserError, match=needle):

@@ -106,6 +106,15 @@ def test_a_device_that_is_not_there_is_refused():
         runtime.start_process(c.device, c.gradient_accumulation_steps)
 
 
+@pytest.mark.parametrize('name', ['cuda', 'cuda:1', 'mps'])
+def test_a_gpu_named_where_there_is_none_is_one_line_not_the_cpu(monkeypatch, name):
+    # device='cuda' (or mps) on a machine without one: an error naming it, where 'auto' would take the CPU
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: False)
+    with pytest.raises(UserError, match=f"device '{name}' is not available on this machine: use device='auto' or 'cpu'"):
+        runtime.setup_device(name)
+
+
 # -----------------------------------------------------------------------------
 # the peak an MFU is against: each GPU's own, a 16-bit run's only
 

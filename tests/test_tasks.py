@@ -397,6 +397,22 @@ def test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop(tmp_path
     assert tasks.render_costs([dict(r, seconds=None) for r in rows]) == ''  # (results from before the timing: none)
 
 
+def test_a_compiler_that_cannot_build_the_loop_is_one_line(tmp_path, monkeypatch):
+    # --compile where torch.compile cannot build (stood in for by one whose compiled step raises inductor's error, as
+    # a missing C++ compiler does at the first call; eval_depth's test runs the real one): one line naming the loop
+    # and the error's own first line
+    from torch._inductor.exc import InductorError
+    model, _ = settling_model()
+    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=dict(data_dir=str(tmp_path)),
+                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+
+    def cannot_build(*a, **kw):
+        raise InductorError(RuntimeError('no working C++ compiler (a stand-in)'), None)
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: cannot_build)
+    with pytest.raises(UserError, match=r'torch.compile could not build the loop here \(.*a stand-in'):
+        tasks.evaluate([str(tmp_path)], [10], [3], seed=3, rows=4, compile=True)
+
+
 def test_the_halting_table_reads_each_run_at_its_deepest_k_beside_the_first_fixed_k_as_right_and_counts_the_runs_past_99():
     """render_halting: each run x length read at the deepest K (where its strings halted), the strings halted, the loops
     a string ran (halted ones at their loop), the smallest fixed K reading as many right (>=, an equal one counts),
