@@ -401,42 +401,49 @@ KILLED = ('killed', 'timeout', 'segfault')  # a test failed, hung, or its proces
 
 def report(names, operators, generated, chosen, args, left_out, seconds):
     """The score per file and per operator: killed over chosen, so a mutant that no test reaches (mutmut's
-    'no tests') or that the run did not check counts against it as a survivor does."""
+    'no tests') or that the run did not check counts against it as a survivor does. The record written (--out) is
+    what the tables are printed from (tables), so that a page embeds what a record renders to."""
     status = {n: last_status(names, n) for n in chosen}
-    tables = {}
+    rows = {}
     for n in chosen:
         for table, key in (('file', names[n]), ('operator', operators.get(n, '?'))):
-            row = tables.setdefault(table, {}).setdefault(key, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
+            row = rows.setdefault(table, {}).setdefault(key, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
             s = status[n]
             row['killed' if s in KILLED else s if s in ('survived', 'no tests') else 'other'] += 1
     total = {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0}
-    for row in tables.get('file', {}).values():
+    for row in rows.get('file', {}).values():
         for k in total:
             total[k] += row[k]
     for op in generated:  # (every operator has its row, sampled or not)
-        tables.setdefault('operator', {}).setdefault(op, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
-    for table, rows in tables.items():
-        extra = ' generated |' if table == 'operator' else ''
-        print(f'\n| {table} |{extra} sampled | killed | survived | no tests | other | score |')
-        print('|---|' + '---|' * (6 + bool(extra)))
-        for key, row in sorted(rows.items()):
-            cells = f' {generated.get(key, 0)} |' if extra else ''
-            print(f'| {key} |{cells} {sum(row.values())} | {row["killed"]} | {row["survived"]} | {row["no tests"]} | '
-                  f'{row["other"]} | {score(row)} |')
-        print(f'| all |{" " + str(len(names)) + " |" if extra else ""} {len(chosen)} | {total["killed"]} | '
-              f'{total["survived"]} | {total["no tests"]} | {total["other"]} | {score(total)} |')
+        rows.setdefault('operator', {}).setdefault(op, {'killed': 0, 'survived': 0, 'no tests': 0, 'other': 0})
+    record = dict(seed=args.seed, sample=args.sample, changed=args.changed, names=args.names, generated=len(names),
+                  generated_per_operator=generated, left_out=left_out, seconds=round(seconds),
+                  per_file=rows.get('file', {}), per_operator=rows.get('operator', {}), total=total, status=status,
+                  operator={n: operators.get(n, '?') for n in chosen})
+    print('\n' + tables(record))
     for n in chosen:
         if status[n] not in KILLED:
             original, mutant = functions_of(n, names[n])
             print(f'\n{status[n]}: {n} ({names[n]}, {operators.get(n, "?")})\n    {changed_line(original, mutant)}')
     with open(args.out, 'w') as f:
-        json.dump(dict(seed=args.seed, sample=args.sample, changed=args.changed, names=args.names,
-                       generated=len(names), generated_per_operator=generated, left_out=left_out,
-                       seconds=round(seconds), per_file=tables.get('file', {}),
-                       per_operator=tables.get('operator', {}), total=total, status=status,
-                       operator={n: operators.get(n, '?') for n in chosen}), f, indent=1)
+        json.dump(record, f, indent=1)
     print(f'\n{len(chosen)} mutants in {seconds / 60:.0f} min; results in {args.out} (score: killed / sampled; '
           f'no tests: no test calls the function; other: not checked, skipped or suspicious)')
+
+
+def tables(record):
+    """A record's two tables (markdown, a blank line between them), as the pages embed them: per file (sampled,
+    killed, survived, no tests, other, score), then per operator with the count generated, each closed by its total."""
+    out = []
+    for table, rows in (('file', record['per_file']), ('operator', record['per_operator'])):
+        generated = table == 'operator'
+        out += ['', f'| {table} |{" generated |" if generated else ""} sampled | killed | survived | no tests | other | '
+                    'score |', '|---|' + '---|' * (6 + generated)]
+        for key, row in sorted(rows.items()) + [('all', record['total'])]:
+            made = record['generated'] if key == 'all' else record['generated_per_operator'].get(key, 0)
+            out.append(f'| {key} |{f" {made:,} |" if generated else ""} {sum(row.values()):,} | {row["killed"]:,} | '
+                       f'{row["survived"]} | {row["no tests"]} | {row["other"]} | {score(row)} |')
+    return '\n'.join(out[1:])
 
 
 def score(row):

@@ -607,3 +607,46 @@ def test_every_study_a_page_names_exists():
 
 def test_readme_is_a_front_page():
     assert len((ROOT / 'README.md').read_text()) < 15_000
+
+
+def suite_draws(text):
+    """{seed: (its section of docs/suite/README.md, its record)} for each draw of the mutation tool whose record is
+    stored (docs/suite/seed-N.json; a rerun's seed-N-after.json is told in prose, not tabled)."""
+    import json
+    draws = {}
+    for path in sorted((ROOT / 'docs' / 'suite').glob('seed-*.json')):
+        if path.stem.endswith('-after'):
+            continue
+        record = json.loads(path.read_text())
+        m = re.search(rf"^## Generated breaks, seed {record['seed']}\b.*$", text, re.M)
+        assert m, f"docs/suite/README.md has no section for {path.name}"
+        end = text.find('\n## ', m.end())
+        draws[record['seed']] = (text[m.end():end if end >= 0 else len(text)], record)
+    return draws
+
+
+def suite_problems(text):
+    """Where a draw's section does not embed its record: its two tables as tests/mutants.py renders them, and its
+    headline '**K of N killed (P%)**'."""
+    from mutants import tables, score
+    problems = []
+    for seed, (body, record) in suite_draws(text).items():
+        problems += [f'seed {seed}: its {name} table is not the record\'s' for name, table
+                     in zip(('file', 'operator'), tables(record).split('\n\n')) if table not in body]
+        t = record['total']
+        if f"**{t['killed']} of {sum(t.values())} killed ({score(t)})" not in body:
+            problems.append(f'seed {seed}: its headline is not the record\'s total')
+    return problems
+
+
+def test_the_suite_pages_draws_are_their_records_tables_and_totals():
+    """docs/suite/README.md embeds each draw's record as the tool prints it (tests/mutants.py renders the tables from
+    the record it writes); a count changed in a table, or in a headline, is found."""
+    text = (ROOT / 'docs' / 'suite' / 'README.md').read_text()
+    assert len(suite_draws(text)) >= 8 and suite_problems(text) == []
+    body, record = suite_draws(text)[1919]
+    row = next(line for line in body.splitlines() if line.startswith('| eval_depth.py |'))
+    at = text.index(body)
+    for old, new, found in ((row, row.replace('| 52 |', '| 51 |', 1), "seed 1919: its file table is not the record's"),
+                            ('**304 of 320', '**305 of 320', "seed 1919: its headline is not the record's total")):
+        assert suite_problems(text[:at] + body.replace(old, new, 1) + text[at + len(body):]) == [found]
