@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import io
 import itertools
+import json
 import os
 import re
 import runpy
@@ -31,6 +32,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from mutants import score, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / 'assets'
@@ -612,7 +615,6 @@ def test_readme_is_a_front_page():
 def suite_draws(text):
     """{seed: (its section of docs/suite/README.md, its record)} for each draw of the mutation tool whose record is
     stored (docs/suite/seed-N.json; a rerun's seed-N-after.json is told in prose, not tabled)."""
-    import json
     draws = {}
     for path in sorted((ROOT / 'docs' / 'suite').glob('seed-*.json')):
         if path.stem.endswith('-after'):
@@ -628,7 +630,6 @@ def suite_draws(text):
 def suite_problems(text):
     """Where a draw's section does not embed its record: its two tables as tests/mutants.py renders them, and its
     headline '**K of N killed (P%)**'."""
-    from mutants import tables, score
     problems = []
     for seed, (body, record) in suite_draws(text).items():
         problems += [f'seed {seed}: its {name} table is not the record\'s' for name, table

@@ -253,6 +253,16 @@ def settling_model(window=2):
     return model.eval(), torch.randint(0, 4, (3, 24), generator=torch.Generator().manual_seed(1))
 
 
+def settling_run(folder, **config):
+    """settling_model's checkpoint in folder, as train.py saves a FieldGPT run (its config: data_dir folder, and
+    config); returns the model."""
+    model, _ = settling_model()
+    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(),
+                    config=dict(data_dir=str(folder), **config), model_class='beyond.additions.FieldGPT'),
+               folder / 'ckpt.pt')
+    return model
+
+
 SETTLE = (exits.get('latent'), 0.85)  # (the random model's relative changes fall under 0.16 from about loop 5 on)
 
 
@@ -370,9 +380,7 @@ def test_score_halts_each_string_at_the_loop_its_last_position_settles_whatever_
 
 
 def test_each_length_is_timed_once_in_one_pass_and_costed_a_string_loop(tmp_path, monkeypatch):
-    model, _ = settling_model()
-    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=dict(data_dir=str(tmp_path)),
-                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+    settling_run(tmp_path)
     clock, passes, steps = iter(range(0, 1000, 5)), [], []  # (a clock of 5 s a reading: each pass 5 s)
     monkeypatch.setattr(tasks, 'time', SimpleNamespace(perf_counter=lambda: next(clock)))  # (tasks' clock alone)
     real = tasks.score
@@ -402,9 +410,7 @@ def test_a_compiler_that_cannot_build_the_loop_is_one_line(tmp_path, monkeypatch
     # a missing C++ compiler does at the first call; eval_depth's test runs the real one): one line naming the loop
     # and the error's own first line
     from torch._inductor.exc import InductorError
-    model, _ = settling_model()
-    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=dict(data_dir=str(tmp_path)),
-                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+    settling_run(tmp_path)
 
     def cannot_build(*a, **kw):
         raise InductorError(RuntimeError('no working C++ compiler (a stand-in)'), None)
@@ -451,10 +457,7 @@ def test_the_halt_settings_are_a_state_criterion_and_a_threshold_inside_zero_and
 
 
 def test_evaluate_runs_the_loops_under_the_autocast_asked_with_the_residual_in_float32(tmp_path):
-    model, _ = settling_model()
-    config = dict(data_dir=str(tmp_path), dataset='parity')
-    torch.save(dict(model_args=asdict(model.config), model=model.state_dict(), config=config,
-                    model_class='beyond.additions.FieldGPT'), tmp_path / 'ckpt.pt')
+    model = settling_run(tmp_path, dataset='parity')
     fp32, bf16 = (tasks.evaluate([str(tmp_path)], [20], [2, 6], seed=3, rows=4, dtype=d) for d in ('float32', 'bfloat16'))
     x, y = tasks.test_strings(3, 20, 4)
     with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
