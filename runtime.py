@@ -22,7 +22,7 @@ def setup_device(name='auto'):
         name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
         if name == 'cpu' and torch.version.cuda:  # (a GPU job that silently trains the 44M model on its CPU)
             print(f"note: this torch is a CUDA {torch.version.cuda} build but sees no GPU, so device 'auto' is the "
-                  f"CPU (device='cuda' makes that an error)", file=sys.stderr, flush=True)
+                  f"CPU (device='cuda' makes that an error)", file=sys.stderr)  # (stderr is line-buffered)
     try:
         kind = torch.device(name).type
     except RuntimeError:

@@ -31,6 +31,11 @@ reader aims at that mutmut cannot make:
 - swap setting: each string naming a train.py setting or a model field swapped for the next such name.
 The report counts the generated mutants and the sampled ones per operator.
 
+Code that runs only on a CUDA device (a CUDA graph's fixed addresses and its output's clone, and the compile
+options whose effect a CPU cannot show) is marked `# pragma: no mutate` where it stands, with why: mutmut makes
+no mutants of it, since no test on a CPU can tell them from the code (each was recorded equivalent, one by one,
+before). tests/test_decoder.py's CUDA tests run it on a GPU. The report prints how many lines are so marked.
+
 The score is killed / chosen, in all and per file: every chosen mutant that no test killed counts
 against it, those that no test reaches (mutmut's "no tests": a promise no test calls, the first hole to
 fill) included, and each is listed. Timeouts (the break made a test hang) and crashes of the test process
@@ -218,6 +223,21 @@ def operators_of(sources):
         mutators.mutation_operators[:] = saved
 
 
+def no_mutate_lines():
+    """{file: its line numbers that mutmut leaves alone by a `# pragma: no mutate` comment}, read as mutmut reads them."""
+    from mutmut.configuration import config
+    from mutmut.mutation.pragma_handling import PragmaVisitor
+    marked = {}
+    for path in config().only_mutate:
+        files = [path] if path.endswith('.py') else sorted(str(p) for p in pathlib.Path(path).rglob('*.py'))
+        for f in files:
+            visitor = PragmaVisitor(f)
+            cst.MetadataWrapper(cst.parse_module(open(f).read())).visit(visitor)
+            if visitor.no_mutate_lines:
+                marked[f] = sorted(visitor.no_mutate_lines)
+    return marked
+
+
 def generate(reuse=False):
     """mutmut's generation step alone (the copy into mutants/ and the mutants of each file); returns
     {mutant name: the file it is in}. reuse: keep mutants/ as the last run left it (its copy, the
@@ -370,6 +390,8 @@ def main(argv=None):
     chosen, left_out = choose(names, args)
     print(f'mutants: {len(names)} generated; seed {args.seed}; {len(chosen)} chosen; left out by rule: '
           f'{left_out["equivalent"]} recorded equivalent, {left_out["error text"]} error text only', flush=True)
+    marked = no_mutate_lines()
+    print('lines marked no mutate: ' + (', '.join(f'{f} {len(v)}' for f, v in marked.items()) or 'none'))
     generated = collections.Counter(operators.get(n, '?') for n in names)
     print('generated per operator: ' + ', '.join(f'{op} {k}' for op, k in generated.most_common()))
     stale = stale_records(names)

@@ -768,6 +768,34 @@ def test_what_the_step_and_the_loss_statistics_make_sits_on_their_inputs_device(
     assert h.device.type == 'meta' and h.shape == (1, 1, D)
 
 
+def test_generate_makes_every_tensor_on_the_models_device_whatever_the_default_device(monkeypatch):
+    # a tensor made without device= lands on torch's default device, the CPU here, so on a CPU-only machine a
+    # forgotten device= cannot be seen. With the default device 'meta' and the model on the CPU, every tensor
+    # the decoder makes without its inputs' device is a meta tensor, and mixing it with a CPU one raises (a
+    # GPU's copy and wait at every step, or its error). Each path: fixed K with top_k, exits with either
+    # stand-in, speculative drafts by the sampling rule and none drafted, no cache, a window restart, no new
+    # token, and the compiled step run as Python (torch.compile the identity, as above)
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: fn)
+    model = tiny(interloop_norm=True, init_std=0.5)
+    prompt = tokens(1, 4)
+    cases = [(6, dict(top_k=5)), (6, dict(exit_threshold=0.5)), (6, dict(exit_threshold=0.5, stand_in='project')),
+             (6, dict(draft_loops=1, draft_tokens=3)), (4, dict(draft_loops=1, draft_tokens=3, draft_stop=2.0)),
+             (6, dict(kv_cache=False)), (T + 2, dict(top_k=1)), (0, dict()),
+             (6, dict(compile=True, exit_threshold=0.5)), (6, dict(compile=True, draft_loops=1, draft_tokens=2))]
+    for n, kw in cases:
+        torch.manual_seed(0)
+        want = generate(model, prompt, n, **kw)
+        torch.set_default_device('meta')
+        try:
+            torch.manual_seed(0)
+            got = generate(model, prompt, n, **kw)
+        finally:
+            torch.set_default_device(None)
+        assert got[0].device.type == got[1].device.type == 'cpu', kw
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[2] == want[2], kw
+    assert torch.tensor(0.0).device.type == 'cpu'  # (the default restored)
+
+
 # ---------------------------------------------------------------------------------------
 # precision: the decoder decodes the model that model.forward computes, in bf16 too
 
