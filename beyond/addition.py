@@ -67,7 +67,7 @@ def addition_rows(rng, n_rows, lengths, row_len, carries=CARRIES, stops=STOPS):
 def chains(x):
     """Of rows x: the share whose first position generates a carry and every other operand position propagates it
     (a carry the whole length), and the share whose first kills it and every other propagates (a stop)."""
-    t = x[:, 1:].astype(np.int64)
+    t = x[:, 1:]  # (any integer dtype: compared, never added)
     n = (t != VOCAB['pad']).sum(1) - 1  # the operand positions (t_n, the carry-out position, not among them)
     rest = np.isin(t, (VOCAB['1+0'], VOCAB['0+1'])) | (np.arange(t.shape[1])[None, :] >= n[:, None])
     propagate = rest[:, 1:].all(1)

@@ -110,6 +110,21 @@ def test_a_split_too_short_for_one_window_and_its_next_token_is_refused(tmp_path
             assert len(load_splits(str(tmp_path / str(n)), 'd', 32)[1]) == n
 
 
+def test_a_split_is_read_as_a_read_only_memmap_in_the_dtype_meta_json_names(tmp_path):
+    # the tokens are read, never written: a memmap opened for writing ('r+', numpy's default) would let a stray
+    # assignment change the data file, and needs write access to it
+    tokens = np.arange(40, dtype=np.uint32) * 70_000  # (past uint16: read as uint16 they would come out wrong)
+    tokens.tofile(tmp_path / 'train.bin')
+    (tmp_path / 'meta.json').write_text(json.dumps(dict(tokenizer='bytes', vocab_size=2 ** 32, dtype='uint32',
+                                                        tokens=dict(train=40))))
+    got, meta = data.load_tokens(str(tmp_path), 'train')
+    assert isinstance(got, np.memmap) and got.dtype == np.uint32 and np.array_equal(got, tokens)
+    assert meta['tokens'] == dict(train=40) and not got.flags.writeable
+    with pytest.raises(ValueError):
+        got[0] = 1
+    assert np.array_equal(np.fromfile(tmp_path / 'train.bin', dtype=np.uint32), tokens)
+
+
 # -----------------------------------------------------------------------------
 # the token windows train.py draws and the evaluation scores: a function of the iteration, from the whole split,
 # no more than it holds, spread evenly; every token scored exactly once

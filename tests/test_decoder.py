@@ -392,6 +392,13 @@ def test_accepting_drafts_by_the_rule():
     # accepted with probability p/q = 0.5: about half the time
     kept = sum(decoder.accept_drafts(p, q, torch.tensor([1]))[1] for _ in range(2000)) / 2000
     assert abs(kept - 0.5) < 0.05
+    # with q(x) below 1 the ratio is p/q itself: 0.3/0.6 kept half the time, and 0.8/0.4 (over 1) always, where
+    # a rule that divided u by q instead (reject where u/q >= p) would keep them 0.18 and 0.32 of the time
+    for px, qx, rate, wrong in ((0.3, 0.6, 0.5, 0.3 * 0.6), (0.8, 0.4, 1.0, 0.8 * 0.4)):
+        p = torch.tensor([[px, 1 - px], [0.5, 0.5]])
+        q = torch.tensor([[qx, 1 - qx]])
+        kept = sum(decoder.accept_drafts(p, q, torch.tensor([0]))[1] for _ in range(2000)) / 2000
+        assert abs(kept - rate) < 0.05 and abs(wrong - rate) > 0.15, (px, qx, kept)
 
 
 # ---------------------------------------------------------------------------------------

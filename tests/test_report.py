@@ -117,6 +117,21 @@ def test_on_resume_the_log_keeps_train_lines_through_the_checkpoint_and_evals_be
     report.trim_log(str(tmp_path / 'none'), 4)  # no log yet: nothing to trim, no error
 
 
+def test_a_new_run_starts_its_log_afresh_a_resume_trims_it_and_eval_only_leaves_it(tmp_path):
+    from types import SimpleNamespace
+    lines = [dict(kind='train', iter=it) for it in range(6)]
+    for init_from, eval_only, want in (('scratch', False, None), ('resume', False, lines[:4]), ('resume', True, lines),
+                                       ('scratch', True, lines)):
+        out = tmp_path / f'{init_from}-{eval_only}'
+        out.mkdir()
+        (out / 'log.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in lines))
+        report.start_log(SimpleNamespace(out_dir=str(out), init_from=init_from, eval_only=eval_only), 3)
+        got = [json.loads(line) for line in open(out / 'log.jsonl')] if (out / 'log.jsonl').exists() else None
+        assert got == want, (init_from, eval_only)
+    report.start_log(SimpleNamespace(out_dir=str(tmp_path / 'new' / 'run'), init_from='scratch', eval_only=False), 0)
+    assert (tmp_path / 'new' / 'run').is_dir()  # (out_dir made, with its parents)
+
+
 def test_each_printed_line_shows_its_records_numbers_in_their_places(still_run):
     from report import eval_line
     _, log, printed = still_run

@@ -89,6 +89,17 @@ def test_each_split_is_drawn_on_a_stream_of_its_own_from_the_seed_and_its_place(
     assert asked == list(splits)
 
 
+def test_written_without_settings_each_split_takes_the_tasks_default_for_it(copy_task, tmp_path):
+    # COPY's flip defaults split by split (the test split's 1): write given no settings draws each split with its own
+    splits = dict(train=(8, [4]), val=(8, [4]), test=(8, [4]))
+    task_rows.write(copy_task, str(tmp_path), 5, splits)
+    assert json.loads((tmp_path / 'meta.json').read_text())['flip'] == dict(train=0, val=0, test=1)
+    for split, flip in (('train', 0), ('val', 0), ('test', 1)):
+        rows = load_rows(str(tmp_path), split)
+        inside = rows.y >= 0
+        assert np.array_equal(rows.y[inside], rows.x[inside] ^ flip), split
+
+
 def test_a_split_is_the_lengths_given_train_from_one_and_the_others_one_length():
     assert task_rows.lengths_arg('8', 'train') == list(range(1, 9)) and task_rows.lengths_arg('8', 'val') == [8]
     assert task_rows.lengths_arg('3-5', 'test') == [3, 4, 5]

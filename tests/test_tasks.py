@@ -851,6 +851,15 @@ def task_rows_of(n_designs):
                  rms=1.0, one_minus_cos=0.0) for d in range(n_designs) for k in (1, 2)]
 
 
+def test_the_task_figure_is_written_and_closed(plt, tmp_path):
+    # a study draws one figure a scoring: each left open would stay in pyplot's memory (and warn past 20)
+    plt.figure()  # (the caller's own figure stays open)
+    before = plt.get_fignums()
+    tasks.plot(tasks.designs(task_rows()), str(tmp_path / 'accuracy.png'))
+    assert (tmp_path / 'accuracy.png').stat().st_size > 0 and plt.get_fignums() == before
+    plt.close('all')
+
+
 def test_the_task_figure_draws_designs_past_ten_in_another_line_style(plt, monkeypatch):
     # ten colours, then the colours again with dashes, then dotted: 25 designs stay told apart
     import matplotlib.figure
