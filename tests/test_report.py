@@ -11,6 +11,7 @@ import json
 import math
 import os
 from dataclasses import asdict, fields
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -118,7 +119,6 @@ def test_on_resume_the_log_keeps_train_lines_through_the_checkpoint_and_evals_be
 
 
 def test_a_new_run_starts_its_log_afresh_a_resume_trims_it_and_eval_only_leaves_it(tmp_path):
-    from types import SimpleNamespace
     lines = [dict(kind='train', iter=it) for it in range(6)]
     for init_from, eval_only, want in (('scratch', False, None), ('resume', False, lines[:4]), ('resume', True, lines),
                                        ('scratch', True, lines)):
