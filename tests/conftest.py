@@ -8,6 +8,7 @@ snapshots). Nothing here needs the network or anything outside the repo.
 import argparse
 import contextlib
 import fcntl
+import gc
 import json
 import os
 import pathlib
@@ -724,6 +725,7 @@ def serve(path, private=False):
         return save(fig, path, **kw)
     matplotlib.figure.Figure.savefig = savefig
     matplotlib.figure.Figure.tight_layout = quick_tight_layout
+    gc.freeze()  # (what is imported here is never collected: a child's collections skip it and leave its pages shared)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
@@ -981,3 +983,8 @@ def pytest_collection_modifyitems(config, items):
         seconds[path] = seconds.get(path, 0.0) + state().duration_by_test.get(item.nodeid, 0.0)
     items.sort(key=lambda item: (seconds[item.nodeid.split('::')[0]], item.nodeid.split('::')[0],
                                  item.location[1] or 0))
+
+
+def pytest_collection_finish(session):
+    """What the collection imported (torch, the test modules) is never collected: a test's collections skip it."""
+    gc.freeze()

@@ -524,13 +524,14 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
 def test_two_rank_resume_reproduces_the_uninterrupted_run(tiny_data, tmp_path):
     # two CPU ranks over gloo: rank 0's logged loss follows the all-reduced gradients, so it
     # diverges after a resume if rank 1's dropout masks do not replay those of the full run. The full
-    # run is torchrun's; the split one's ranks are conftest's stand-in for `python train.py` (forked
-    # from a process that imported torch), each given the environment torchrun gives a rank
+    # run is torchrun's; each rank's `python train.py` is conftest's stand-in (forked from a process that
+    # imported torch), under torchrun or, in the split run, given the environment torchrun gives a rank
     common = ('--eval_interval=4', '--dropout=0.2', '--gradient_accumulation_steps=2')
 
-    def torchrun(out, *extra):  # as a user launches it
+    def torchrun(out, *extra):  # as a user launches it (--no-python: its ranks run the stand-in, not a fresh python)
         r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                            os.path.join(HERE, 'train.py'), *train_args(tiny_data, out, *common, *extra)],
+                            '--no-python', stand_in_python(), os.path.join(HERE, 'train.py'),
+                            *train_args(tiny_data, out, *common, *extra)],
                            capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
         assert r.returncode == 0, r.stderr[-3000:]
 
