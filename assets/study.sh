@@ -116,7 +116,10 @@ task_study() {
 # READOUT[-il]... of parity_design), task_seed with that design's settings into OUT/DESIGN, the run
 # $RUNS/out-TASK-DESIGN-sSEED, two at once; then each design's scorings merged, what its select read (evals.md) and
 # what each run cost (costs.md) in OUT/DESIGN, and every design's scorings, with the recipe's in $RECIPE/s<seed> where
-# given, merged into OUT/accuracy.md (results.json, accuracy.png beside it)
+# given, merged into OUT/accuracy.md (results.json, accuracy.png beside it). With RESCUE_ARGS, each run of a seed of
+# RESCUE_SEEDS (all of SEEDS unless given) is also scored with those settings (the clamp and the cap: the
+# training-free rescues of beyond.tasks' --interventions) into OUT/DESIGN/rescue/s<seed>, and those scorings merged
+# into OUT/rescue/accuracy.md: which design each intervention turns from failing to passing, or the other way
 design_study() {
   local study=$1 task=$2 config=$3 i c d s all=() logs
   study_out "$study"
@@ -137,9 +140,22 @@ design_study() {
     all+=("$OUT/$c/scores")
   done
   merge_scores "$OUT" "${all[@]}" ${RECIPE:+"$RECIPE"}
+  all=(); for c in $CONDITIONS; do for s in "${seeds[@]}"; do
+    if rescues "$s"; then all+=("$OUT/$c/rescue/s$s/results.json"); fi
+  done; done
+  if [ ${#all[@]} -gt 0 ]; then  # (none where no seed of SEEDS is one of RESCUE_SEEDS)
+    mkdir -p "$OUT/rescue"
+    python -m beyond.tasks --merge="$(IFS=,; echo "${all[*]}")" --out="$OUT/rescue" > "$OUT/rescue/accuracy.md"
+  fi
 }
-design_seed() {  # design_seed TASK CONFIG DESIGN SEED DATA_SEED: task_seed with DESIGN's settings, into OUT/DESIGN
-  OUT=$OUT/$3 RUN_NAME=$1-$3 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$3")" task_seed "$1" "$2" "$4" "$5"
+rescues() { [ -n "${RESCUE_ARGS:-}" ] && [[ " ${RESCUE_SEEDS:-$SEEDS} " == *" $1 "* ]]; }  # rescues SEED: its runs rescored
+design_seed() {  # design_seed TASK CONFIG DESIGN SEED DATA_SEED: task_seed with DESIGN's settings, into OUT/DESIGN; then
+  local out=$OUT/$3 run=$RUNS/out-$1-$3-s$4  # its rescue scoring, where RESCUE_ARGS asks one of this seed
+  OUT=$out RUN_NAME=$1-$3 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$3")" task_seed "$1" "$2" "$4" "$5"
+  if rescues "$4" && { [ "${STORE:-}" = 1 ] || ! [ -s "$out/rescue/s$4/results.json" ]; }; then
+    # shellcheck disable=SC2086  # each word a setting
+    OUT=$out score_run "$run" "$out/rescue/s$4" "rescue-s$4" $RESCUE_ARGS
+  fi
 }
 
 lanes=()

@@ -48,7 +48,8 @@ SETTINGS = dict(  # what every script gets: the tiny sizes (each script takes th
 # a design study's (study.sh's design_study) tiny settings, both tasks'
 DESIGN_STUDY = dict(CONDITIONS='raw', DATA_SEEDS='5', RECIPE='', TRAIN_ARGS=TRAIN + ' --inits=1',
                     PREP_ARGS='--train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 --probe_lengths=3 '
-                              '--long_rows=4 --long_lengths=6', TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent')
+                              '--long_rows=4 --long_lengths=6', TASK_ARGS='--lengths=8 --loops=2,4 --rows=2 --halt=latent',
+                    RESCUE_ARGS='--lengths=8 --loops=2,4 --rows=2 --interventions=clamp,cap', RESCUE_SEEDS='1')
 # study: (its settings here, whether it reads the shared runs, what its README says run.sh writes); they
 # run two at a time, the longest first, but speed first of all: it reads no shared runs, so it runs
 # while they train
@@ -166,11 +167,14 @@ STUDIES = {
                              ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                               'raw/results.json', 'raw/accuracy.png', 'raw/evals.md', 'raw/costs.md',
                               'raw/scores/s1/results.json', 'raw/logs/parity-raw-s1.log', 'raw/logs/parity-raw-s1.jsonl',
-                              'raw/logs/parity-raw-s1.wall', 'raw/logs/score-s1.log', 'raw/logs/score-s1.wall']),
+                              'raw/logs/parity-raw-s1.wall', 'raw/logs/score-s1.log', 'raw/logs/score-s1.wall',
+                              'raw/rescue/s1/results.json', 'raw/logs/rescue-s1.log', 'rescue/accuracy.md',
+                              'rescue/results.json']),
     'addition/reach-designs': (DESIGN_STUDY, False,
                                ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
                                 'raw/results.json', 'raw/evals.md', 'raw/costs.md', 'raw/scores/s1/results.json',
-                                'raw/logs/addition-raw-s1.jsonl', 'raw/logs/addition-raw-s1.wall', 'raw/logs/score-s1.wall']),
+                                'raw/logs/addition-raw-s1.jsonl', 'raw/logs/addition-raw-s1.wall', 'raw/logs/score-s1.wall',
+                                'raw/rescue/s1/results.json', 'rescue/accuracy.md']),
     # (seed 101: the baseline row reads that seed's stored log, assets/parity/screen-tuning's; its data, parity-100, is
     # screen-tuning's, made there; three iterations: one for each of three initializations)
     'parity/inits-tuning': (dict(PREP_ARGS='--seed=100 --train_rows=512 --val_rows=64 --test_rows=64 --probe_rows=16 '
@@ -375,6 +379,40 @@ def test_a_design_study_trains_each_design_of_each_seed_and_reads_and_merges_the
     scores = lambda *folders: [f'{f}/s{s}/results.json' for f in folders for s in (1, 2)]  # noqa: E731
     assert merged == [scores(f'{out}/raw/scores'), scores(f'{out}/alpha-il/scores'),
                       scores(f'{out}/raw/scores', f'{out}/alpha-il/scores', 'R')]
+    assert not [l for l in lines if 'interventions' in l] and not (out / 'rescue').exists()  # (no seed of RESCUE_SEEDS)
+
+
+def test_a_design_study_rescores_the_runs_of_the_rescue_seeds_alone_once_and_merges_those(tmp_path):
+    """design_study's rescue: with RESCUE_ARGS, each design's run of each seed of RESCUE_SEEDS (and of SEEDS) scored
+    again with those settings into OUT/DESIGN/rescue/s<seed>, and those scorings alone merged into OUT/rescue; run again
+    into that OUT, the runs already trained, scored and rescored are left, and the rescue of a seed added is made."""
+    log = logging_python(tmp_path)
+    out = tmp_path / 'out'
+    env = {'PATH': f"{tmp_path}{os.pathsep}{os.environ['PATH']}", 'SEEDS': '1 2', 'DATA_SEEDS': '3 4', 'OUT': str(out),
+           'DATA_DIR': str(tmp_path / 'data'), 'RUNS': str(tmp_path), 'CONDITIONS': 'raw alpha-il', 'RECIPE': '',
+           'RESCUE_ARGS': '--lengths=8 --interventions=clamp,cap', 'RESCUE_SEEDS': '2 7'}
+
+    def study(**given):
+        log.write_text('')
+        r = subprocess.run(['bash', 'assets/parity/reach-designs/run.sh'], cwd=HERE, env={**env, **given},
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = log.read_text().splitlines()
+        rescued = sorted((re.search(r'--runs=(\S+)', l)[1], re.search(r'--out=(\S+)', l)[1]) for l in lines
+                         if '--interventions=clamp,cap' in l)
+        assert all(' --seed=3201 ' in l and l.endswith(' --lengths=8 --interventions=clamp,cap')  # (RESCUE_ARGS, alone)
+                   for l in lines if '--interventions' in l)
+        merged = [l.split('--merge=')[1].split()[0].split(',') for l in lines if '--merge=' in l]
+        return rescued, merged, [l for l in lines if l.startswith('train.py ')]
+    rescued, merged, trained = study()
+    assert rescued == [(f'{tmp_path}/out-parity-{c}-s2', f'{out}/{c}/rescue/s2') for c in ('alpha-il', 'raw')]
+    assert merged[-1] == [f'{out}/raw/rescue/s2/results.json', f'{out}/alpha-il/rescue/s2/results.json']
+    assert len(trained) == 4 and (out / 'raw' / 'logs' / 'rescue-s2.log').exists()
+    rescued, merged, trained = study(RESCUE_SEEDS='1 2')  # (again: seed 1 rescued now, seed 2 left as it was)
+    assert trained == [] and rescued == [(f'{tmp_path}/out-parity-{c}-s1', f'{out}/{c}/rescue/s1') for c in ('alpha-il', 'raw')]
+    assert merged[-1] == [f'{out}/{c}/rescue/s{s}/results.json' for c in ('raw', 'alpha-il') for s in (1, 2)]
+    rescued, merged, trained = study(RESCUE_ARGS='')  # none asked: no rescue scored or merged
+    assert rescued == [] and not any('/rescue/' in m for ms in merged for m in ms)
 
 
 def test_a_task_study_run_again_into_its_out_keeps_the_seeds_it_scored_and_merges_them_all(tmp_path):

@@ -17,6 +17,9 @@
 #   TEST_SEED    the test strings' seed (5401); DATA_DIR (data); RUNS, where out-addition-<design>-s<seed> go (repo root)
 #   PREP_ARGS    python -m beyond.addition's other settings (none); TRAIN_ARGS, extra settings for every train.py run
 #                (none); TASK_ARGS, each scoring's (study.sh's ADDITION_SCORING, assets/addition/reach's)
+#   RESCUE_ARGS  each run's rescue scoring: the clamp and the cap (beyond.tasks' --interventions) on the 64-bit additions
+#                of TASK_ARGS, to its deepest K (the 1,024-bit ones would be sixteen times the cost, for each
+#                intervention, as no intervention halts); none: no rescue. RESCUE_SEEDS, the seeds it reads (all of SEEDS)
 #   RECIPE       the recipe's own scorings merged beside the designs (assets/addition/reach/scores: its s<seed> folders
 #                of SEEDS; none: the designs alone)
 #   OUT          where accuracy.md, results.json, accuracy.png and a folder for each design go (a fresh
@@ -34,4 +37,5 @@ TEST_SEED=${TEST_SEED:-5401} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARG
 RECIPE=${RECIPE-assets/addition/reach/scores}
 . assets/study.sh  # design_study (study_out, lane, task_seed, merge_scores, parity_design), ADDITION_SCORING
 TASK_ARGS=${TASK_ARGS:-$ADDITION_SCORING}
+RESCUE_ARGS=${RESCUE_ARGS-${ADDITION_SCORING/--lengths=64,1024/--lengths=64} --interventions=clamp,cap}
 design_study addition/reach-designs addition config/addition.py

@@ -17,6 +17,10 @@
 #   TEST_SEED    the test strings' seed (3201); DATA_DIR (data); RUNS, where out-parity-<design>-s<seed> go (repo root)
 #   PREP_ARGS    python -m beyond.parity's other settings (none); TRAIN_ARGS, extra settings for every train.py run
 #                (none); TASK_ARGS, each scoring's (study.sh's PARITY_SCORING, assets/parity/reach's)
+#   RESCUE_ARGS  each run's rescue scoring: the clamp and the cap (beyond.tasks' --interventions) on the 64- and 512-bit
+#                strings of TASK_ARGS, to its deepest K (2,048 bits would be four times the 512 bits' cost, for each
+#                intervention, as no intervention halts); none: no rescue. RESCUE_SEEDS, the seeds it reads (2505 ..
+#                2510: those run once the rescue was added, their runs in RUNS)
 #   RECIPE       the recipe's own scorings merged beside the designs (assets/parity/reach/scores: its s<seed> folders
 #                of SEEDS; none: the designs alone)
 #   OUT          where accuracy.md, results.json, accuracy.png and a folder for each design go (a fresh
@@ -35,4 +39,6 @@ TEST_SEED=${TEST_SEED:-3201} DATA_DIR=${DATA_DIR:-data} RUNS=${RUNS:-.} PREP_ARG
 RECIPE=${RECIPE-assets/parity/reach/scores}
 . assets/study.sh  # design_study (study_out, lane, task_seed, merge_scores, parity_design), PARITY_SCORING
 TASK_ARGS=${TASK_ARGS:-$PARITY_SCORING}
+RESCUE_ARGS=${RESCUE_ARGS-${PARITY_SCORING/--lengths=64,512,2048/--lengths=64,512} --interventions=clamp,cap}
+RESCUE_SEEDS=${RESCUE_SEEDS-2505 2506 2507 2508 2509 2510}
 design_study parity/reach-designs parity config/parity.py
