@@ -154,7 +154,7 @@ design_seed() {  # design_seed TASK CONFIG DESIGN SEED DATA_SEED: task_seed with
   OUT=$out RUN_NAME=$1-$3 TRAIN_ARGS="$TRAIN_ARGS $(parity_design "$3")" task_seed "$1" "$2" "$4" "$5"
   if rescues "$4" && { [ "${STORE:-}" = 1 ] || ! [ -s "$out/rescue/s$4/results.json" ]; }; then
     # shellcheck disable=SC2086  # each word a setting
-    OUT=$out score_run "$run" "$out/rescue/s$4" "rescue-s$4" $RESCUE_ARGS
+    OUT=$out score_run "$run" "$out/rescue/s$4" "score-rescue-s$4" $RESCUE_ARGS
   fi
 }
 

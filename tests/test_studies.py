@@ -168,7 +168,7 @@ STUDIES = {
                               'raw/results.json', 'raw/accuracy.png', 'raw/evals.md', 'raw/costs.md',
                               'raw/scores/s1/results.json', 'raw/logs/parity-raw-s1.log', 'raw/logs/parity-raw-s1.jsonl',
                               'raw/logs/parity-raw-s1.wall', 'raw/logs/score-s1.log', 'raw/logs/score-s1.wall',
-                              'raw/rescue/s1/results.json', 'raw/logs/rescue-s1.log', 'rescue/accuracy.md',
+                              'raw/rescue/s1/results.json', 'raw/logs/score-rescue-s1.log', 'rescue/accuracy.md',
                               'rescue/results.json']),
     'addition/reach-designs': (DESIGN_STUDY, False,
                                ['accuracy.md', 'results.json', 'accuracy.png', 'logs/prepare-5.log', 'raw/accuracy.md',
@@ -407,7 +407,7 @@ def test_a_design_study_rescores_the_runs_of_the_rescue_seeds_alone_once_and_mer
     rescued, merged, trained = study()
     assert rescued == [(f'{tmp_path}/out-parity-{c}-s2', f'{out}/{c}/rescue/s2') for c in ('alpha-il', 'raw')]
     assert merged[-1] == [f'{out}/raw/rescue/s2/results.json', f'{out}/alpha-il/rescue/s2/results.json']
-    assert len(trained) == 4 and (out / 'raw' / 'logs' / 'rescue-s2.log').exists()
+    assert len(trained) == 4 and (out / 'raw' / 'logs' / 'score-rescue-s2.log').exists()
     rescued, merged, trained = study(RESCUE_SEEDS='1 2')  # (again: seed 1 rescued now, seed 2 left as it was)
     assert trained == [] and rescued == [(f'{tmp_path}/out-parity-{c}-s1', f'{out}/{c}/rescue/s1') for c in ('alpha-il', 'raw')]
     assert merged[-1] == [f'{out}/{c}/rescue/s{s}/results.json' for c in ('raw', 'alpha-il') for s in (1, 2)]
@@ -698,8 +698,8 @@ DESIGNS = sorted(os.path.relpath(os.path.dirname(p), ASSETS)  # (each design's f
                          + [('addition/retries', 'addition-s*'), ('addition/reach', 'addition-s*')]
                          + [(d, f"{d.split('/')[0]}-{d.split('/')[-1]}-s*") for d in DESIGNS])
 def test_a_studys_evals_md_is_what_evals_py_prints_on_its_stored_logs(study, runs):
-    assert len(EVALS) == 5 and len(PARITY) == 16  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
-                                                  # late, deep, reach's bf16, reach-designs and its four designs)
+    assert len(EVALS) == 5 and len(PARITY) == 17  # (seeds, new-seeds, screen, inits, reach; those and designs, its two,
+                                                  # late, deep, reach's bf16, reach-designs, its four designs and rescue)
     assert len(DESIGNS) == 4  # (parity/reach-designs' norm, raw, raw-il, alpha-il)
     logs = sorted(glob.glob(os.path.join(ASSETS, study, 'logs', f'{runs}.jsonl')))
     with open(os.path.join(ASSETS, study, 'results.json')) as f:
