@@ -140,12 +140,11 @@ design_study() {
     all+=("$OUT/$c/scores")
   done
   merge_scores "$OUT" "${all[@]}" ${RECIPE:+"$RECIPE"}
-  all=(); for c in $CONDITIONS; do for s in "${seeds[@]}"; do
-    if rescues "$s"; then all+=("$OUT/$c/rescue/s$s/results.json"); fi
-  done; done
-  if [ ${#all[@]} -gt 0 ]; then  # (none where no seed of SEEDS is one of RESCUE_SEEDS)
+  local rescued=(); for s in "${seeds[@]}"; do if rescues "$s"; then rescued+=("$s"); fi; done
+  if [ ${#rescued[@]} -gt 0 ]; then  # (none where no seed of SEEDS is one of RESCUE_SEEDS)
+    all=(); for c in $CONDITIONS; do all+=("$OUT/$c/rescue"); done
     mkdir -p "$OUT/rescue"
-    python -m beyond.tasks --merge="$(IFS=,; echo "${all[*]}")" --out="$OUT/rescue" > "$OUT/rescue/accuracy.md"
+    (seeds=("${rescued[@]}"); merge_scores "$OUT/rescue" "${all[@]}")  # (those seeds' rescue scorings alone)
   fi
 }
 rescues() { [ -n "${RESCUE_ARGS:-}" ] && [[ " ${RESCUE_SEEDS:-$SEEDS} " == *" $1 "* ]]; }  # rescues SEED: its runs rescored
